@@ -1,0 +1,1 @@
+"""Alembic migrations of the audit store (installed as berth.migrations)."""

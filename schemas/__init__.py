@@ -1,0 +1,57 @@
+"""Berth's event contract: the one schema package every service and producer shares.
+
+Events are frozen pydantic models, one discriminated union per topic (see :mod:`.topics`),
+carried as CloudEvents in Kafka binary mode (see :mod:`.envelope`).
+"""
+
+from .cluster import (
+    Affinity,
+    GpuDevice,
+    LabelSelector,
+    LabelSelectorRequirement,
+    MigSlice,
+    NodeAffinity,
+    NodeInfo,
+    NodeObserved,
+    NodeRemoved,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    OwnerReference,
+    PodAffinity,
+    PodAffinityTerm,
+    PodDeleted,
+    PodInfo,
+    PodObserved,
+    PreferredSchedulingTerm,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
+)
+from .envelope import DecodedEvent, EncodedRecord, EnvelopeError, decode, encode
+from .policy import (
+    LimitRangeInfo,
+    LimitRangeItem,
+    PodDisruptionBudgetInfo,
+    PodGroupInfo,
+    PolicyObserved,
+    PolicyRemoved,
+    PriorityClassInfo,
+    ResourceQuotaInfo,
+)
+from .scheduler import (
+    CommandResult,
+    CordonNode,
+    DeadLetter,
+    DecisionRecord,
+    EvictPod,
+    InputPosition,
+    NodeVerdict,
+    PlacePods,
+    PodPlacement,
+    ScalePool,
+)
+from .signals import GpuDeviceSample, GpuTelemetry, QueueLagObserved, SpotInterruptionNotice
+from .topics import ALL_TOPICS, Topic, topic_for_event, topic_named
+
+__all__ = [name for name in dir() if not name.startswith("_")]

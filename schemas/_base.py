@@ -1,0 +1,50 @@
+"""Building blocks shared by every event model.
+
+Every model is frozen (events are facts; nobody edits a fact after it happened) and forbids
+unknown fields at the top level of our own types, so that a typo in a producer is a validation
+error that sends the record to the dead-letter topic instead of a silently dropped setting.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+class FrozenModel(BaseModel):
+    """Base of all contract models: immutable, strict about unknown fields, JSON friendly."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        ser_json_timedelta="float",
+    )
+
+
+def _require_tz(value: datetime) -> datetime:
+    # Naive datetimes are ambiguous across hosts; the contract speaks UTC only.
+    if value.tzinfo is None:
+        raise ValueError("timestamp must carry a timezone (use UTC, e.g. 2026-01-01T00:00:00Z)")
+    return value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_require_tz)]
+"""A timezone-aware timestamp, normalised to UTC."""
+
+DnsLabel = Annotated[
+    str,
+    Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+]
+"""A Kubernetes object name (RFC 1123 subdomain)."""
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Milli = Annotated[int, Field(ge=0, le=1000)]
+"""Thousandths of one GPU: 1000 is a whole device."""
+
+
+def utc_now() -> datetime:
+    """The current time in UTC. For producers only: the decision core never reads a clock."""
+    return datetime.now(timezone.utc)

@@ -1,0 +1,115 @@
+"""Cluster policy objects the scheduler obeys: gangs, priorities, quotas, limits, disruption budgets.
+
+Each mirrors the Kubernetes object of the same name (scheduling-relevant fields only, canonical
+units). They travel on ``berth.cluster.policies.v1`` keyed by ``kind/namespace/name``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ._base import DnsLabel, FrozenModel, NonNegativeInt, UtcDatetime
+from .cluster import LabelSelector
+
+
+class PodGroupInfo(FrozenModel):
+    """scheduler-plugins ``PodGroup`` (scheduling.x-k8s.io/v1alpha1): schedule all or nothing."""
+
+    namespace: DnsLabel
+    name: DnsLabel
+    min_member: Annotated[int, Field(ge=1)]
+    schedule_timeout_seconds: NonNegativeInt | None = None
+
+
+class PriorityClassInfo(FrozenModel):
+    name: DnsLabel
+    value: int
+    global_default: bool = False
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+
+class ResourceQuotaInfo(FrozenModel):
+    """``hard`` limits over the sum of requests in the namespace. Keys as in Kubernetes:
+    ``requests.cpu``, ``cpu``, ``requests.nvidia.com/gpu``, ``pods``, ``count/pods``..., values in
+    canonical units of the underlying resource."""
+
+    namespace: DnsLabel
+    name: DnsLabel
+    hard: dict[str, NonNegativeInt]
+    scope_priority_classes: tuple[str, ...] = ()
+    """scopeSelector on PriorityClass (operator In); empty = applies to every pod."""
+
+
+class LimitRangeItem(FrozenModel):
+    type: Literal["Container", "Pod"] = "Container"
+    default: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    default_request: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    min: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    max: dict[str, NonNegativeInt] = Field(default_factory=dict)
+
+
+class LimitRangeInfo(FrozenModel):
+    namespace: DnsLabel
+    name: DnsLabel
+    limits: tuple[LimitRangeItem, ...]
+
+
+class PodDisruptionBudgetInfo(FrozenModel):
+    """At most one of ``min_available`` / ``max_unavailable``; ints or percentages ("50%")."""
+
+    namespace: DnsLabel
+    name: DnsLabel
+    selector: LabelSelector
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+
+class PolicyObserved(FrozenModel):
+    type: Literal["io.berth.cluster.policy-observed.v1"] = "io.berth.cluster.policy-observed.v1"
+    kind: Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget"]
+    pod_group: PodGroupInfo | None = None
+    priority_class: PriorityClassInfo | None = None
+    resource_quota: ResourceQuotaInfo | None = None
+    limit_range: LimitRangeInfo | None = None
+    pod_disruption_budget: PodDisruptionBudgetInfo | None = None
+    observed_at: UtcDatetime
+
+    @property
+    def obj(self) -> FrozenModel:
+        field = {"PodGroup": "pod_group", "PriorityClass": "priority_class",
+                 "ResourceQuota": "resource_quota", "LimitRange": "limit_range",
+                 "PodDisruptionBudget": "pod_disruption_budget"}[self.kind]
+        value = getattr(self, field)
+        if value is None:
+            raise ValueError(f"{self.kind} event without its {field}")
+        return value
+
+    @property
+    def partition_key(self) -> str:
+        obj = self.obj
+        return f"{self.kind}/{getattr(obj, 'namespace', '')}/{obj.name}"  # type: ignore[attr-defined]
+
+    @property
+    def subject(self) -> str:
+        return self.partition_key
+
+
+class PolicyRemoved(FrozenModel):
+    type: Literal["io.berth.cluster.policy-removed.v1"] = "io.berth.cluster.policy-removed.v1"
+    kind: Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget"]
+    namespace: str = ""
+    name: DnsLabel
+    observed_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def subject(self) -> str:
+        return self.partition_key
+
+
+PolicyEvent = Annotated[PolicyObserved | PolicyRemoved, Field(discriminator="type")]

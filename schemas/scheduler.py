@@ -1,0 +1,204 @@
+"""What the scheduler says and what came of it: commands, results, decision records.
+
+Every command names the decision that produced it (``decision_id``) and has a ``command_id``
+derived from that decision, so that re-emitting a decision after a crash yields the same ids and
+the binder can drop the duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, UtcDatetime
+
+
+class InputPosition(FrozenModel):
+    """Where an input record sat in Kafka: the key of idempotent audit writes."""
+
+    topic: str
+    partition: NonNegativeInt
+    offset: NonNegativeInt
+
+
+class PodPlacement(FrozenModel):
+    pod_uid: str = Field(min_length=1)
+    namespace: DnsLabel
+    name: DnsLabel
+    node: DnsLabel
+    gpu_devices: tuple[NonNegativeInt, ...] = ()
+    gpu_milli: Milli | None = None
+    """Share of the single device for a fractional pod; None for whole devices."""
+
+
+class _Command(FrozenModel):
+    command_id: str = Field(min_length=1)
+    decision_id: str = Field(min_length=1)
+    issued_at: UtcDatetime
+
+
+class PlacePods(_Command):
+    """Bind pods to nodes. A gang is one command: the binder applies all or reports failure."""
+
+    type: Literal["io.berth.scheduler.place-pods.v1"] = "io.berth.scheduler.place-pods.v1"
+    placements: tuple[PodPlacement, ...] = Field(min_length=1)
+    pod_group: str | None = None
+    victims: tuple[str, ...] = ()
+    """Pods (``namespace/name``) preempted to make room; evicted before binding."""
+
+    @property
+    def partition_key(self) -> str:
+        return self.placements[0].pod_uid
+
+    @property
+    def subject(self) -> str:
+        first = self.placements[0]
+        return f"{first.namespace}/{first.name}"
+
+
+class ScalePool(_Command):
+    """Set an inference pool's replica count (the scale subresource in Kubernetes)."""
+
+    type: Literal["io.berth.scheduler.scale-pool.v1"] = "io.berth.scheduler.scale-pool.v1"
+    pool: DnsLabel
+    namespace: DnsLabel = "default"
+    replicas: NonNegativeInt
+    previous_replicas: NonNegativeInt
+    reason: str = ""
+
+    @property
+    def partition_key(self) -> str:
+        return self.pool
+
+    @property
+    def subject(self) -> str:
+        return f"{self.namespace}/{self.pool}"
+
+
+class CordonNode(_Command):
+    type: Literal["io.berth.scheduler.cordon-node.v1"] = "io.berth.scheduler.cordon-node.v1"
+    node: DnsLabel
+    reason: str = ""
+
+    @property
+    def partition_key(self) -> str:
+        return self.node
+
+    @property
+    def subject(self) -> str:
+        return self.node
+
+
+class EvictPod(_Command):
+    type: Literal["io.berth.scheduler.evict-pod.v1"] = "io.berth.scheduler.evict-pod.v1"
+    pod_uid: str = Field(min_length=1)
+    namespace: DnsLabel
+    name: DnsLabel
+    node: str | None = None
+    reason: str = ""
+
+    @property
+    def partition_key(self) -> str:
+        return self.pod_uid
+
+    @property
+    def subject(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+CommandStatus = Literal["applied", "conflict", "failed"]
+
+
+class CommandResult(FrozenModel):
+    """What the binder did with one command. ``conflict``: the cluster changed under it
+    (pod gone, already bound elsewhere, UID mismatch); ``failed``: it could not apply it."""
+
+    type: Literal["io.berth.scheduler.command-result.v1"] = "io.berth.scheduler.command-result.v1"
+    command_id: str = Field(min_length=1)
+    decision_id: str = Field(min_length=1)
+    command_type: str
+    status: CommandStatus
+    reason: str = ""
+    attempts: Annotated[int, Field(ge=1)] = 1
+    target: str = ""
+    applied_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.command_id
+
+    @property
+    def subject(self) -> str:
+        return self.target or self.command_id
+
+
+class NodeVerdict(FrozenModel):
+    """One node's part in a decision: why it was filtered out, or its score per plugin."""
+
+    node: str
+    reason: str | None = None
+    """The filter message that excluded the node; None when the node was feasible."""
+    scores: dict[str, int] = Field(default_factory=dict)
+    total: int | None = None
+
+
+DecisionOutcome = Literal["placed", "unschedulable", "preempting", "scaled", "held", "cordoned"]
+
+
+class DecisionRecord(FrozenModel):
+    """One decision of the core with everything needed to explain and replay it."""
+
+    type: Literal["io.berth.scheduler.decision.v1"] = "io.berth.scheduler.decision.v1"
+    decision_id: str = Field(min_length=1)
+    cell: str
+    input: InputPosition
+    subject: str
+    """``namespace/name`` of the pod (or pool, or node) decided about."""
+    outcome: DecisionOutcome
+    node: str | None = None
+    gpu_devices: tuple[NonNegativeInt, ...] = ()
+    message: str = ""
+    verdicts: tuple[NodeVerdict, ...] = ()
+    config_version: str
+    snapshot_hash: str
+    config_hash: str
+    decision_hash: str
+    event_time: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.cell
+
+
+class DeadLetter(FrozenModel):
+    """A record some consumer could not accept, kept whole with the reason.
+
+    ``value`` and ``key`` are the original bytes as latin-1 text would mangle them, so they are
+    carried base64-encoded; headers likewise.
+    """
+
+    type: Literal["io.berth.deadletter.v1"] = "io.berth.deadletter.v1"
+    source_topic: str
+    source_partition: NonNegativeInt
+    source_offset: NonNegativeInt
+    consumer: str
+    reason: str
+    key_b64: str | None = None
+    value_b64: str = ""
+    headers_b64: dict[str, str] = Field(default_factory=dict)
+    failed_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return f"{self.source_topic}/{self.source_partition}"
+
+    @property
+    def subject(self) -> str:
+        return f"{self.source_topic}/{self.source_partition}/{self.source_offset}"
+
+
+Command = Annotated[PlacePods | ScalePool | CordonNode | EvictPod, Field(discriminator="type")]
+ResultEvent = Annotated[CommandResult, Field(discriminator="type")]
+DecisionEvent = Annotated[DecisionRecord, Field(discriminator="type")]
+DeadLetterEvent = Annotated[DeadLetter, Field(discriminator="type")]
