@@ -7,6 +7,7 @@ error that sends the record to the dead-letter topic instead of a silently dropp
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Annotated
 
@@ -34,9 +35,23 @@ def _require_tz(value: datetime) -> datetime:
 UtcDatetime = Annotated[datetime, AfterValidator(_require_tz)]
 """A timezone-aware timestamp, normalised to UTC."""
 
+_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_NAME = re.compile(_NAME_PATTERN)
+
+
+def _kubernetes_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid Kubernetes name: use lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
 DnsLabel = Annotated[
     str,
-    Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+    Field(min_length=1, max_length=253, json_schema_extra={"pattern": _NAME_PATTERN}),
+    AfterValidator(_kubernetes_name),
 ]
 """A Kubernetes object name (RFC 1123 subdomain)."""
 

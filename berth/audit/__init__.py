@@ -1,0 +1,1 @@
+"""The audit store: every decision, its inputs, commands and results, in Postgres."""

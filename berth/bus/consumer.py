@@ -1,0 +1,142 @@
+"""Consuming contract events with at-least-once delivery and one dead-letter path.
+
+A record that does not decode or validate is published to ``berth.deadletter.v1`` (with the
+reason and its source topic/partition/offset) and skipped; the consumer goes on with the next
+record. Offsets are committed only for records the caller has finished with (``commit``), so a
+crash replays what was not yet handled instead of losing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from berth.logs import get_logger
+from berth.metrics import DEAD_LETTERED, RECORDS_CONSUMED
+from berth.schemas import DeadLetter, DecodedEvent, Topic, topic_named
+from berth.schemas.topics import DEAD_LETTER
+from berth.settings import KafkaSettings
+
+from .deadletter import decode_or_dead_letter
+from .producer import EventProducer
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ConsumedEvent:
+    """A decoded event and where it was read from (its position is its identity for audit)."""
+
+    decoded: DecodedEvent
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+    @property
+    def event(self) -> Any:
+        return self.decoded.event
+
+
+class EventConsumer:
+    """Reads contract events from ``topics`` as member of consumer group ``group_id``.
+
+    ``name`` identifies the consumer in dead letters, logs and metrics. Iterate ``events()``;
+    after handling, call ``commit()`` (or pass ``auto_commit=True`` for consumers whose handling
+    is idempotent and loss-tolerant, e.g. dashboards).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topics: Iterable[Topic | str],
+        *,
+        group_id: str | None,
+        name: str,
+        auto_offset_reset: str = "earliest",
+        auto_commit: bool = False,
+        isolation_level: str = "read_committed",
+        max_poll_records: int = 500,
+    ) -> None:
+        self._topics = {t.name: t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
+        self._name = name
+        self._kafka = kafka
+        self._consumer = AIOKafkaConsumer(
+            *self._topics,
+            **kafka.client_options(),
+            group_id=group_id,
+            enable_auto_commit=auto_commit,
+            auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
+            max_poll_records=max_poll_records,
+        )
+        self._dead_letters = EventProducer(kafka, source=f"berth/{name}")
+        self.dead_lettered = 0
+
+    @property
+    def raw(self) -> AIOKafkaConsumer:
+        return self._consumer
+
+    async def start(self) -> None:
+        await self._dead_letters.start()
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        try:
+            await self._consumer.stop()
+        finally:
+            await self._dead_letters.stop()
+
+    async def __aenter__(self) -> EventConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def events(self, *, idle_timeout_s: float | None = None) -> AsyncIterator[ConsumedEvent]:
+        """Yield valid events in partition order; dead-letter the rest.
+
+        With ``idle_timeout_s`` the iteration ends after that long without any record (for
+        tools and tests); without it, it runs until the consumer is stopped.
+        """
+        while True:
+            batches = await self._consumer.getmany(
+                timeout_ms=int((idle_timeout_s or 1.0) * 1000), max_records=None
+            )
+            if not batches:
+                if idle_timeout_s is not None:
+                    return
+                continue
+            for partition in sorted(batches, key=lambda tp: (tp.topic, tp.partition)):
+                for record in batches[partition]:
+                    outcome = await self.accept(record)
+                    if outcome is not None:
+                        yield outcome
+
+    async def accept(self, record: Any) -> ConsumedEvent | None:
+        """Decode one raw record; a bad one is dead-lettered (and None returned)."""
+        topic = self._topics[record.topic]
+        RECORDS_CONSUMED.labels(self._name, record.topic).inc()
+        result = decode_or_dead_letter(
+            topic, partition=record.partition, offset=record.offset, key=record.key,
+            value=record.value, headers=list(record.headers or ()), consumer=self._name,
+        )
+        if isinstance(result, DeadLetter):
+            await self._dead_letters.send_and_wait(result, topic=DEAD_LETTER.name)
+            DEAD_LETTERED.labels(self._name, record.topic).inc()
+            self.dead_lettered += 1
+            log.warning("record dead-lettered", topic=record.topic, partition=record.partition,
+                        offset=record.offset, reason=result.reason)
+            return None
+        return ConsumedEvent(result, record.topic, record.partition, record.offset, record.timestamp)
+
+    async def commit(self, upto: dict[tuple[str, int], int] | None = None) -> None:
+        """Commit consumed positions (all consumed so far, or ``{(topic, partition): next_offset}``)."""
+        if upto is None:
+            await self._consumer.commit()
+        else:
+            await self._consumer.commit({TopicPartition(t, p): o for (t, p), o in upto.items()})

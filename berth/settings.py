@@ -1,0 +1,170 @@
+"""Configuration from the environment and one YAML file (``BERTH_CONFIG``).
+
+Precedence, highest first: explicit arguments, environment (``BERTH_KAFKA_*``,
+``BERTH_DATABASE_*``, ``BERTH_*``), the YAML file, defaults. Secrets are ``SecretStr`` so that
+they print as ``**********`` in logs, reprs and ``berth config show``.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+
+class KafkaSettings(BaseModel):
+    """How to reach Kafka. SASL and TLS are optional and validated together."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    client_id: str = "berth"
+    replication_factor: int = Field(default=1, ge=1)
+    """Replication of topics Berth creates; 1 for a single dev broker, 3 in production."""
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL_"):
+            if not (self.sasl_mechanism and self.sasl_username and self.sasl_password):
+                raise ValueError(
+                    f"security_protocol {self.security_protocol} needs BERTH_KAFKA__SASL_MECHANISM, "
+                    "BERTH_KAFKA__SASL_USERNAME and BERTH_KAFKA__SASL_PASSWORD"
+                )
+        return self
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka's producer, consumer and admin clients."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(
+                cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+            )
+            if self.ssl_certfile:
+                context.load_cert_chain(
+                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+                )
+            options["ssl_context"] = context
+        if self.security_protocol.startswith("SASL_"):
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = (
+                self.sasl_password.get_secret_value() if self.sasl_password else None
+            )
+        return options
+
+
+class DatabaseSettings(BaseModel):
+    """How to reach Postgres. The URL may hold a password, so it is a secret as a whole."""
+
+    url: SecretStr = SecretStr("postgresql+psycopg://berth:berth@127.0.0.1:5432/berth")
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = None
+    sslrootcert: Path | None = None
+    sslcert: Path | None = None
+    sslkey: Path | None = None
+    pool_size: int = Field(default=5, ge=1)
+
+    def sqlalchemy_url(self) -> str:
+        url = self.url.get_secret_value()
+        if url.startswith("postgresql://"):
+            # The plain scheme means psycopg2 to SQLAlchemy; Berth ships psycopg 3.
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        return url
+
+    def connect_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        for name in ("sslmode", "sslrootcert", "sslcert", "sslkey"):
+            value = getattr(self, name)
+            if value is not None:
+                args[name] = str(value)
+        return args
+
+    def redacted_url(self) -> str:
+        """The URL with any password replaced, for logs and status output."""
+        return redact_url(self.url.get_secret_value())
+
+
+def redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+class BerthSettings(BaseSettings):
+    """Everything a Berth process reads at start-up.
+
+    Nested values come from ``BERTH_KAFKA__BOOTSTRAP`` style variables; the two most used ones
+    also have short forms: ``BERTH_KAFKA_BOOTSTRAP`` and ``BERTH_DATABASE_URL``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="BERTH_", env_nested_delimiter="__", extra="ignore",
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "json"
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    scheduler_config: Path | None = None
+    """KubeSchedulerConfiguration-style profiles for the decision core; None = built-in default."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_env_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            bootstrap = os.environ.get("BERTH_KAFKA_BOOTSTRAP")
+            if bootstrap:
+                kafka = dict(data.get("kafka") or {})
+                kafka.setdefault("bootstrap", bootstrap)
+                data["kafka"] = kafka
+            url = os.environ.get("BERTH_DATABASE_URL")
+            if url:
+                database = dict(data.get("database") or {})
+                database.setdefault("url", url)
+                data["database"] = database
+        return data
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("BERTH_CONFIG")
+        if config_file:
+            if not Path(config_file).is_file():
+                raise FileNotFoundError(
+                    f"BERTH_CONFIG={config_file}: no such file; unset it or point it at a YAML file"
+                )
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        sources.append(file_secret_settings)
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> BerthSettings:
+    return BerthSettings(**overrides)
