@@ -226,7 +226,11 @@ def topics_list() -> None:
 
     from berth.schemas import ALL_TOPICS
 
-    table = Table("topic", "key", "partitions", "events")
+    table = Table()
+    table.add_column("topic", no_wrap=True)
+    table.add_column("key")
+    table.add_column("partitions", justify="right")
+    table.add_column("events", overflow="fold")
     for topic in ALL_TOPICS:
         table.add_row(topic.name, topic.key, str(topic.partitions), "\n".join(sorted(topic.event_types)))
     Console().print(table)
