@@ -1,0 +1,58 @@
+# Berth's entry points. `make demo` and `make test` are all a fresh machine needs.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | sha256sum | cut -c1-12)
+
+.PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
+        bench-pipeline schemas lint up down status clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml setup.py
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)  ## create .venv and install Berth with its dependencies
+
+demo: $(STAMP)  ## Berth's main job: the local stack end to end on a sample workload
+	$(BIN)/berth demo
+
+test: $(STAMP)  ## every test: unit, then integration on real Kafka and Postgres
+	$(BIN)/python -m berth.devstack fetch
+	$(BIN)/pytest tests
+
+test-unit: $(STAMP)  ## fast tests of the pure parts
+	$(BIN)/pytest tests/unit
+
+test-integration: $(STAMP)  ## tests against real Kafka/Postgres started by the project
+	$(BIN)/pytest tests/integration
+
+bench-engine: $(STAMP)  ## placement engine throughput (SchedulingBasic shape and GPU mix)
+	$(BIN)/python -m bench.engine --case scheduling-basic
+	$(BIN)/python -m bench.engine --case gpu-mixed
+
+bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/BestFit/Random
+	$(BIN)/python -m bench.gpu_trace
+
+schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
+	$(BIN)/berth schemas export
+
+lint: $(STAMP)  ## architecture rules (import-linter)
+	$(BIN)/lint-imports
+
+up: $(STAMP)  ## start Kafka and Postgres in the background
+	$(BIN)/berth dev up
+
+down: $(STAMP)  ## stop them
+	$(BIN)/berth dev down
+
+status: $(STAMP)
+	$(BIN)/berth dev status
+
+clean:  ## remove the venv and build leftovers (keeps the download cache)
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

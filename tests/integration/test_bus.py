@@ -1,0 +1,151 @@
+"""Producing and consuming contract events on a real Kafka broker, including the dead-letter path."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.bus.deadletter import original_value
+from berth.schemas import ALL_TOPICS, DeadLetter, decode, encode, topic_for_event
+from berth.schemas.samples import one_of_each
+from berth.schemas.topics import DEAD_LETTER, QUEUE_LAG
+from berth.settings import KafkaSettings
+
+pytestmark = pytest.mark.integration
+
+
+def _private(topic):
+    """A copy of a contract topic under a unique name, so tests never see each other's records."""
+    return dataclasses.replace(topic, name=f"test.{topic.name}.{uuid.uuid4().hex[:8]}")
+
+
+async def _read_all(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30.0):
+    consumer = AIOKafkaConsumer(topic, **kafka.client_options(), group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    records = []
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(records) < expected and asyncio.get_running_loop().time() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for part in batch.values():
+                records.extend(part)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def test_every_event_type_round_trips_through_the_broker(kafka_bootstrap):
+    kafka = KafkaSettings(bootstrap=kafka_bootstrap)
+    events = one_of_each()
+    private = {event.type: _private(topic_for_event(event)) for event in events}
+    async with EventProducer(kafka, source="tests/bus") as producer:
+        for event in events:
+            await producer.send_and_wait(event, topic=private[event.type].name)
+    for event in events:
+        topic = private[event.type]
+        [record] = await _read_all(kafka, topic.name, 1)
+        headers = dict(record.headers)
+        assert headers["ce_type"] == event.type.encode()
+        assert headers["ce_source"] == b"tests/bus"
+        assert record.key == event.partition_key.encode()
+        assert decode(topic, record.key, record.value, record.headers).event == event
+
+
+async def test_bad_records_go_to_the_dead_letter_topic_and_nothing_after_them_is_lost(kafka_bootstrap):
+    kafka = KafkaSettings(bootstrap=kafka_bootstrap)
+    await ensure_topics(kafka, [DEAD_LETTER])
+    topic = _private(QUEUE_LAG)
+    good = next(e for e in one_of_each() if e.type in QUEUE_LAG.event_types)
+    good_1 = good.model_copy(update={"tokens_in_queue": 1})
+    good_2 = good.model_copy(update={"tokens_in_queue": 2})
+    good_3 = good.model_copy(update={"tokens_in_queue": 3})
+    valid = encode(good_1, source="tests")
+    invalid_body = json.loads(valid.value) | {"tokens_in_queue": -7}
+
+    raw = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await raw.start()
+    try:
+        for record in (
+            encode(good_1, source="tests"),
+            None,  # not a CloudEvent at all
+            encode(good_2, source="tests"),
+            ("invalid", invalid_body),
+            ("garbage", None),
+            encode(good_3, source="tests"),
+        ):
+            if record is None:
+                await raw.send_and_wait(topic.name, value=b"hello", key=b"llama-70b")
+            elif isinstance(record, tuple):
+                value = json.dumps(record[1]).encode() if record[1] else b"\xff{not json"
+                await raw.send_and_wait(topic.name, value=value, key=valid.key, headers=valid.headers)
+            else:
+                await raw.send_and_wait(topic.name, value=record.value, key=record.key, headers=record.headers)
+    finally:
+        await raw.stop()
+
+    accepted = []
+    async with EventConsumer(kafka, [topic], group_id=f"g-{uuid.uuid4().hex}", name="test-consumer") as consumer:
+        async for item in consumer.events(idle_timeout_s=3):
+            accepted.append(item)
+        await consumer.commit()
+        assert consumer.dead_lettered == 3
+    assert [item.event.tokens_in_queue for item in accepted] == [1, 2, 3]
+    assert [item.offset for item in accepted] == [0, 2, 5]
+
+    letters = []
+    for record in await _read_all(kafka, DEAD_LETTER.name, 10_000, timeout=5):
+        letter = decode(DEAD_LETTER, record.key, record.value, record.headers).event
+        if letter.source_topic == topic.name:
+            letters.append(letter)
+    assert isinstance(letters[0], DeadLetter)
+    by_offset = {letter.source_offset: letter for letter in letters}
+    assert sorted(by_offset) == [1, 3, 4]
+    assert "missing header" in by_offset[1].reason
+    assert "tokens_in_queue: Input should be greater than or equal to 0" in by_offset[3].reason
+    assert "Invalid JSON" in by_offset[4].reason
+    assert original_value(by_offset[1]) == b"hello"
+    assert all(letter.consumer == "test-consumer" for letter in letters)
+
+
+async def test_ensure_topics_creates_every_topic_with_its_partitions(kafka_bootstrap):
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    kafka = KafkaSettings(bootstrap=kafka_bootstrap)
+    await ensure_topics(kafka)
+    assert await ensure_topics(kafka) == []  # idempotent
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([t.name for t in ALL_TOPICS])
+    finally:
+        await admin.close()
+    partitions = {d["topic"]: len(d["partitions"]) for d in described}
+    assert partitions == {t.name: t.partitions for t in ALL_TOPICS}
+
+
+def test_cli_publishes_what_producers_send_and_tail_reads_it_back(kafka_bootstrap):
+    from typer.testing import CliRunner
+
+    from berth.cli import app
+
+    runner = CliRunner()
+    pool = f"pool-{uuid.uuid4().hex[:6]}"
+    result = runner.invoke(app, ["publish", "queue-lag", "--pool", pool, "--tokens", "120000",
+                                 "--rate", "4000", "--kafka", kafka_bootstrap])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["publish", "spot-notice", "--node", "gpu-17", "--in", "120s",
+                                 "--provider", "aws", "--kafka", kafka_bootstrap])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["deadline"]
+    result = runner.invoke(app, ["tail", QUEUE_LAG.name, "--kafka", kafka_bootstrap, "--timeout", "3",
+                                 "--max", "100000"])
+    assert result.exit_code == 0, result.output
+    pools = [json.loads(line)["event"]["pool"] for line in result.stdout.splitlines() if line.startswith("{")]
+    assert pool in pools
