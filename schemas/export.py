@@ -24,6 +24,8 @@ def event_schemas() -> dict[str, dict[str, Any]]:
     schemas: dict[str, dict[str, Any]] = {}
     for topic in ALL_TOPICS:
         for event_type, model in sorted(topic.event_types.items()):
+            if event_type in schemas:
+                continue  # re-carried by a later topic (the decision inputs); keep its home topic
             schema = model.model_json_schema(mode="validation")
             schema["$id"] = f"https://berth.io/schemas/{event_type}.json"
             schema["x-berth-topic"] = topic.name

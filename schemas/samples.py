@@ -38,6 +38,7 @@ from .scheduler import (
     PodPlacement,
     ScalePool,
 )
+from .state import DeviceInventory, NodeInventory, PodAllocation, PoolLagState
 from .signals import GpuDeviceSample, GpuTelemetry, QueueLagObserved, SpotInterruptionNotice
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
@@ -128,6 +129,13 @@ def one_of_each() -> list[Any]:
                          ready_replicas=3, observed_at=T0),
         SpotInterruptionNotice(node="gpu-node-3", issued_at=T0, deadline=T0 + timedelta(seconds=120),
                                provider="aws"),
+        NodeInventory(node=h100_node(), cell=1, allocations=(PodAllocation(
+            pod_uid=pod.uid, pod=pod.key, requests=dict(pod.requests), gpu_devices=(0, 1, 2, 3)),),
+            devices=tuple(DeviceInventory(index=i, free_milli=0 if i < 4 else 1000) for i in range(8)),
+            requested=dict(pod.requests), updated_at=T0),
+        PoolLagState(pool="llama-70b", namespace="serving", tokens_in_queue=120_000, token_rate=4000.0,
+                     smoothed_token_rate=3600.0, expected_ttft_ms=33333.3, active_sessions=310,
+                     ready_replicas=3, observations=12, updated_at=T0),
         PlacePods(command_id="cmd-1", decision_id="dec-1", issued_at=T0, placements=(placement,),
                   pod_group="train"),
         ScalePool(command_id="cmd-2", decision_id="dec-2", issued_at=T0, pool="llama-70b",

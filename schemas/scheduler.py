@@ -35,6 +35,8 @@ class PodPlacement(FrozenModel):
 class _Command(FrozenModel):
     command_id: str = Field(min_length=1)
     decision_id: str = Field(min_length=1)
+    cell: NonNegativeInt = 0
+    """The decision cell that issued it; the binder returns the result to that cell."""
     issued_at: UtcDatetime
 
 

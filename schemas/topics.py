@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from .cluster import NodeEvent, PodEvent
-from .policy import PolicyEvent
-from .scheduler import Command, DeadLetterEvent, DecisionEvent, ResultEvent
-from .signals import QueueEvent, SpotEvent, TelemetryEvent
+from .cluster import NodeEvent, NodeObserved, NodeRemoved, PodDeleted, PodEvent, PodObserved
+from .policy import PolicyEvent, PolicyObserved, PolicyRemoved
+from .scheduler import Command, CommandResult, DeadLetterEvent, DecisionEvent, ResultEvent
+from .signals import QueueEvent, SpotEvent, SpotInterruptionNotice, TelemetryEvent
+from .state import InventoryEvent, LagStateEvent, PoolLagState
+
+CellInput = Annotated[
+    PodObserved | PodDeleted | NodeObserved | NodeRemoved | PolicyObserved | PolicyRemoved
+    | CommandResult | PoolLagState | SpotInterruptionNotice,
+    Field(discriminator="type"),
+]
+"""Everything a decision cell consumes, in one totally ordered log per cell."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +68,18 @@ RESULTS = Topic("berth.scheduler.results.v1", "command id", 4, ResultEvent,
                 description="What the binder did with each command")
 DECISIONS = Topic("berth.scheduler.decisions.v1", "cell", 4, DecisionEvent,
                   description="Every decision with its hashes, reasons and scores, for audit")
+INVENTORY_STATE = Topic("berth.inventory.state.v1", "node name", 4, InventoryEvent, compacted=True,
+                        description="Per-node GPU inventory: devices, allocations, health, draining")
+LAG_STATE = Topic("berth.inference.lag-state.v1", "namespace/pool", 2, LagStateEvent, compacted=True,
+                  description="Per-pool token lag: queue, smoothed rate, expected TTFT")
+DECISION_INPUTS = Topic("berth.scheduler.inputs.v1", "partition = cell (see cells.py)", 2, CellInput,
+                        description="Each partition is one cell's ordered input log: replayable")
 DEAD_LETTER = Topic("berth.deadletter.v1", "source topic/partition", 1, DeadLetterEvent,
                     description="Records a consumer could not accept, with the reason")
 
 ALL_TOPICS: tuple[Topic, ...] = (
-    PODS, NODES, POLICIES, GPU_TELEMETRY, QUEUE_LAG, SPOT, COMMANDS, RESULTS, DECISIONS, DEAD_LETTER,
+    PODS, NODES, POLICIES, GPU_TELEMETRY, QUEUE_LAG, SPOT, INVENTORY_STATE, LAG_STATE,
+    COMMANDS, RESULTS, DECISIONS, DECISION_INPUTS, DEAD_LETTER,
 )
 TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 
@@ -79,7 +94,8 @@ def topic_named(name: str) -> Topic:
 
 
 def topic_for_event(event: Any) -> Topic:
-    """The topic an event belongs on, from its ``type``."""
+    """The home topic of an event, from its ``type`` (the first topic that carries it; the
+    decision-input topic re-carries events of other topics and is always named explicitly)."""
     for topic in ALL_TOPICS:
         if event.type in topic.event_types:
             return topic
