@@ -337,13 +337,38 @@ def version() -> None:
     print(__version__)
 
 
+SERVICES = {
+    "ingest": "ingest",
+    "inventory": "inventory",
+    "token-lag": "token_lag",
+    "decision": "decision",
+    "binder": "binder",
+    "audit": "audit",
+    "cluster-sim": "cluster_sim",
+}
+"""CLI name → package under services/. Each package's ``cli.py`` defines ``app`` (a Typer with a
+``run`` command); heavy imports happen inside the commands, so ``berth --help`` stays fast."""
+
+
 def _register_optional_commands() -> None:
-    """Commands whose modules are optional at import time (kept out of start-up cost)."""
+    import importlib
+
+    for name, package in SERVICES.items():
+        module_name = f"berth.services.{package}.cli"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name in (module_name, f"berth.services.{package}"):
+                continue  # that service is not part of this build
+            raise
+        app.add_typer(module.app, name=name)
     try:
         from berth.simulate import simulate
-    except ImportError:
-        return
-    app.command("simulate", help=(simulate.__doc__ or "").strip().split("\n")[0] or None)(simulate)
+    except ModuleNotFoundError as exc:
+        if exc.name != "berth.simulate":
+            raise
+    else:
+        app.command("simulate", help=(simulate.__doc__ or "").strip().split("\n")[0] or None)(simulate)
 
 
 _register_optional_commands()
