@@ -50,6 +50,7 @@ from .scheduler import (
     PlacePods,
     PodPlacement,
     ScalePool,
+    SchedulerConfigAnnounced,
 )
 from .signals import GpuDeviceSample, GpuTelemetry, QueueLagObserved, SpotInterruptionNotice
 from .state import DeviceInventory, NodeInventory, PodAllocation, PoolLagState

@@ -72,7 +72,8 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
 
 
 def _event_time(event: Any) -> Any:
-    for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at"):
+    for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at",
+                  "announced_at", "updated_at"):
         value = getattr(event, field, None)
         if value is not None:
             return value

@@ -37,6 +37,7 @@ from .scheduler import (
     PlacePods,
     PodPlacement,
     ScalePool,
+    SchedulerConfigAnnounced,
 )
 from .state import DeviceInventory, NodeInventory, PodAllocation, PoolLagState
 from .signals import GpuDeviceSample, GpuTelemetry, QueueLagObserved, SpotInterruptionNotice
@@ -156,6 +157,8 @@ def one_of_each() -> list[Any]:
             config_version="v1", snapshot_hash="a" * 64, config_hash="b" * 64, decision_hash="c" * 64,
             event_time=T0,
         ),
+        SchedulerConfigAnnounced(config_hash="b" * 64, config_version="v1", document="{}", cell="cell-0",
+                                 announced_at=T0),
         DeadLetter(source_topic="berth.inference.queue.v1", source_partition=0, source_offset=7,
                    consumer="token-lag", reason="io.berth.inference.queue-lag.v1: tokens_in_queue: "
                    "Input should be greater than or equal to 0", value_b64="e30=", failed_at=T0),

@@ -173,6 +173,27 @@ class DecisionRecord(FrozenModel):
         return self.cell
 
 
+class SchedulerConfigAnnounced(FrozenModel):
+    """A decision cell's configuration document, published before its first decision under it,
+    so that the audit store can replay decisions from Postgres alone."""
+
+    type: Literal["io.berth.scheduler.config.v1"] = "io.berth.scheduler.config.v1"
+    config_hash: str = Field(min_length=1)
+    config_version: str
+    document: str
+    """The configuration as canonical JSON (what ``config_hash`` hashes)."""
+    cell: str
+    announced_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.cell
+
+    @property
+    def subject(self) -> str:
+        return self.config_hash
+
+
 class DeadLetter(FrozenModel):
     """A record some consumer could not accept, kept whole with the reason.
 
@@ -202,5 +223,5 @@ class DeadLetter(FrozenModel):
 
 Command = Annotated[PlacePods | ScalePool | CordonNode | EvictPod, Field(discriminator="type")]
 ResultEvent = Annotated[CommandResult, Field(discriminator="type")]
-DecisionEvent = Annotated[DecisionRecord, Field(discriminator="type")]
+DecisionEvent = Annotated[DecisionRecord | SchedulerConfigAnnounced, Field(discriminator="type")]
 DeadLetterEvent = Annotated[DeadLetter, Field(discriminator="type")]
