@@ -280,10 +280,10 @@ class _Reader:
             out[name] = canonical
         return out
 
-    def build(self, path: str, model: Callable[..., M], **values: Any) -> M:
+    def build(self, path: str, cls: Callable[..., M], /, **values: Any) -> M:
         """Construct a contract model, turning pydantic's complaint into one with a field path."""
         try:
-            return model(**values)
+            return cls(**values)
         except ValidationError as exc:
             error = exc.errors()[0]
             loc = ".".join(_camel(str(part)) for part in error["loc"])
@@ -790,6 +790,14 @@ def _gpu_devices(reader: _Reader, labels: Mapping[str, str], annotations: Mappin
                 raise reader.fail(f"{where}.index", f"device {index} is listed twice")
             topology[index] = device
         device_indices = sorted(topology)
+        for i, device in enumerate(raw["devices"]):
+            peers = device.get("nvlink", [])
+            if not isinstance(peers, list) or any(isinstance(p, bool) or not isinstance(p, int) for p in peers):
+                raise reader.fail(f"{path}.devices[{i}].nvlink", f"{peers!r} must be a list of device indices")
+            unknown = sorted(set(peers) - set(topology))
+            if unknown:
+                raise reader.fail(f"{path}.devices[{i}].nvlink",
+                                  f"peers {unknown} are not devices of this node (devices: {device_indices})")
         missing = sorted(set(mig) - set(topology))
         if missing:
             raise reader.fail(f"metadata.annotations.{ANNOTATION_GPU_MIG}",
