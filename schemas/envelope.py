@@ -62,7 +62,7 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
     subject = getattr(event, "subject", None)
     if subject:
         attributes["subject"] = subject
-    time = _event_time(event)
+    time = event_time(event)
     if time is not None:
         attributes["time"] = time
     cloud_event = CloudEvent(attributes=attributes, data=event.model_dump_json().encode())
@@ -71,7 +71,8 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
     return EncodedRecord(key=key, value=message.value, headers=sorted(message.headers.items()))
 
 
-def _event_time(event: Any) -> Any:
+def event_time(event: Any) -> Any:
+    """The time an event speaks of (observed, sampled, issued ...); None if it has none."""
     for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at",
                   "announced_at", "updated_at"):
         value = getattr(event, field, None)

@@ -114,7 +114,8 @@ class CommandRow(Base):
     __tablename__ = "commands"
 
     command_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    decision_id: Mapped[str] = mapped_column(String(64), ForeignKey("decisions.decision_id"), index=True)
+    decision_id: Mapped[str] = mapped_column(String(64), index=True)
+    """No foreign key: commands and decisions arrive on different topics, in either order."""
     command_type: Mapped[str] = mapped_column(String(128))
     body: Mapped[dict[str, Any]] = mapped_column(JSONB)
     issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

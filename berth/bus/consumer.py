@@ -8,11 +8,11 @@ crash replays what was not yet handled instead of losing it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from berth.logs import get_logger
 from berth.metrics import DEAD_LETTERED, RECORDS_CONSUMED
@@ -60,12 +60,14 @@ class EventConsumer:
         auto_commit: bool = False,
         isolation_level: str = "read_committed",
         max_poll_records: int = 500,
+        on_assign: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
     ) -> None:
         self._topics = {t.name: t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
         self._name = name
         self._kafka = kafka
+        self._listener = _Listener(on_assign, on_revoke) if (on_assign or on_revoke) else None
         self._consumer = AIOKafkaConsumer(
-            *self._topics,
             **kafka.client_options(),
             group_id=group_id,
             enable_auto_commit=auto_commit,
@@ -83,6 +85,10 @@ class EventConsumer:
     async def start(self) -> None:
         await self._dead_letters.start()
         await self._consumer.start()
+        if self._listener is not None:
+            self._consumer.subscribe(list(self._topics), listener=self._listener)
+        else:
+            self._consumer.subscribe(list(self._topics))
 
     async def stop(self) -> None:
         try:
@@ -140,3 +146,19 @@ class EventConsumer:
             await self._consumer.commit()
         else:
             await self._consumer.commit({TopicPartition(t, p): o for (t, p), o in upto.items()})
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Lets services rebuild or flush per-partition state when partitions move between members.
+    aiokafka awaits these callbacks before fetching from newly assigned partitions."""
+
+    def __init__(self, on_assign: Any, on_revoke: Any) -> None:
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if self._on_assign is not None:
+            await self._on_assign(set(assigned))
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self._on_revoke is not None:
+            await self._on_revoke(set(revoked))

@@ -83,8 +83,6 @@ def upgrade() -> None:
         sa.Column("command_type", sa.String(128), nullable=False),
         sa.Column("body", postgresql.JSONB(), nullable=False),
         sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["decision_id"], ["decisions.decision_id"],
-                                name="fk_commands_decision_id_decisions"),
         sa.PrimaryKeyConstraint("command_id", name="pk_commands"),
     )
     op.create_index("ix_commands_decision_id", "commands", ["decision_id"])

@@ -1,0 +1,1 @@
+"""The audit service: keeps every decision, its inputs, commands and results in Postgres."""
