@@ -105,8 +105,9 @@ class DecisionRow(Base):
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
-        UniqueConstraint("input_topic", "input_partition", "input_offset", "subject",
-                         name="uq_decisions_input_position"),
+        # decision_id is derived from (cell, input position, subject), so the primary key already
+        # makes a position's decision about a subject unique; this index serves look-ups.
+        Index("ix_decisions_input_position", "input_topic", "input_partition", "input_offset"),
     )
 
 

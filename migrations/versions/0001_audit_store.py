@@ -69,9 +69,9 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["config_hash"], ["scheduler_configs.config_hash"],
                                 name="fk_decisions_config_hash_scheduler_configs"),
         sa.PrimaryKeyConstraint("decision_id", name="pk_decisions"),
-        sa.UniqueConstraint("input_topic", "input_partition", "input_offset", "subject",
-                            name="uq_decisions_input_position"),
     )
+    op.create_index("ix_decisions_input_position", "decisions",
+                    ["input_topic", "input_partition", "input_offset"])
     op.create_index("ix_decisions_subject", "decisions", ["subject"])
     op.create_index("ix_decisions_outcome", "decisions", ["outcome"])
     op.create_index("ix_decisions_event_time", "decisions", ["event_time"])
