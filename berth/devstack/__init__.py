@@ -1,0 +1,32 @@
+"""Local infrastructure without Docker: real Kafka and Postgres processes for dev and tests.
+
+See DESIGN.md §6. Entry points:
+
+* :class:`KafkaProcess`, :class:`PostgresProcess`, :class:`DevStack`: in-process services with
+  ``start()``/``stop()`` and context-manager use; they die with the Python process that owns them.
+* :func:`up`, :func:`status`, :func:`down`: a background stack recorded in ``.run/devstack.json``
+  (``berth dev up|status|down``, or ``python -m berth.devstack up|status|down|fetch``).
+* :func:`ensure_kafka_jars`: fill the download cache (``.cache/kafka-3.9.1/libs``).
+"""
+
+from berth.devstack.cache import cache_dir, ensure_kafka_jars, kafka_libs_dir
+from berth.devstack.kafka import KafkaProcess, kafka_answers
+from berth.devstack.postgres import PostgresProcess
+from berth.devstack.procs import DevStackError
+from berth.devstack.stack import DevStack, StackStatus, down, state_file, status, up
+
+__all__ = [
+    "DevStack",
+    "DevStackError",
+    "KafkaProcess",
+    "PostgresProcess",
+    "StackStatus",
+    "cache_dir",
+    "down",
+    "ensure_kafka_jars",
+    "kafka_answers",
+    "kafka_libs_dir",
+    "state_file",
+    "status",
+    "up",
+]

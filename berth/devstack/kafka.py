@@ -1,0 +1,384 @@
+"""A real single-node Apache Kafka broker (KRaft, broker+controller) run straight from its jars.
+
+No Docker and no Kafka shell scripts: we format the storage with ``kafka.tools.StorageTool`` and
+start ``kafka.Kafka`` with a classpath from :mod:`berth.devstack.cache`. Everything the broker
+writes (data, its log4j log, the JVM's own output) lives in one temporary directory that is
+removed on :meth:`KafkaProcess.stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from berth.devstack import procs
+from berth.devstack.cache import KAFKA_VERSION, ensure_kafka_jars
+from berth.devstack.procs import DevStackError
+
+T = TypeVar("T")
+
+#: Heap sized for a dev/test broker on a small machine. We launch ``java`` ourselves, so this
+#: replaces what KAFKA_HEAP_OPTS would do for Kafka's shell scripts.
+DEFAULT_HEAP_OPTIONS: tuple[str, ...] = ("-Xms256m", "-Xmx768m")
+
+#: StorageTool runs for a couple of seconds; stopping at the C1 compiler and a serial collector
+#: start it noticeably faster on a 2-core machine and cost nothing for so short a run.
+_SHORT_RUN_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m")
+
+JAVA_HINT = (
+    "Install a Java runtime (apt-get install openjdk-17-jre-headless) or set JAVA_HOME."
+)
+
+
+def find_java() -> str:
+    """Path of the ``java`` to use: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise DevStackError(f"java not found: {JAVA_HINT}")
+    return found
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid).
+
+    Kafka rejects ids that start with '-' (they read as command-line flags), so those are redrawn.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str:
+    """The broker configuration: one node that is its own controller, on 127.0.0.1 only."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(log_dirs),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "auto.create.topics.enable": "true",
+        # Internal topics must fit on one broker.
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        # The first consumer group otherwise waits 3 s for more members, in every test.
+        "group.initial.rebalance.delay.ms": "0",
+        # The defaults (50 partitions each) make the first consumer group or transaction
+        # create 50 partitions on a dev broker; a few are plenty and start much faster.
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.num.partitions": "4",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+#: StorageTool's log4j configuration: warnings only, to stderr, where run_checked collects them
+#: for its error message (the broker's log file stays the broker's alone).
+_STORAGE_TOOL_LOG4J = """\
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=%p %m (%c)%n
+"""
+
+
+def log4j_properties(log_file: Path) -> str:
+    """log4j 1.x (reload4j) configuration sending the broker's log to ``log_file``, not stdout."""
+    return f"""\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log_file}
+log4j.appender.file.Append=true
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+"""
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Silence a library logger while we expect it to fail (connection refused while booting)."""
+    logger = logging.getLogger(name)
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, even if an event loop is running here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def fetch_cluster_metadata(bootstrap_servers: str, *, timeout: float) -> dict[str, Any]:
+    """Ask the cluster for its metadata with a real Kafka client (aiokafka's admin client).
+
+    Returns ``describe_cluster()``'s answer (``brokers``, ``controller_id``, ``cluster_id``).
+    Raises whatever aiokafka raises when nobody answers within ``timeout`` seconds.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient  # heavy import, only when used
+
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        request_timeout_ms=max(1000, int(timeout * 1000)),
+        client_id="berth-devstack-probe",
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        return await asyncio.wait_for(admin.describe_cluster(), timeout)
+    finally:
+        await admin.close()
+
+
+def kafka_answers(bootstrap_servers: str, *, timeout: float = 5.0) -> bool:
+    """True if a broker at ``bootstrap_servers`` returns metadata listing at least one broker."""
+    try:
+        with _quiet_logger("aiokafka"):
+            metadata = _run_sync(fetch_cluster_metadata(bootstrap_servers, timeout=timeout))
+    except Exception:  # noqa: BLE001 - any failure means "not answering"
+        return False
+    return bool(metadata.get("brokers"))
+
+
+class KafkaProcess:
+    """One Kafka 3.9 broker (KRaft, single node) on free ports of 127.0.0.1.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`::
+
+        with KafkaProcess() as kafka:
+            produce_to(kafka.bootstrap_servers)
+
+    Contract:
+
+    * :meth:`start` returns only once a Kafka client got cluster metadata listing the broker, or
+      raises :class:`DevStackError` (with the tail of the broker's log) and leaves nothing behind.
+    * ``detached=False`` (default): the JVM is killed with this Python process, whatever the
+      cause of death; an un-stopped broker is stopped at interpreter exit.
+    * ``detached=True``: the JVM outlives this process (``berth dev up``). Save
+      :meth:`to_state` and later call ``KafkaProcess.from_state(...).stop()``.
+    * :meth:`stop` is idempotent: SIGTERM (Kafka's controlled shutdown), SIGKILL after
+      ``stop_grace`` seconds, then the temporary directory is removed.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str = KAFKA_VERSION,
+        heap_options: Sequence[str] = DEFAULT_HEAP_OPTIONS,
+        extra_jvm_options: Sequence[str] = (),
+        startup_timeout: float = 90.0,
+        stop_grace: float = 20.0,
+        detached: bool = False,
+    ) -> None:
+        self.version = version
+        self.heap_options = tuple(heap_options)
+        self.extra_jvm_options = tuple(extra_jvm_options)
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.detached = detached
+        self.port: int | None = None
+        self.controller_port: int | None = None
+        self.data_dir: Path | None = None
+        self.pid: int | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>``, for Kafka clients' ``bootstrap_servers``."""
+        if self.port is None:
+            raise DevStackError("Kafka is not started: call start() first")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's log4j log (where to look when something goes wrong)."""
+        return self.data_dir / "logs" / "server.log" if self.data_dir else None
+
+    @property
+    def stdout_path(self) -> Path | None:
+        """The JVM's own stdout/stderr (crashes before log4j is set up land here)."""
+        return self.data_dir / "kafka.out" if self.data_dir else None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> KafkaProcess:
+        """Launch the broker and wait until it answers; see the class contract."""
+        self.launch()
+        self.wait_until_ready()
+        return self
+
+    def launch(self) -> None:
+        """Format storage and spawn the broker without waiting for it (pair with wait_until_ready).
+
+        Split from :meth:`start` so :class:`~berth.devstack.stack.DevStack` can boot Postgres
+        while the JVM warms up. On failure everything created so far is removed.
+        """
+        if self.pid is not None:
+            raise DevStackError(f"this KafkaProcess is already running (pid {self.pid})")
+        java = find_java()
+        libs = ensure_kafka_jars(self.version)
+        procs.sweep_stale_dirs()
+        self.data_dir = procs.make_temp_dir("kafka")
+        try:
+            self._launch(java, libs, self.data_dir)
+        except BaseException:
+            self.stop()
+            raise
+        if not self.detached:
+            procs.register_for_exit(self)
+
+    def _launch(self, java: str, libs: Path, data_dir: Path) -> None:
+        self.port, self.controller_port = procs.free_ports(2)
+        config = data_dir / "server.properties"
+        config.write_text(
+            server_properties(port=self.port, controller_port=self.controller_port, log_dirs=data_dir / "data")
+        )
+        (data_dir / "logs").mkdir()
+        log4j = data_dir / "log4j.properties"
+        log4j.write_text(log4j_properties(data_dir / "logs" / "server.log"))
+        storage_tool_log4j = data_dir / "log4j-storage-tool.properties"
+        storage_tool_log4j.write_text(_STORAGE_TOOL_LOG4J)
+        classpath = f"{libs}/*"
+        common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
+        procs.run_checked(
+            [java, *_SHORT_RUN_JVM_OPTIONS, *common, f"-Dlog4j.configuration=file:{storage_tool_log4j}",
+             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(config)],
+            what="format Kafka storage",
+            hint=f"Is the jar cache complete? Delete {libs.parent} to fetch it again.",
+            cwd=data_dir,
+        )
+        self._popen = procs.spawn(
+            [java, *self.heap_options, *common, f"-Dlog4j.configuration=file:{log4j}",
+             *self.extra_jvm_options, "-cp", classpath, "kafka.Kafka", str(config)],
+            log_path=data_dir / "kafka.out",
+            cwd=data_dir,
+            detached=self.detached,
+        )
+        self.pid = self._popen.pid
+        procs.write_owner(data_dir, owner_pid=None if self.detached else os.getpid(), service_pid=self.pid)
+
+    def wait_until_ready(self) -> None:
+        """Block until a Kafka client gets metadata listing the broker.
+
+        Raises :class:`DevStackError` (after stopping the broker) if the JVM exits or
+        ``startup_timeout`` passes first; the message carries the end of the broker's log.
+        """
+        if self.pid is None:
+            raise DevStackError("Kafka was not launched: call launch() or start()")
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            while True:
+                if not self.is_alive():
+                    raise DevStackError(self._failure("the Kafka JVM exited during startup"))
+                if kafka_answers(self.bootstrap_servers, timeout=min(5.0, max(1.0, deadline - time.monotonic()))):
+                    return
+                if time.monotonic() >= deadline:
+                    raise DevStackError(
+                        self._failure(f"Kafka did not answer metadata requests within {self.startup_timeout:.0f} s")
+                    )
+                time.sleep(0.25)  # poll interval between probes, not a guess at readiness
+        except BaseException:
+            self.stop()
+            raise
+
+    def _failure(self, headline: str) -> str:
+        exit_code = self._popen.poll() if self._popen else None
+        parts = [f"{headline} (bootstrap {self.bootstrap_servers}, exit code {exit_code})."]
+        # JVM-level failures (bad options, out of memory) only show in the JVM's own output.
+        for path in (self.stdout_path, self.log_path):
+            if path is not None:
+                parts.append(f"--- last lines of {path} ---\n{procs.tail_file(path, 30)}")
+        if any("Address already in use" in part for part in parts):
+            parts.append("Another program took one of the ports chosen for Kafka; starting again picks new ones.")
+        return "\n".join(parts)
+
+    def is_alive(self) -> bool:
+        """True while the broker's JVM runs (works for detached brokers read from a state file)."""
+        if self.pid is None:
+            return False
+        if self._popen is not None:
+            return self._popen.poll() is None
+        return procs.is_running(self.pid, cmdline_contains=str(self.data_dir))
+
+    def is_answering(self, timeout: float = 5.0) -> bool:
+        """True if the broker answers a metadata request now."""
+        return self.port is not None and kafka_answers(self.bootstrap_servers, timeout=timeout)
+
+    def stop(self) -> None:
+        """Shut the broker down and delete its directory. Safe to call at any time, repeatedly."""
+        procs.unregister_for_exit(self)
+        if self.pid is not None:
+            procs.terminate(
+                self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=self.stop_grace
+            )
+        self.pid = None
+        self._popen = None
+        if self.data_dir is not None:
+            procs.remove_dir(self.data_dir)
+            self.data_dir = None
+
+    # -- detached mode --------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        """What ``berth dev up`` records so another process can find and stop this broker."""
+        return {
+            "version": self.version,
+            "pid": self.pid,
+            "port": self.port,
+            "controller_port": self.controller_port,
+            "data_dir": str(self.data_dir) if self.data_dir else None,
+            "bootstrap_servers": self.bootstrap_servers if self.port else None,
+            "log": str(self.log_path) if self.log_path else None,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> KafkaProcess:
+        """A handle on a broker another process started (it is not our child)."""
+        kafka = cls(version=state.get("version", KAFKA_VERSION), detached=True)
+        kafka.pid = state.get("pid")
+        kafka.port = state.get("port")
+        kafka.controller_port = state.get("controller_port")
+        kafka.data_dir = Path(state["data_dir"]) if state.get("data_dir") else None
+        return kafka
+
+    def __enter__(self) -> KafkaProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"KafkaProcess(pid={self.pid}, port={self.port}, data_dir={self.data_dir})"

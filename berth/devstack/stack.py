@@ -1,0 +1,265 @@
+"""Kafka and Postgres together: in-process (:class:`DevStack`) or in the background (``up``/``down``).
+
+In-process, for tests and scripts::
+
+    with DevStack() as stack:
+        os.environ.update(stack.env())
+
+In the background, for a developer's shell (``berth dev up`` / ``status`` / ``down``): :func:`up`
+starts both services detached from this process and records them in a state file
+(``$BERTH_RUN_DIR/devstack.json``, default ``<repo>/.run/devstack.json``); :func:`status` and
+:func:`down` read it back, from any later process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+
+from berth.devstack import procs
+from berth.devstack.cache import repo_root
+from berth.devstack.kafka import KafkaProcess
+from berth.devstack.postgres import PostgresProcess
+from berth.devstack.procs import DevStackError
+
+STATE_FORMAT = 1
+ENV_KAFKA = "BERTH_KAFKA_BOOTSTRAP"
+ENV_DATABASE = "BERTH_DATABASE_URL"
+
+#: Progress and diagnostics; stdout is kept for output meant to be parsed (the env lines).
+err_console = Console(stderr=True)
+
+
+def run_dir() -> Path:
+    """Where the background stack's state lives: ``$BERTH_RUN_DIR`` or ``<repo>/.run``."""
+    override = os.environ.get("BERTH_RUN_DIR")
+    return Path(override).expanduser().resolve() if override else repo_root() / ".run"
+
+
+def state_file() -> Path:
+    return run_dir() / "devstack.json"
+
+
+class DevStack:
+    """Kafka and Postgres started together; both stop together.
+
+    :meth:`start` boots Postgres while the Kafka JVM warms up, so the pair is ready in about
+    the time Kafka alone needs. If either fails, both are stopped before the error propagates.
+    """
+
+    def __init__(self, *, detached: bool = False,
+                 kafka: KafkaProcess | None = None, postgres: PostgresProcess | None = None) -> None:
+        self.kafka = kafka or KafkaProcess(detached=detached)
+        self.postgres = postgres or PostgresProcess(detached=detached)
+
+    def start(self) -> DevStack:
+        try:
+            self.kafka.launch()
+            self.postgres.launch()
+            self.postgres.wait_until_ready()
+            self.kafka.wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop both services (each stop is attempted even if the other fails)."""
+        try:
+            self.kafka.stop()
+        finally:
+            self.postgres.stop()
+
+    def env(self) -> dict[str, str]:
+        """The environment variables through which Berth's code and tests find these services."""
+        return {ENV_KAFKA: self.kafka.bootstrap_servers, ENV_DATABASE: self.postgres.url}
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "env": self.env(),
+            "kafka": self.kafka.to_state(),
+            "postgres": self.postgres.to_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DevStack:
+        return cls(kafka=KafkaProcess.from_state(state.get("kafka") or {}),
+                   postgres=PostgresProcess.from_state(state.get("postgres") or {}))
+
+    def __enter__(self) -> DevStack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------------------------------------
+# Background mode: berth dev up / status / down
+# ------------------------------------------------------------------------------------------------
+
+
+def _read_state() -> dict[str, Any] | None:
+    path = state_file()
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise DevStackError(f"{path} is not valid JSON ({exc}); stop any leftover processes and delete it") from exc
+    if state.get("format") != STATE_FORMAT:
+        raise DevStackError(f"{path} was written by another version of berth; stop its processes and delete it")
+    return state
+
+
+def _write_state(state: dict[str, Any]) -> None:
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    partial.replace(path)  # atomic: readers never see half a file
+
+
+def _print_env(env: dict[str, str], out: TextIO) -> None:
+    for key, value in env.items():
+        print(f"{key}={value}", file=out)
+    out.flush()
+
+
+def up(*, out: TextIO | None = None) -> dict[str, str]:
+    """Start Kafka and Postgres in the background and record them in :func:`state_file`.
+
+    Prints ``BERTH_KAFKA_BOOTSTRAP=...`` and ``BERTH_DATABASE_URL=...`` lines on ``out``
+    (default stdout; progress goes to stderr, so ``export $(berth dev up)`` works) and returns
+    them as a dict. If a recorded stack is already running and answering, it is reused; a
+    half-dead one is stopped and replaced. Raises :class:`DevStackError` if a service cannot start
+    (nothing is left running then).
+    """
+    out = out or sys.stdout
+    state = _read_state()
+    if state is not None:
+        current = status(quiet=True)
+        if current.healthy:
+            err_console.print("[green]Dev stack already running[/green] (berth dev status for details)")
+            _print_env(state["env"], out)
+            return dict(state["env"])
+        err_console.print("[yellow]Recorded dev stack is not healthy; replacing it.[/yellow]")
+        down(quiet=True)
+
+    stack = DevStack(detached=True)
+    with err_console.status("Starting Kafka and Postgres in the background…"):
+        stack.start()
+    try:
+        _write_state(stack.to_state())
+    except BaseException:
+        stack.stop()
+        raise
+    err_console.print(
+        f"[green]✓[/green] Kafka {stack.kafka.version} (pid {stack.kafka.pid}) and "
+        f"Postgres (pid {stack.postgres.pid}) running; state in {state_file()}. Stop with: berth dev down"
+    )
+    env = stack.env()
+    _print_env(env, out)
+    return env
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    pid: int | None
+    alive: bool
+    answering: bool
+    endpoint: str | None
+    directory: str | None
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    """What :func:`status` found. ``recorded`` is False when no state file exists."""
+
+    recorded: bool
+    state_file: Path
+    services: list[ServiceStatus] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return self.recorded and bool(self.services) and all(s.alive and s.answering for s in self.services)
+
+
+def status(*, quiet: bool = False, out: TextIO | None = None) -> StackStatus:
+    """Report the recorded background stack: pids, whether each is alive and answering, endpoints.
+
+    Prints a table on ``out`` (default stdout) unless ``quiet``, and returns the findings.
+    """
+    state = _read_state()
+    if state is None:
+        result = StackStatus(recorded=False, state_file=state_file())
+    else:
+        stack = DevStack.from_state(state)
+        kafka, postgres = stack.kafka, stack.postgres
+        kafka_alive, postgres_alive = kafka.is_alive(), postgres.is_alive()
+        result = StackStatus(
+            recorded=True,
+            state_file=state_file(),
+            env=dict(state.get("env", {})),
+            services=[
+                ServiceStatus("kafka", kafka.pid, kafka_alive, kafka_alive and kafka.is_answering(timeout=3.0),
+                              state["kafka"].get("bootstrap_servers"), state["kafka"].get("data_dir")),
+                ServiceStatus("postgres", postgres.pid, postgres_alive,
+                              postgres_alive and postgres.is_answering(timeout=3.0),
+                              state["postgres"].get("url"), state["postgres"].get("base_dir")),
+            ],
+        )
+    if not quiet:
+        _render_status(result, out or sys.stdout)
+    return result
+
+
+def _render_status(result: StackStatus, out: TextIO) -> None:
+    # One line per service and soft wrapping: URLs and paths must stay copyable in full.
+    console = Console(file=out, soft_wrap=True, highlight=False)
+    if not result.recorded:
+        console.print(f"No dev stack recorded ({result.state_file}). Start one with: berth dev up")
+        return
+    console.print(f"Dev stack recorded in {result.state_file}:")
+    for service in result.services:
+        alive = "[green]alive[/green]" if service.alive else "[red]not running[/red]"
+        answering = "[green]answering[/green]" if service.answering else "[red]not answering[/red]"
+        console.print(f"  {service.name:<9} pid {service.pid}  {alive}  {answering}  "
+                      f"{service.endpoint or '-'}  {service.directory or '-'}")
+    if result.healthy:
+        for key, value in result.env.items():
+            console.print(f"{key}={value}", markup=False)
+
+
+def down(*, quiet: bool = False, out: TextIO | None = None) -> list[str]:
+    """Stop every service recorded by :func:`up` and delete the state file.
+
+    Prints what it did on ``out`` (default stdout) unless ``quiet``. Returns the names of the
+    services that were still running. Pids are only signalled while
+    their command line still names the recorded data directory, so a stale state file cannot
+    make us kill an unrelated process that reused a pid.
+    """
+    state = _read_state()
+    if state is None:
+        if not quiet:
+            print(f"No dev stack recorded ({state_file()}); nothing to stop.", file=out or sys.stdout)
+        return []
+    stack = DevStack.from_state(state)
+    running = [name for name, service in (("kafka", stack.kafka), ("postgres", stack.postgres)) if service.is_alive()]
+    stack.stop()
+    state_file().unlink(missing_ok=True)
+    procs.sweep_stale_dirs()
+    if not quiet:
+        stopped = ", ".join(running) if running else "nothing was running"
+        print(f"Dev stack stopped ({stopped}).", file=out or sys.stdout)
+    return running
