@@ -329,6 +329,14 @@ def schemas_export(
     err.print(f"{len(written)} schema file(s) updated in {export.SCHEMA_DIR}")
 
 
+@app.command("demo")
+def demo() -> None:
+    """Berth's main job: start Kafka and Postgres, run the local stack end to end, stop everything."""
+    from berth.demo import main as demo_main
+
+    demo_main()
+
+
 @app.command("version")
 def version() -> None:
     """Print Berth's version."""
