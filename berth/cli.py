@@ -95,28 +95,37 @@ def _validation_message(exc: ValidationError) -> str:
 # --- dev ---------------------------------------------------------------------------------------
 
 
+def _devstack(action: str) -> Any:
+    from berth.devstack import stack
+    from berth.devstack.procs import DevStackError
+
+    try:
+        return getattr(stack, action)()
+    except DevStackError as exc:
+        raise fail(str(exc)) from exc
+
+
 @dev_app.command("up")
 def dev_up() -> None:
-    """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints."""
-    from berth.devstack import stack
+    """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints.
 
-    stack.up()
+    stdout gets only `BERTH_KAFKA_BOOTSTRAP=…` and `BERTH_DATABASE_URL=…`, so
+    `export $(berth dev up)` points later commands at them.
+    """
+    _devstack("up")
 
 
 @dev_app.command("down")
 def dev_down() -> None:
     """Stop everything `berth dev up` started and remove its data."""
-    from berth.devstack import stack
-
-    stack.down()
+    _devstack("down")
 
 
 @dev_app.command("status")
 def dev_status() -> None:
-    """Show what `berth dev up` started and whether it answers."""
-    from berth.devstack import stack
-
-    stack.status()
+    """Show what `berth dev up` started and whether it answers (exit 1 when not healthy)."""
+    if not _devstack("status").healthy:
+        raise typer.Exit(1)
 
 
 # --- publish -----------------------------------------------------------------------------------
