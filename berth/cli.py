@@ -60,18 +60,10 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 def _settings(kafka: str | None = None, database_url: str | None = None) -> Any:
     from berth.settings import load_settings
 
-    overrides: dict[str, Any] = {}
     try:
-        settings = load_settings()
+        return load_settings(kafka=kafka, database_url=database_url)
     except ValidationError as exc:
-        raise fail(f"invalid settings: {exc}", 2) from exc
-    if kafka:
-        overrides["kafka"] = settings.kafka.model_copy(update={"bootstrap": kafka})
-    if database_url:
-        from pydantic import SecretStr
-
-        overrides["database"] = settings.database.model_copy(update={"url": SecretStr(database_url)})
-    return settings.model_copy(update=overrides)
+        raise fail(f"invalid settings: {_validation_message(exc)}", 2) from exc
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -166,5 +166,12 @@ class BerthSettings(BaseSettings):
         return tuple(sources)
 
 
-def load_settings(**overrides: Any) -> BerthSettings:
-    return BerthSettings(**overrides)
+def load_settings(*, kafka: str | None = None, database_url: str | None = None) -> BerthSettings:
+    """Settings from the environment and ``BERTH_CONFIG``, with command-line overrides on top."""
+    settings = BerthSettings()
+    overrides: dict[str, Any] = {}
+    if kafka:
+        overrides["kafka"] = settings.kafka.model_copy(update={"bootstrap": kafka})
+    if database_url:
+        overrides["database"] = settings.database.model_copy(update={"url": SecretStr(database_url)})
+    return settings.model_copy(update=overrides) if overrides else settings
