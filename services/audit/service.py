@@ -7,11 +7,11 @@ offsets are committed too, but only as a hint for lag dashboards.
 from __future__ import annotations
 
 import asyncio
-import signal
 from aiokafka import TopicPartition
 
 from berth.audit.db import make_engine, upgrade
 from berth.bus import EventConsumer, ensure_topics
+from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
 from berth.settings import BerthSettings
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
@@ -25,7 +25,7 @@ AUDITED_TOPICS = (DECISION_INPUTS, DECISIONS, COMMANDS, RESULTS)
 async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = None,
                     migrate: bool = True) -> None:
     """Consume the audited topics into Postgres until ``stop`` is set (or SIGTERM/SIGINT)."""
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     if migrate:
         await asyncio.to_thread(upgrade, settings.database)
     await ensure_topics(settings.kafka)
@@ -64,11 +64,3 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
     finally:
         await consumer.stop()
         engine.dispose()
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop

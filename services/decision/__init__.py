@@ -1,0 +1,1 @@
+"""The decision service: runs decision cells on Kafka with exactly-once output."""

@@ -1,0 +1,187 @@
+"""The decision service: one writer per cell, exactly one set of commands per decision.
+
+Each partition of ``berth.scheduler.inputs.v1`` is a cell. Workers form the consumer group
+``berth-decision``; whoever holds a partition is the cell's only writer. For each batch of a cell's
+inputs, the commands, the decision records and the input offset are committed in ONE Kafka
+transaction (a transactional producer per cell, id ``berth-decision-cell-<n>``, which also fences
+a zombie predecessor). A crash aborts the open transaction: nothing of it is visible
+(consumers read committed), and the batch is decided again by whoever takes the cell over.
+
+Taking a cell over means rebuilding its state: the new owner folds the cell's log from the start
+up to the committed offset through the same pure :class:`~berth.decider.CellDecider`, discarding
+the outputs (they were committed before). Because the decider is deterministic, the rebuilt
+state, including the assumed placements of commands still in flight, is the one the previous
+owner had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from berth.bus import EventConsumer, ensure_topics
+from berth.decider import CellDecider, CellDecision, PlacementEngine
+from berth.lifecycle import stop_on_signals
+from berth.logs import get_logger
+from berth.metrics import PENDING_PODS, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
+from berth.schemas import InputPosition, SchedulerConfigAnnounced, encode
+from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
+from berth.settings import BerthSettings, KafkaSettings
+
+log = get_logger(__name__)
+GROUP = "berth-decision"
+SOURCE = "berth/decision"
+_RESULTS = {"placed": "scheduled", "unschedulable": "unschedulable"}
+
+
+@dataclass
+class CellWorker:
+    """The writer of one cell: its decider and its transactional producer."""
+
+    partition: int
+    decider: CellDecider
+    producer: AIOKafkaProducer
+    announced: bool = False
+    decided: int = field(default=0)
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+
+async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, until: int) -> int:
+    """Fold the cell's committed inputs ``[0, until)`` into ``decider``; returns how many."""
+    if until <= 0:
+        return 0
+    from berth.schemas import EnvelopeError, decode
+
+    tp = TopicPartition(DECISION_INPUTS.name, partition)
+    reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
+                              isolation_level="read_committed")
+    await reader.start()
+    folded = 0
+    try:
+        reader.assign([tp])
+        await reader.seek_to_beginning(tp)
+        position = await reader.position(tp)
+        while position < until:
+            batch = await reader.getmany(tp, timeout_ms=1000, max_records=2000)
+            for record in batch.get(tp, []):
+                if record.offset >= until:
+                    break
+                try:
+                    event = decode(DECISION_INPUTS, record.key, record.value, record.headers).event
+                except EnvelopeError:
+                    continue  # dead-lettered when it was first consumed
+                decider.handle(event, InputPosition(topic=tp.topic, partition=partition, offset=record.offset))
+                folded += 1
+            position = await reader.position(tp)
+    finally:
+        await reader.stop()
+    return folded
+
+
+class DecisionService:
+    """Runs the cells assigned to this worker until stopped."""
+
+    def __init__(self, settings: BerthSettings, engine_factory: Callable[[], PlacementEngine],
+                 pools: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.engine_factory = engine_factory
+        self.pools = pools or {}
+        self.workers: dict[int, CellWorker] = {}
+        self.consumer = EventConsumer(
+            settings.kafka, [DECISION_INPUTS], group_id=GROUP, name="decision",
+            on_assign=self._on_assign, on_revoke=self._on_revoke, max_poll_records=2000,
+        )
+
+    async def _on_assign(self, assigned: set[TopicPartition]) -> None:
+        for tp in sorted(assigned, key=lambda t: t.partition):
+            if tp.partition in self.workers:
+                continue
+            committed = await self.consumer.raw.committed(tp) or 0
+            decider = CellDecider(tp.partition, self.engine_factory(), pools=self.pools)
+            started = time.monotonic()
+            folded = await rebuild(self.settings.kafka, decider, tp.partition, committed)
+            producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
+                                        transactional_id=f"berth-decision-cell-{tp.partition}",
+                                        linger_ms=2)
+            await producer.start()
+            self.workers[tp.partition] = CellWorker(tp.partition, decider, producer)
+            log.info("cell taken over", cell=tp.partition, committed_offset=committed,
+                     inputs_folded=folded, pending=decider.pending_count,
+                     rebuild_s=round(time.monotonic() - started, 3))
+
+    async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
+        for tp in revoked:
+            worker = self.workers.pop(tp.partition, None)
+            if worker is not None:
+                await worker.stop()
+                log.info("cell handed over", cell=tp.partition)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await ensure_topics(self.settings.kafka)
+        await self.consumer.start()
+        try:
+            while not stop.is_set():
+                batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=2000)
+                for tp in sorted(batches, key=lambda t: t.partition):
+                    worker = self.workers.get(tp.partition)
+                    if worker is not None and batches[tp]:
+                        await self._process(worker, tp, batches[tp])
+                self._report_queues()
+        finally:
+            await self.consumer.stop()
+            for worker in list(self.workers.values()):
+                await worker.stop()
+            self.workers.clear()
+
+    async def _process(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
+        outputs: list[tuple[CellDecision, float]] = []
+        for record in records:
+            consumed = await self.consumer.accept(record)  # bad records → dead-letter topic
+            if consumed is None:
+                continue
+            started = time.perf_counter()
+            position = InputPosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
+            for decision in worker.decider.handle(consumed.event, position):
+                outputs.append((decision, time.perf_counter() - started))
+        async with worker.producer.transaction():
+            if not worker.announced:
+                await self._announce(worker)
+            for decision, seconds in outputs:
+                for command in decision.commands:
+                    encoded = encode(command, source=SOURCE, event_id=command.command_id)
+                    await worker.producer.send(COMMANDS.name, encoded.value, key=encoded.key,
+                                               headers=encoded.headers)
+                encoded = encode(decision.record, source=SOURCE, event_id=decision.record.decision_id)
+                await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key,
+                                           headers=encoded.headers)
+                result = _RESULTS.get(decision.record.outcome)
+                if result is not None:
+                    profile = worker.decider.engine.profile
+                    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
+                    SCHEDULING_ATTEMPT_DURATION.labels(result, profile).observe(seconds)
+            await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
+        worker.decided += len(outputs)
+
+    async def _announce(self, worker: CellWorker) -> None:
+        engine = worker.decider.engine
+        event = SchedulerConfigAnnounced(
+            config_hash=engine.config_hash, config_version=engine.config_version,
+            document=engine.config_document, cell=worker.decider.cell_name,
+            announced_at=datetime.now(timezone.utc))
+        encoded = encode(event, source=SOURCE, event_id=f"{worker.decider.cell_name}/{engine.config_hash}")
+        await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
+        worker.announced = True
+
+    def _report_queues(self) -> None:
+        deciders = [w.decider for w in self.workers.values()]
+        unschedulable = sum(d.unschedulable_count for d in deciders)
+        PENDING_PODS.labels("unschedulable").set(unschedulable)
+        PENDING_PODS.labels("active").set(sum(d.pending_count for d in deciders) - unschedulable)
