@@ -173,10 +173,15 @@ class _Topology:
 
 
 class GpuInventory:
-    """Free GPU capacity of every node, per device. Build with :meth:`of`."""
+    """Free GPU capacity of every node slot, per device.
 
-    def __init__(self) -> None:  # use GpuInventory.of(...)
-        self.node_names: tuple[str, ...] = ()
+    Rows are node *slots* (as the ClusterState assigns them; a slot may be empty), columns the
+    node's devices in index order. Build incrementally with :meth:`grow`, :meth:`set_node`,
+    :meth:`clear_node`, or at once with :meth:`of`.
+    """
+
+    def __init__(self) -> None:
+        self.node_names: list[str | None] = []
         self.width = 0
         self.dev_index: IntArray = np.zeros((0, 0), dtype=np.int64)
         self.free_milli: IntArray = np.zeros((0, 0), dtype=np.int64)
@@ -185,10 +190,12 @@ class GpuInventory:
         self.usable: BoolArray = np.zeros((0, 0), dtype=bool)
         self.models: list[tuple[str, ...]] = []
         self.mig_free: dict[str, IntArray] = {}
+        self.mig_total: dict[str, IntArray] = {}
         self.full_mask: IntArray = np.zeros(0, dtype=np.int64)
         self.full_count: IntArray = np.zeros(0, dtype=np.int64)
         self.topo_id: IntArray = np.zeros(0, dtype=np.int64)
         self.topologies: list[_Topology] = []
+        self._topo_ids: dict[tuple[object, ...], int] = {}
         self.device_count: IntArray = np.zeros(0, dtype=np.int64)
         self._tables: dict[tuple[int, str], tuple[IntArray, IntArray]] = {}
         self._share_needs: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}
@@ -197,73 +204,125 @@ class GpuInventory:
 
     @classmethod
     def of(cls, nodes: Sequence[NodeInfo]) -> GpuInventory:
-        """An empty-cluster inventory for ``nodes`` (rows in the given order; nothing allocated)."""
+        """An inventory with ``nodes`` in slots 0.. (in the given order), nothing allocated."""
         inv = cls()
-        n = len(nodes)
-        width = max((len(node.gpus) for node in nodes), default=0)
-        inv.node_names = tuple(node.name for node in nodes)
-        inv.width = width
-        inv.dev_index = np.full((n, width), -1, dtype=np.int64)
-        inv.free_milli = np.zeros((n, width), dtype=np.int64)
-        inv.mem_free = np.zeros((n, width), dtype=np.int64)
-        inv.mem_total = np.zeros((n, width), dtype=np.int64)
-        inv.usable = np.zeros((n, width), dtype=bool)
-        inv.device_count = np.zeros(n, dtype=np.int64)
-        inv.topo_id = np.zeros(n, dtype=np.int64)
-        topo_ids: dict[tuple[object, ...], int] = {}
-        profiles = sorted({s.profile for node in nodes for d in node.gpus for s in d.mig})
-        inv.mig_free = {p: np.zeros((n, width), dtype=np.int64) for p in profiles}
-        for row, node in enumerate(nodes):
-            column = {device.index: c for c, device in enumerate(node.gpus)}
-            inv.device_count[row] = len(node.gpus)
-            inv.models.append(tuple(device.model for device in node.gpus))
-            numa, links = [], []
-            for c, device in enumerate(node.gpus):
-                inv.dev_index[row, c] = device.index
-                inv.mem_total[row, c] = device.memory_mib
-                inv.mem_free[row, c] = device.memory_mib
-                whole = device.healthy and not device.mig
-                inv.usable[row, c] = whole
-                inv.free_milli[row, c] = MILLI if whole else 0
-                if device.healthy:
-                    for piece in device.mig:
-                        inv.mig_free[piece.profile][row, c] += piece.count
-                numa.append(device.numa_node)
-                mask = 0
-                for peer in device.nvlink_peers:
-                    if peer in column:
-                        mask |= 1 << column[peer]
-                links.append(mask)
-            # NVLink is a two-way cable; accept a one-sided listing as a link.
-            for c in range(len(links)):
-                for peer in range(len(links)):
-                    if links[peer] >> c & 1:
-                        links[c] |= 1 << peer
-            key = (len(node.gpus), tuple(numa), tuple(links))
-            if key not in topo_ids:
-                topo_ids[key] = len(inv.topologies)
-                inv.topologies.append(_Topology(len(node.gpus), tuple(numa), tuple(links)))
-            inv.topo_id[row] = topo_ids[key]
-        inv.full_mask = np.zeros(n, dtype=np.int64)
-        inv.full_count = np.zeros(n, dtype=np.int64)
-        for row in range(n):
-            inv._refresh(row)
+        inv.grow(len(nodes), max((len(node.gpus) for node in nodes), default=0))
+        for slot, node in enumerate(nodes):
+            inv.set_node(slot, node)
         return inv
 
+    def grow(self, capacity: int, width: int | None = None) -> None:
+        """Make room for ``capacity`` slots and ``width`` devices per node (never shrinks)."""
+        rows = max(capacity, len(self.node_names))
+        cols = max(width or 0, self.width)
+        if rows == len(self.node_names) and cols == self.width:
+            return
+
+        def resized(array: IntArray | BoolArray, fill: int | bool) -> IntArray | BoolArray:
+            out = np.full((rows, cols), fill, dtype=array.dtype)
+            out[: array.shape[0], : array.shape[1]] = array
+            return out
+
+        self.dev_index = resized(self.dev_index, -1)
+        self.free_milli = resized(self.free_milli, 0)
+        self.mem_free = resized(self.mem_free, 0)
+        self.mem_total = resized(self.mem_total, 0)
+        self.usable = resized(self.usable, False)
+        self.mig_free = {p: resized(a, 0) for p, a in self.mig_free.items()}
+        self.mig_total = {p: resized(a, 0) for p, a in self.mig_total.items()}
+        extra = rows - len(self.node_names)
+        self.full_mask = np.concatenate([self.full_mask, np.zeros(extra, dtype=np.int64)])
+        self.full_count = np.concatenate([self.full_count, np.zeros(extra, dtype=np.int64)])
+        self.topo_id = np.concatenate([self.topo_id, np.zeros(extra, dtype=np.int64)])
+        self.device_count = np.concatenate([self.device_count, np.zeros(extra, dtype=np.int64)])
+        self.node_names += [None] * extra
+        self.models += [()] * extra
+        if cols != self.width:
+            # Lookup tables are sized by 2**width and shares' needs by the matrix shape.
+            self.width = cols
+            self._tables = {}
+        self._share_needs = {}
+
+    def _topology(self, node: NodeInfo) -> int:
+        column = {device.index: c for c, device in enumerate(node.gpus)}
+        numa, links = [], []
+        for device in node.gpus:
+            numa.append(device.numa_node)
+            mask = 0
+            for peer in device.nvlink_peers:
+                if peer in column:
+                    mask |= 1 << column[peer]
+            links.append(mask)
+        # NVLink is a two-way cable; accept a one-sided listing as a link.
+        for c in range(len(links)):
+            for peer in range(len(links)):
+                if links[peer] >> c & 1:
+                    links[c] |= 1 << peer
+        key = (len(node.gpus), tuple(numa), tuple(links))
+        if key not in self._topo_ids:
+            self._topo_ids[key] = len(self.topologies)
+            self.topologies.append(_Topology(len(node.gpus), tuple(numa), tuple(links)))
+            self._tables = {}  # tables have a row per topology
+        return self._topo_ids[key]
+
+    def set_node(self, slot: int, node: NodeInfo) -> None:
+        """Describe ``node`` in ``slot`` with all its devices free (re-apply holdings after)."""
+        self.grow(slot + 1, len(node.gpus))
+        self.clear_node(slot)
+        self.node_names[slot] = node.name
+        self.device_count[slot] = len(node.gpus)
+        self.models[slot] = tuple(device.model for device in node.gpus)
+        for c, device in enumerate(node.gpus):
+            self.dev_index[slot, c] = device.index
+            self.mem_total[slot, c] = device.memory_mib
+            self.mem_free[slot, c] = device.memory_mib
+            whole = device.healthy and not device.mig
+            self.usable[slot, c] = whole
+            self.free_milli[slot, c] = MILLI if whole else 0
+            if device.healthy:
+                for piece in device.mig:
+                    if piece.profile not in self.mig_free:
+                        self.mig_free[piece.profile] = np.zeros(self.free_milli.shape, dtype=np.int64)
+                        self.mig_total[piece.profile] = np.zeros(self.free_milli.shape, dtype=np.int64)
+                    self.mig_free[piece.profile][slot, c] += piece.count
+                    self.mig_total[piece.profile][slot, c] += piece.count
+        self.topo_id[slot] = self._topology(node)
+        self._share_needs = {}
+        self._refresh(slot)
+
+    def clear_node(self, slot: int) -> None:
+        """Empty ``slot`` (the node left): no devices, nothing free."""
+        if slot >= len(self.node_names):
+            return
+        self.node_names[slot] = None
+        self.device_count[slot] = 0
+        self.models[slot] = ()
+        for array, fill in ((self.dev_index, -1), (self.free_milli, 0), (self.mem_free, 0), (self.mem_total, 0)):
+            array[slot] = fill
+        self.usable[slot] = False
+        for array in (*self.mig_free.values(), *self.mig_total.values()):
+            array[slot] = 0
+        self.topo_id[slot] = 0
+        self.full_mask[slot] = 0
+        self.full_count[slot] = 0
+        self._share_needs = {}
+
     def copy(self) -> GpuInventory:
-        """An independent inventory (memoised topology choices are shared: they never change)."""
+        """An independent inventory (the memoised choices of a topology are shared: they never change)."""
         other = GpuInventory()
-        other.node_names = self.node_names
+        other.node_names = list(self.node_names)
         other.width = self.width
-        other.dev_index = self.dev_index
-        other.mem_total = self.mem_total
-        other.usable = self.usable
-        other.models = self.models
-        other.topo_id = self.topo_id
-        other.topologies = self.topologies
-        other.device_count = self.device_count
-        other._tables = self._tables
-        other._share_needs = self._share_needs
+        other.dev_index = self.dev_index.copy()
+        other.mem_total = self.mem_total.copy()
+        other.usable = self.usable.copy()
+        other.models = list(self.models)
+        other.topo_id = self.topo_id.copy()
+        other.topologies = list(self.topologies)
+        other._topo_ids = dict(self._topo_ids)
+        other.device_count = self.device_count.copy()
+        other.mig_total = {p: a.copy() for p, a in self.mig_total.items()}
+        other._tables = dict(self._tables)
+        other._share_needs = dict(self._share_needs)
         other.free_milli = self.free_milli.copy()
         other.mem_free = self.mem_free.copy()
         other.mig_free = {p: a.copy() for p, a in self.mig_free.items()}
