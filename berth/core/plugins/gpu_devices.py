@@ -1,0 +1,335 @@
+"""GPU device plugins: the device-level Filter/Reserve and the GPU score terms.
+
+Kubernetes' NodeResourcesFit already checks ``nvidia.com/gpu`` *counts* against allocatable.
+These plugins add what counts cannot say — which devices:
+
+- :class:`GpuDeviceFit` (PreFilter, Filter, Reserve): whole GPUs take fully free healthy
+  devices, honouring ``berth.io/gpu-locality`` (``same-socket``: one NUMA node; ``nvlink``: every
+  pair linked); a share (``gpu-fraction`` / ``gpu-memory``) packs onto ONE device with room, the
+  most used one that fits; MIG resources take free slices of their profile. Reserve names the
+  devices, which become part of the decision.
+- :class:`GpuBinPack` (Score): fill partly used GPUs and nodes before touching fresh ones.
+- :class:`GpuTopologyFitness` (Score): for multi-GPU pods, prefer nodes whose best free set is
+  on one NUMA node and fully NVLinked.
+- :class:`GpuAvailability` (Score): keep GPUs available — CPU-only pods prefer nodes without
+  GPUs; GPU pods prefer nodes with more room left (the spreading counterpart of bin-packing).
+- :class:`GpuFragmentation` (Score): FGD's fragmentation gradient (:mod:`berth.core.gpu`).
+
+The per-device state is :class:`GpuDeviceExtension`, kept current by the ClusterState.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from berth.core import messages
+from berth.core.plugins import gpu_messages
+from berth.core.framework import (
+    MAX_NODE_SCORE,
+    CycleContext,
+    FilterPlugin,
+    FilterResult,
+    NodeArray,
+    PluginArgs,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    ReservePlugin,
+    ReserveResult,
+    ScorePlugin,
+    StateExtension,
+    Status,
+)
+from berth.core.plugins.gpu_inventory import MILLI, GpuAllocation, GpuInventory, GpuMisfit, GpuRequest
+
+if TYPE_CHECKING:
+    from berth.core.state import ClusterState, PlacedPod
+    from berth.schemas.cluster import NodeInfo
+
+__all__ = [
+    "GpuAvailability",
+    "GpuBinPack",
+    "GpuDeviceExtension",
+    "GpuDeviceFit",
+    "GpuFragmentation",
+    "GpuTopologyFitness",
+    "gpu_inventory",
+]
+
+_REQUEST = "GpuDeviceFit/request"
+
+
+class GpuDeviceExtension(StateExtension):
+    """Per-device GPU state of a ClusterState (a :class:`GpuInventory` over node slots).
+
+    Remembers what every placed pod holds (by UID) so that ``pod_removed`` gives back exactly
+    what ``pod_added`` took, and re-applies holdings when a node is replaced in place.
+    """
+
+    KEY = "GpuDeviceFit"
+
+    def __init__(self) -> None:
+        self.inventory = GpuInventory()
+        self.held: dict[str, tuple[int, GpuAllocation]] = {}
+        self._by_slot: dict[int, dict[str, GpuAllocation]] = {}
+
+    def grow(self, capacity: int) -> None:
+        self.inventory.grow(capacity)
+
+    def node_upserted(self, slot: int, node: NodeInfo, previous: NodeInfo | None) -> None:
+        self.inventory.set_node(slot, node)
+        kept = self._by_slot.get(slot, {})
+        for uid, allocation in list(kept.items()):
+            # Devices the new description no longer has are dropped from the claim.
+            known = set(int(d) for d in self.inventory.dev_index[slot] if d >= 0)
+            trimmed = GpuAllocation(
+                devices=tuple(d for d in allocation.devices if d in known), milli=allocation.milli,
+                memory_mib=allocation.memory_mib, mig=tuple(m for m in allocation.mig if m[0] in known))
+            kept[uid] = trimmed
+            self.held[uid] = (slot, trimmed)
+            self.inventory.allocate(slot, trimmed)
+
+    def node_removed(self, slot: int, node: NodeInfo) -> None:
+        self.inventory.clear_node(slot)
+        for uid in self._by_slot.pop(slot, {}):
+            self.held.pop(uid, None)
+
+    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
+        if slot is None:
+            return
+        pod = placed.pod
+        devices = tuple(getattr(placed, "gpu_devices", ()) or pod.gpu_devices)
+        if devices != pod.gpu_devices:
+            pod = pod.model_copy(update={"gpu_devices": tuple(sorted(devices))})
+        allocation = self.inventory.allocation_of_bound(slot, pod)
+        if not (allocation.devices or allocation.mig):
+            return
+        self.inventory.allocate(slot, allocation)
+        self.held[pod.uid] = (slot, allocation)
+        self._by_slot.setdefault(slot, {})[pod.uid] = allocation
+
+    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        entry = self.held.pop(placed.pod.uid, None)
+        if entry is None:
+            return
+        held_slot, allocation = entry
+        self._by_slot.get(held_slot, {}).pop(placed.pod.uid, None)
+        self.inventory.release(held_slot, allocation)
+
+    def devices_of(self, uid: str) -> tuple[int, ...]:
+        entry = self.held.get(uid)
+        return entry[1].devices if entry else ()
+
+
+def gpu_inventory(state: ClusterState) -> GpuInventory:
+    """The GPU inventory attached to ``state`` (by :class:`GpuDeviceFit`'s extension)."""
+    extension = state.extension(GpuDeviceExtension.KEY)
+    if extension is None:
+        extension = state.ensure_extension(GpuDeviceExtension)
+    return extension.inventory  # type: ignore[attr-defined, no-any-return]
+
+
+def _request(cycle: CycleContext) -> GpuRequest:
+    request = cycle.data.get(_REQUEST)
+    if request is None:
+        request = GpuRequest.of(cycle.pod)
+        cycle.data[_REQUEST] = request
+    return request  # type: ignore[no-any-return]
+
+
+def _status(misfit: GpuMisfit, plugin: str) -> Status:
+    """Every GPU misfit can be resolved by freeing devices, so preemption may help."""
+    if misfit.kind == "count" or misfit.kind == "mig":
+        reason = messages.insufficient(str(misfit.detail[0]))
+    elif misfit.kind == "nvlink":
+        reason = gpu_messages.gpu_no_nvlink_set(int(misfit.detail[0]))
+    elif misfit.kind == "socket":
+        reason = gpu_messages.gpu_no_socket_set(int(misfit.detail[0]))
+    else:
+        reason = gpu_messages.gpu_no_share(int(misfit.detail[0]), int(misfit.detail[1]))
+    return Status.unschedulable(reason, plugin=plugin)
+
+
+class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
+    """Device-level GPU fit (whole, share, MIG, locality) and device choice at Reserve."""
+
+    NAME: ClassVar[str] = "GpuDeviceFit"
+    STATE_EXTENSIONS = (GpuDeviceExtension,)
+
+    def pre_filter(self, cycle: CycleContext) -> tuple[Status, PreFilterResult | None]:
+        if not _request(cycle).wants_gpu:
+            return Status.skip(), None
+        return Status.success(), None
+
+    def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
+        fits, failures = gpu_inventory(cycle.state).filter(_request(cycle), nodes)
+        if fits.all():
+            return FilterResult.all_pass()
+        codes = np.full(len(nodes), -1, dtype=np.int32)
+        statuses: list[Status] = []
+        for misfit, mask in failures:
+            if mask.any():
+                codes[mask] = len(statuses)
+                statuses.append(_status(misfit, self.NAME))
+        return FilterResult.from_codes(codes, tuple(statuses))
+
+    def reserve(self, cycle: CycleContext, node: int) -> ReserveResult:
+        request = _request(cycle)
+        if not request.wants_gpu:
+            return ReserveResult()
+        allocation = gpu_inventory(cycle.state).choose(node, request)
+        if allocation is None:  # the filter said yes; only a bug gets here
+            return ReserveResult(status=Status.error(f"{self.NAME}: no devices on the chosen node",
+                                                     plugin=self.NAME))
+        return ReserveResult(gpu_devices=allocation.devices,
+                             gpu_milli=allocation.milli if request.is_share else None)
+
+
+class _GpuScore(PreScorePlugin, ScorePlugin):
+    """Shared skip rule: only pods that want GPUs are scored."""
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        return Status.success() if _request(cycle).wants_gpu else Status.skip()
+
+
+class GpuBinPack(_GpuScore):
+    """Bin-pack GPU pods: more of the node's GPU capacity in use afterwards scores higher, and a
+    share scores higher on a node whose chosen device is already partly used (so fewer devices
+    and nodes end up partly used). MIG pods: fuller MIG capacity of their profile scores higher."""
+
+    NAME: ClassVar[str] = "GpuBinPack"
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        inv = gpu_inventory(cycle.state)
+        request = _request(cycle)
+        total = inv.total_milli()[nodes]
+        used = inv.used_milli()[nodes]
+        safe = np.maximum(total, 1)
+        if request.whole:
+            return (MAX_NODE_SCORE * (used + request.whole * MILLI) // safe).astype(np.int64)
+        if request.is_share:
+            col = inv.share_device(request, nodes)
+            milli, _ = inv._share_need(request)
+            rows = np.asarray(nodes)
+            colc = np.maximum(col, 0)
+            take = milli[rows, colc]
+            device_used = MILLI - inv.free_milli[rows, colc] + take
+            node_part = (MAX_NODE_SCORE // 2) * (used + take) // safe
+            device_part = (MAX_NODE_SCORE // 2) * np.minimum(device_used, MILLI) // MILLI
+            return np.where(col >= 0, node_part + device_part, 0).astype(np.int64)
+        scores = np.zeros(len(nodes), dtype=np.int64)
+        for profile, count in request.mig:
+            free = inv.mig_free.get(profile)
+            total_p = inv.mig_total.get(profile)
+            if free is None or total_p is None:
+                continue
+            t = total_p.sum(axis=1)[nodes]
+            f = free.sum(axis=1)[nodes]
+            scores += MAX_NODE_SCORE * (t - f + count) // np.maximum(t, 1)
+        return scores // max(1, len(request.mig))
+
+
+class GpuTopologyFitness(_GpuScore):
+    """Multi-GPU pods: 0..100 for the device set each node would give (100 = one NUMA node and
+    every pair NVLinked). Single-device pods are not scored."""
+
+    NAME: ClassVar[str] = "GpuTopologyFitness"
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        return Status.success() if _request(cycle).whole > 1 else Status.skip()
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        return gpu_inventory(cycle.state).whole_fitness(_request(cycle), np.asarray(nodes))
+
+
+class GpuAvailability(PreScorePlugin, ScorePlugin):
+    """Keep GPU capacity available. CPU-only pods score 100 on nodes without usable GPUs and 0
+    on GPU nodes (so GPUs stay free for GPU work); GPU pods score the share of the node's GPU
+    capacity still free after placement (spreading, the counterpart of :class:`GpuBinPack`)."""
+
+    NAME: ClassVar[str] = "GpuAvailability"
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        inv = gpu_inventory(cycle.state)
+        request = _request(cycle)
+        total = inv.total_milli()[nodes]
+        if not request.wants_gpu:
+            has_gpu = (total > 0) | (inv.device_count[nodes] > 0)
+            return np.where(has_gpu, 0, MAX_NODE_SCORE).astype(np.int64)
+        free = total - inv.used_milli()[nodes]
+        need = request.whole * MILLI if request.whole else request.milli
+        return (MAX_NODE_SCORE * np.maximum(free - need, 0) // np.maximum(total, 1)).astype(np.int64)
+
+
+class FragmentationArgs(PluginArgs):
+    """The target workload FGD measures fragmentation against: pod shapes with popularity."""
+
+    target_workload: tuple[dict[str, int], ...] = Field(
+        default=(
+            {"gpuMilli": 1000, "numGpu": 1, "cpuMilli": 4000, "weight": 30},
+            {"gpuMilli": 1000, "numGpu": 2, "cpuMilli": 8000, "weight": 15},
+            {"gpuMilli": 1000, "numGpu": 4, "cpuMilli": 16000, "weight": 8},
+            {"gpuMilli": 1000, "numGpu": 8, "cpuMilli": 32000, "weight": 3},
+            {"gpuMilli": 500, "numGpu": 1, "cpuMilli": 2000, "weight": 20},
+            {"gpuMilli": 250, "numGpu": 1, "cpuMilli": 1000, "weight": 24},
+        ),
+        alias="targetWorkload",
+    )
+
+
+class GpuFragmentation(_GpuScore):
+    """FGD: prefer the node (and device) whose GPU fragmentation grows least, measured against
+    a target workload (args ``targetWorkload``); uses :mod:`berth.core.gpu.fragmentation`."""
+
+    NAME: ClassVar[str] = "GpuFragmentation"
+    Args = FragmentationArgs
+
+    def __init__(self, args: PluginArgs | None = None) -> None:
+        super().__init__(args)
+        from berth.core.gpu import PodRequest, TargetWorkload
+
+        shapes = []
+        for shape in self.args.target_workload:  # type: ignore[attr-defined]
+            shapes += [PodRequest(cpu_milli=shape.get("cpuMilli", 0), num_gpu=shape.get("numGpu", 1),
+                                  gpu_milli=shape.get("gpuMilli", 1000))] * max(1, shape.get("weight", 1))
+        self._workload = TargetWorkload.from_requests(shapes, coverage=1.0)
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        request = _request(cycle)
+        # FGD models whole GPUs and shares of one; MIG pods are left to the other terms.
+        return Status.success() if (request.whole or request.is_share) else Status.skip()
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        from berth.core.gpu import PodRequest, score_placements
+
+        inv = gpu_inventory(cycle.state)
+        request = _request(cycle)
+        rows = np.asarray(nodes)
+        free = inv.free_matrix()[rows]
+        cpu = _free_cpu(cycle.state, rows)
+        pod = PodRequest(cpu_milli=0, num_gpu=request.whole or 1,
+                         gpu_milli=MILLI if request.whole else max(1, request.milli))
+        access = np.ones((len(rows), self._workload.size), dtype=bool)
+        result = score_placements(free, cpu, access, pod, self._workload)
+        increase = np.where(result.fits, result.increase, np.iinfo(np.int64).max)
+        return -np.minimum(increase, np.iinfo(np.int64).max // 4)
+
+    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
+                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if not len(scores):
+            return scores
+        low, high = int(scores.min()), int(scores.max())
+        if high == low:
+            return np.full(len(scores), MAX_NODE_SCORE, dtype=np.int64)
+        return (MAX_NODE_SCORE * (scores - low) // (high - low)).astype(np.int64)
+
+
+def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """Free CPU millicores of node slots, from the ClusterState's resource arrays."""
+    from berth.core.state import CPU
+
+    return (state.allocatable[rows, CPU] - state.requested[rows, CPU]).astype(np.int64)

@@ -1,0 +1,294 @@
+"""``berth simulate FILE [--config FILE]``: schedule a manifest file's pending pods, offline.
+
+Reads Namespaces, Nodes, Pods, PriorityClasses, PodGroups, ResourceQuotas, LimitRanges,
+PodDisruptionBudgets and AgentPools (multi-document YAML, or JSON: one object or a ``v1 List``),
+then does what the cluster and Berth would do:
+
+1. admission, in input (creation) order: LimitRange defaults and bounds, ResourceQuota;
+2. pods with ``spec.nodeName`` are running there and hold capacity (GPU devices from
+   ``berth.io/gpu-devices`` or assigned deterministically, in input order);
+3. every other pod is scheduled in queue order — higher priority first, then input order — by
+   the same placement engine the decision service runs (configuration: ``--config``, a
+   KubeSchedulerConfiguration-style document, or Berth's default profile). A pod of a PodGroup
+   is decided together with the group's other pending members, all or nothing; a pod that fits
+   nowhere may preempt lower-priority pods.
+
+Output, one JSON object per line: per decided pod ``{"pod", "node", "gpus", "message"}``, plus
+``"victims"`` when it preempted and ``"group"`` for gang members; last a ``{"summary": ...}``.
+Exit status 0 (whatever was placed), 2 for input Berth cannot accept, with a message on stderr
+naming the object and field.
+
+This module is the I/O shell around the pure core: it reads files and the clock (for the
+``decisions_per_second`` figure only); the decisions themselves are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+
+from berth.core.admission import QuotaLedger
+from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
+from berth.schemas.cluster import NodeInfo, PodInfo
+from berth.schemas.policy import PolicyObserved
+
+__all__ = ["Outcome", "Session", "load_file", "main", "run", "simulate"]
+
+
+class InputError(ValueError):
+    """The file cannot be read as manifests; the message says where."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One scheduling outcome, as printed."""
+
+    pod: str
+    node: str | None
+    gpus: tuple[int, ...] = ()
+    message: str = ""
+    victims: tuple[str, ...] = ()
+    group: str | None = None
+    gpu_milli: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pod": self.pod, "node": self.node, "gpus": list(self.gpus), "message": self.message}
+        if self.victims:
+            out["victims"] = list(self.victims)
+        if self.group:
+            out["group"] = self.group
+        return out
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def load_file(path: Path) -> list[Any]:
+    """The documents of a YAML (multi-document) or JSON file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+        return list(data) if isinstance(data, list) else [data]
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{path}: {where}invalid YAML: {problem}") from None
+
+
+# --- the scheduling session ----------------------------------------------------------------------
+
+
+def _policy_events(bundle: ManifestBundle) -> list[PolicyObserved]:
+    events = []
+    for kind, field_name, items in (
+        ("PriorityClass", "priority_class", bundle.priority_classes),
+        ("PodGroup", "pod_group", bundle.pod_groups),
+        ("ResourceQuota", "resource_quota", bundle.resource_quotas),
+        ("LimitRange", "limit_range", bundle.limit_ranges),
+        ("PodDisruptionBudget", "pod_disruption_budget", bundle.pod_disruption_budgets),
+    ):
+        for item in items:
+            events.append(PolicyObserved(kind=kind, observed_at=EPOCH, **{field_name: item}))
+    return events
+
+
+def _new_engine(config: Path | None) -> Any:
+    """The placement engine of the decision service, configured from ``config`` (or defaults)."""
+    from berth.core.engine import Engine  # the engine behind the decider's PlacementEngine port
+
+    if config is None:
+        return Engine.default()
+    return Engine.from_file(config)
+
+
+class Session:
+    """The placement engine over one snapshot, driven the way a decision cell drives it."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.min_member: dict[tuple[str, str], int] = {}
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Path | None = None,
+           policies: Iterable[PolicyObserved] = ()) -> Session:
+        session = cls(_new_engine(config))
+        for node in sorted(nodes, key=lambda n: n.name):
+            session.engine.upsert_node(node)
+        for event in policies:
+            session.engine.upsert_policy(event)
+            if event.kind == "PodGroup" and event.pod_group is not None:
+                session.min_member[(event.pod_group.namespace, event.pod_group.name)] = event.pod_group.min_member
+        for pod in bound:
+            session.engine.upsert_bound_pod(pod)
+        return session
+
+    def place(self, pods: Sequence[PodInfo], min_member: int | None = None) -> list[Outcome]:
+        """Decide one pod, or one gang (``min_member`` set), and return an outcome per pod."""
+        outcome = self.engine.place(list(pods), min_member=min_member)
+        group = f"{pods[0].namespace}/{pods[0].pod_group}" if min_member is not None else None
+        victims = tuple(v.key for v in outcome.victims)
+        placed = {p.pod.uid: p for p in outcome.placements}
+        results = []
+        for pod in pods:
+            placement = placed.get(pod.uid)
+            if placement is not None:
+                results.append(Outcome(pod.key, placement.node, tuple(placement.gpu_devices), "", victims,
+                                       group, placement.gpu_milli))
+                victims = ()  # victims belong to the decision; print them once
+            else:
+                message = getattr(outcome, "messages", {}).get(pod.uid) if hasattr(outcome, "messages") else None
+                results.append(Outcome(pod.key, None, (), message or outcome.message, (), group))
+        return results
+
+    def schedule_all(self, pods: Sequence[PodInfo]) -> list[Outcome]:
+        """Schedule pending pods in queue order (priority, then the given order); gangs together."""
+        order = sorted(range(len(pods)), key=lambda i: (-pods[i].priority, i))
+        done: set[str] = set()
+        outcomes: list[Outcome] = []
+        for i in order:
+            pod = pods[i]
+            if pod.uid in done:
+                continue
+            if pod.pod_group:
+                key = (pod.namespace, pod.pod_group)
+                members = [pods[j] for j in order
+                           if pods[j].pod_group == pod.pod_group and pods[j].namespace == pod.namespace]
+                done.update(m.uid for m in members)
+                if key not in self.min_member:
+                    message = f'pod group "{key[0]}/{key[1]}" not found'
+                    outcomes += [Outcome(m.key, None, (), message, (), f"{key[0]}/{key[1]}") for m in members]
+                    continue
+                outcomes += self.place(members, self.min_member[key])
+            else:
+                done.add(pod.uid)
+                outcomes += self.place([pod])
+        return outcomes
+
+    def gpu_milli_used(self) -> int:
+        """GPU milli held across the cluster (for figures)."""
+        used = getattr(self.engine, "gpu_milli_used", None)
+        return int(used()) if callable(used) else 0
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+    running: int = 0
+    rejected: int = 0
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        decided = len(self.outcomes)
+        placed = sum(1 for o in self.outcomes if o.node)
+        victims = sum(len(o.victims) for o in self.outcomes)
+        return {
+            "pods": decided,
+            "placed": placed,
+            "unschedulable": decided - placed,
+            "rejected_by_admission": self.rejected,
+            "running_before": self.running,
+            "preemptions": sum(1 for o in self.outcomes if o.victims),
+            "victims": victims,
+            "gangs_placed": len({o.group for o in self.outcomes if o.group and o.node}),
+            "decisions_per_second": round(decided / self.seconds, 1) if self.seconds > 0 else None,
+        }
+
+
+def run(documents: Sequence[Any], config: Path | None = None) -> Report:
+    """Admit and schedule the objects of one file; raises ManifestError for invalid input."""
+    bundle = load_documents(documents)
+    nodes = {node.name for node in bundle.nodes}
+    bound: list[PodManifest] = []
+    pending: list[PodManifest] = []
+    for item in bundle.pods:
+        if item.pod.node_name:
+            if item.pod.node_name not in nodes:
+                raise ManifestError(f"Pod {item.pod.key}", "spec.nodeName",
+                                    f"node {item.pod.node_name!r} is not defined in this file")
+            bound.append(item)
+        elif item.pod.phase in ("Pending", "Unknown"):
+            pending.append(item)
+    report = Report(running=len(bound), warnings=bundle.warnings)
+
+    # Admission happens when pods are created, i.e. in input order, before any scheduling.
+    ledger = QuotaLedger.of(bundle.resource_quotas)
+    for item in bound:
+        ledger = ledger.charge(item.pod.namespace, item.pod.priority_class_name, item.resources)
+    admitted: list[PodManifest] = []
+    for item in pending:
+        if item.rejection:
+            report.outcomes.append(Outcome(item.pod.key, None, (), item.rejection))
+            report.rejected += 1
+            continue
+        decision = ledger.admit(item.pod.name, item.pod.namespace, item.pod.priority_class_name, item.resources)
+        if not decision.admitted:
+            report.outcomes.append(Outcome(item.pod.key, None, (), decision.message or ""))
+            report.rejected += 1
+            continue
+        ledger = decision.ledger
+        admitted.append(item)
+
+    session = Session.of(bundle.nodes, [b.pod for b in bound], config=config, policies=_policy_events(bundle))
+    start = time.perf_counter()
+    outcomes = session.schedule_all([a.pod for a in admitted])
+    report.seconds = time.perf_counter() - start + 0.0
+    report.outcomes += outcomes
+    return report
+
+
+def simulate(
+    file: Annotated[Path, typer.Argument(help="Manifests: multi-document YAML, or JSON (an object or a v1 List).")],
+    config: Annotated[Optional[Path], typer.Option("--config", help="Scheduler configuration "
+                                                   "(KubeSchedulerConfiguration keys); default: Berth's profile.")] = None,
+) -> None:
+    """Schedule the pending pods of a manifest file offline and print one JSON line per outcome."""
+    try:
+        report = run(load_file(file), config)
+    except (InputError, ManifestError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    out = sys.stdout
+    for outcome in report.outcomes:
+        out.write(json.dumps(outcome.to_json(), sort_keys=False) + "\n")
+    out.write(json.dumps({"summary": report.summary()}) + "\n")
+    out.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m berth.simulate FILE [--config FILE]``."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(simulate)
+    try:
+        app(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except SystemExit as exc:  # click usage errors
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
