@@ -76,6 +76,10 @@ class GpuDeviceExtension(StateExtension):
         self.inventory = GpuInventory()
         self.held: dict[str, tuple[int, GpuAllocation]] = {}
         self._by_slot: dict[int, dict[str, GpuAllocation]] = {}
+        self._auto: dict[str, tuple[int, GpuAllocation]] = {}
+        """Devices this extension chose for bound pods that did not name theirs, kept after the
+        pod is removed so that removing and re-adding it (preemption's what-if) restores exactly
+        the same devices rather than whatever would be chosen now."""
 
     def grow(self, capacity: int) -> None:
         self.inventory.grow(capacity)
@@ -105,7 +109,13 @@ class GpuDeviceExtension(StateExtension):
         devices = tuple(getattr(placed, "gpu_devices", ()) or pod.gpu_devices)
         if devices != pod.gpu_devices:
             pod = pod.model_copy(update={"gpu_devices": tuple(sorted(devices))})
-        allocation = self.inventory.allocation_of_bound(slot, pod)
+        remembered = self._auto.get(pod.uid)
+        if not pod.gpu_devices and remembered is not None and remembered[0] == slot:
+            allocation = remembered[1]
+        else:
+            allocation = self.inventory.allocation_of_bound(slot, pod)
+            if not pod.gpu_devices:
+                self._auto[pod.uid] = (slot, allocation)
         if not (allocation.devices or allocation.mig):
             return
         self.inventory.allocate(slot, allocation)
@@ -210,7 +220,7 @@ class GpuBinPack(_GpuScore):
         used = inv.used_milli()[nodes]
         safe = np.maximum(total, 1)
         if request.whole:
-            return (MAX_NODE_SCORE * (used + request.whole * MILLI) // safe).astype(np.int64)
+            return np.minimum(MAX_NODE_SCORE * (used + request.whole * MILLI) // safe, MAX_NODE_SCORE).astype(np.int64)
         if request.is_share:
             col = inv.share_device(request, nodes)
             milli, _ = inv._share_need(request)
@@ -230,7 +240,7 @@ class GpuBinPack(_GpuScore):
             t = total_p.sum(axis=1)[nodes]
             f = free.sum(axis=1)[nodes]
             scores += MAX_NODE_SCORE * (t - f + count) // np.maximum(t, 1)
-        return scores // max(1, len(request.mig))
+        return np.minimum(scores // max(1, len(request.mig)), MAX_NODE_SCORE)
 
 
 class GpuTopologyFitness(_GpuScore):
