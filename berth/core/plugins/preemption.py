@@ -42,7 +42,7 @@ from berth.schemas.policy import PodDisruptionBudgetInfo
 if TYPE_CHECKING:
     from berth.core.state import ClusterState, PlacedPod
 
-__all__ = ["PROBE", "DefaultPreemption", "FeasibilityProbe"]
+__all__ = ["PROBE", "DefaultPreemption", "FeasibilityProbe", "FrameworkProbe"]
 
 PROBE = "DefaultPreemption/probe"
 
@@ -137,3 +137,31 @@ class DefaultPreemption(PostFilterPlugin):
         return PostFilterResult(Status.unschedulable(plugin=self.NAME),
                                 message=gpu_messages.preemption_message(inner))
 
+
+
+class FrameworkProbe:
+    """:class:`FeasibilityProbe` over the scheduler's Framework (``find_feasible``): the
+    framework sets ``cycle.data[PROBE] = FrameworkProbe(self)`` before running PostFilter."""
+
+    def __init__(self, framework: object) -> None:
+        self.framework = framework
+
+    def feasible(self, cycle: CycleContext,
+                 nodes: NodeArray) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]:
+        state = cycle.state
+        names = state.names_of(int(s) for s in nodes)
+        result = self.framework.find_feasible(cycle.pod, state, names)  # type: ignore[attr-defined]
+        diagnosis: Diagnosis = result.diagnosis
+        feasible = set(int(s) for s in result.feasible)
+        passed = np.array([int(s) in feasible for s in nodes], dtype=bool)
+        by_slot = {int(s): int(c) for s, c in zip(diagnosis.nodes, diagnosis.node_codes)}
+        reasons: list[tuple[str, ...]] = []
+        for slot, ok in zip(nodes, passed):
+            if ok:
+                reasons.append(())
+            elif diagnosis.prefilter_status is not None:
+                reasons.append(diagnosis.prefilter_status.reasons)
+            else:
+                code = by_slot.get(int(slot), -1)
+                reasons.append(diagnosis.statuses[code].reasons if code >= 0 else ())
+        return passed, reasons
