@@ -1,0 +1,431 @@
+"""Scheduler configuration: a KubeSchedulerConfiguration-shaped YAML document, validated.
+
+Accepted document (``apiVersion: berth.io/v1alpha1``, ``kind: BerthSchedulerConfiguration``; also
+``kubescheduler.config.k8s.io/v1`` with either kind)::
+
+    profiles:
+      - schedulerName: berth
+        keepTopScores: 10            # Berth: feasible nodes whose scores a decision keeps
+        plugins:
+          multiPoint: {enabled: [{name: ..., weight: ...}], disabled: [{name: ...}]}
+          preFilter | filter | postFilter | preScore | score | reserve | permit: {enabled, disabled}
+        pluginConfig:
+          - name: NodeResourcesFit
+            args: {...}              # validated by the plugin's Args model
+
+Each profile starts from Berth's built-in profile (``default_config.yaml``) and is merged the way
+kube-scheduler merges a profile onto its defaults: per extension point, default plugins keep their
+order unless disabled (``*`` disables them all), a default re-enabled by the user is replaced in
+place (new weight), other enabled plugins are appended; then ``multiPoint`` plugins are expanded
+into every extension point their class implements, unless disabled there, with plugins configured
+explicitly at a point first. Validation errors name the path, e.g.
+``profiles[0].plugins.score.enabled[2].name: unknown plugin 'Foo'; known: ...``.
+
+The resolved configuration has a content hash (sha256 of its canonical JSON), used as its
+version: two documents that resolve to the same plugins, weights and args have the same hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from berth.core.framework import EXTENSION_POINTS, Plugin, PluginArgs, ScorePlugin
+from berth.core.hashing import canonical_json, sha256_hex
+
+__all__ = [
+    "API_VERSIONS",
+    "DEFAULT_PROFILE",
+    "ConfigError",
+    "ResolvedProfile",
+    "SchedulerConfig",
+    "default_config",
+    "load_config",
+    "parse_config",
+]
+
+API_VERSIONS = ("berth.io/v1alpha1", "kubescheduler.config.k8s.io/v1")
+KINDS = ("BerthSchedulerConfiguration", "KubeSchedulerConfiguration")
+DEFAULT_PROFILE = "berth"
+MAX_WEIGHT = 1000
+"""Largest score weight. Bounded so that a node's total fits the tie-break key (see
+:mod:`berth.core.scheduler`); kube's own defaults use 1..3."""
+MAX_KEEP_TOP_SCORES = 1000
+
+_UNSUPPORTED_POINTS = {
+    "queueSort": "the decision cell orders its queue itself",
+    "preEnqueue": "the decision cell decides what to attempt",
+    "preBind": "binding is the binder service's job",
+    "bind": "binding is the binder service's job",
+    "postBind": "binding is the binder service's job",
+}
+# KubeSchedulerConfiguration keys that mean nothing to a pure core; accepted so that a kube
+# configuration file can be reused, and ignored.
+_IGNORED_TOP_LEVEL = frozenset({
+    "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
+    "metricsBindAddress", "enableProfiling", "enableContentionProfiling",
+    "podInitialBackoffSeconds", "podMaxBackoffSeconds", "delayCacheUntilActive",
+    "percentageOfNodesToScore",
+})
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; ``errors`` lists one ``"<path>: <problem>"`` per problem."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("invalid scheduler configuration:\n  " + "\n  ".join(self.errors))
+
+
+# --- the document as written ------------------------------------------------------------------
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PluginEntry(_Doc):
+    name: str = Field(min_length=1)
+    weight: int | None = None
+
+
+class PluginSetDoc(_Doc):
+    enabled: tuple[PluginEntry, ...] = ()
+    disabled: tuple[PluginEntry, ...] = ()
+
+
+class PluginsDoc(_Doc):
+    multiPoint: PluginSetDoc = PluginSetDoc()  # noqa: N815 - kube's key
+    preFilter: PluginSetDoc = PluginSetDoc()  # noqa: N815
+    filter: PluginSetDoc = PluginSetDoc()
+    postFilter: PluginSetDoc = PluginSetDoc()  # noqa: N815
+    preScore: PluginSetDoc = PluginSetDoc()  # noqa: N815
+    score: PluginSetDoc = PluginSetDoc()
+    reserve: PluginSetDoc = PluginSetDoc()
+    permit: PluginSetDoc = PluginSetDoc()
+
+
+class PluginConfigDoc(_Doc):
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProfileDoc(_Doc):
+    schedulerName: str = Field(default=DEFAULT_PROFILE, min_length=1)  # noqa: N815
+    plugins: PluginsDoc | None = None
+    pluginConfig: tuple[PluginConfigDoc, ...] = ()  # noqa: N815
+    keepTopScores: int = Field(default=10, ge=0, le=MAX_KEEP_TOP_SCORES)  # noqa: N815
+    percentageOfNodesToScore: int | None = None  # noqa: N815 - accepted, ignored (we score all)
+
+
+class ConfigDoc(_Doc):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    apiVersion: Literal["berth.io/v1alpha1", "kubescheduler.config.k8s.io/v1"]  # noqa: N815
+    kind: Literal["BerthSchedulerConfiguration", "KubeSchedulerConfiguration"]
+    profiles: tuple[ProfileDoc, ...] = (ProfileDoc(),)
+
+
+# --- the resolved configuration ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedProfile:
+    """One profile, ready to build a :class:`~berth.core.scheduler.Framework` from.
+
+    ``points[point]`` is the ordered plugin names of that extension point; ``weights`` the
+    score weight per Score plugin; ``args`` the validated args per plugin in use."""
+
+    scheduler_name: str
+    points: Mapping[str, tuple[str, ...]]
+    weights: Mapping[str, int]
+    args: Mapping[str, PluginArgs]
+    keep_top_scores: int
+
+    def plugin_names(self) -> tuple[str, ...]:
+        """Every plugin the profile uses, in first-use order."""
+        seen: dict[str, None] = {}
+        for point in EXTENSION_POINTS:
+            for name in self.points.get(point, ()):
+                seen.setdefault(name)
+        return tuple(seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schedulerName": self.scheduler_name,
+            "keepTopScores": self.keep_top_scores,
+            "plugins": {point: [{"name": name, **({"weight": self.weights[name]}
+                                                  if point == "score" else {})}
+                                for name in self.points.get(point, ())]
+                        for point in EXTENSION_POINTS},
+            "pluginConfig": {name: self.args[name].model_dump(mode="json", by_alias=True)
+                             for name in sorted(self.args)},
+        }
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """A validated, resolved configuration. ``hash`` (64 hex) is its version."""
+
+    profiles: tuple[ResolvedProfile, ...]
+    hash: str
+
+    @property
+    def version(self) -> str:
+        return self.hash
+
+    def profile(self, scheduler_name: str = DEFAULT_PROFILE) -> ResolvedProfile:
+        for profile in self.profiles:
+            if profile.scheduler_name == scheduler_name:
+                return profile
+        known = ", ".join(p.scheduler_name for p in self.profiles)
+        raise KeyError(f"no profile {scheduler_name!r}; profiles: {known}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"apiVersion": API_VERSIONS[0], "kind": KINDS[0],
+                "profiles": [p.to_dict() for p in self.profiles]}
+
+    def canonical_json(self) -> bytes:
+        """The resolved configuration as canonical JSON (what ``hash`` covers)."""
+        return canonical_json(self.to_dict())
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _pydantic_errors(error: ValidationError, prefix: str = "") -> list[str]:
+    out = []
+    for item in error.errors():
+        path = _path(item["loc"])
+        full = f"{prefix}.{path}" if prefix and path else (prefix or path or "(document)")
+        out.append(f"{full}: {item['msg']}")
+    return out
+
+
+def default_document() -> dict[str, Any]:
+    """The built-in configuration document (``default_config.yaml``) as plain data."""
+    text = resources.files("berth.core").joinpath("default_config.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def load_config(text: str | bytes, registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:
+    """Parse and validate a YAML (or JSON) configuration document."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"(document): not valid YAML: {exc}"]) from exc
+    return parse_config(data, registry)
+
+
+def default_config(registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:
+    """The built-in ``berth`` profile alone."""
+    return parse_config(default_document(), registry)
+
+
+def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:
+    """Validate plain data (parsed YAML) into a :class:`SchedulerConfig`."""
+    if registry is None:
+        from berth.core.registry import REGISTRY
+
+        registry = REGISTRY
+    if not isinstance(data, Mapping):
+        raise ConfigError(["(document): expected a mapping with apiVersion, kind and profiles"])
+    errors: list[str] = []
+    for key in sorted(set(data) - {"apiVersion", "kind", "profiles"}):
+        if key == "extenders":
+            errors.append("extenders: scheduler extenders are not supported; write a plugin")
+        elif key not in _IGNORED_TOP_LEVEL:
+            errors.append(f"{key}: unknown field")
+    raw_profiles = data.get("profiles")
+    if isinstance(raw_profiles, Sequence) and not isinstance(raw_profiles, str):
+        for index, raw_profile in enumerate(raw_profiles):
+            raw_plugins = raw_profile.get("plugins") if isinstance(raw_profile, Mapping) else None
+            if not isinstance(raw_plugins, Mapping):
+                continue
+            for point in sorted(set(raw_plugins) & set(_UNSUPPORTED_POINTS)):
+                errors.append(f"profiles[{index}].plugins.{point}: extension point not supported "
+                              f"by Berth's core ({_UNSUPPORTED_POINTS[point]})")
+    if errors:
+        raise ConfigError(errors)
+    try:
+        document = ConfigDoc.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(errors + _pydantic_errors(exc)) from None
+    if errors:
+        raise ConfigError(errors)
+    base = _base_profile(registry)
+    profiles: list[ResolvedProfile] = []
+    seen_names: set[str] = set()
+    for index, profile in enumerate(document.profiles):
+        where = f"profiles[{index}]"
+        if profile.schedulerName in seen_names:
+            errors.append(f"{where}.schedulerName: duplicate profile {profile.schedulerName!r}")
+        seen_names.add(profile.schedulerName)
+        resolved = _resolve_profile(profile, base, registry, where, errors)
+        if resolved is not None:
+            profiles.append(resolved)
+    if errors:
+        raise ConfigError(errors)
+    resolved_profiles = tuple(profiles)
+    digest = sha256_hex(canonical_json({"apiVersion": API_VERSIONS[0], "kind": KINDS[0],
+                                        "profiles": [p.to_dict() for p in resolved_profiles]}))
+    return SchedulerConfig(profiles=resolved_profiles, hash=digest)
+
+
+@dataclass(frozen=True)
+class _Base:
+    plugins: PluginsDoc
+    plugin_config: Mapping[str, Mapping[str, Any]]
+
+
+def _base_profile(registry: Mapping[str, type[Plugin]]) -> _Base:
+    raw = default_document()
+    document = ConfigDoc.model_validate(raw)
+    profile = document.profiles[0]
+    return _Base(plugins=profile.plugins or PluginsDoc(),
+                 plugin_config={entry.name: entry.args for entry in profile.pluginConfig
+                                if entry.name in registry})
+
+
+def _merge_set(default: PluginSetDoc, custom: PluginSetDoc) -> PluginSetDoc:
+    """kube's ``mergePluginSet``: defaults in order minus disabled, re-enabled defaults replaced
+    in place, the other custom plugins appended."""
+    disabled = {entry.name for entry in custom.disabled} | {e.name for e in default.disabled}
+    custom_by_name = {entry.name: index for index, entry in enumerate(custom.enabled)}
+    replaced: set[int] = set()
+    enabled: list[PluginEntry] = []
+    if "*" not in disabled:
+        for entry in default.enabled:
+            if entry.name in disabled:
+                continue
+            index = custom_by_name.get(entry.name)
+            if index is not None:
+                entry = custom.enabled[index]
+                replaced.add(index)
+            enabled.append(entry)
+    enabled += [entry for index, entry in enumerate(custom.enabled) if index not in replaced]
+    return PluginSetDoc(enabled=tuple(enabled),
+                        disabled=tuple(custom.disabled) + tuple(default.disabled))
+
+
+def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, type[Plugin]],
+                     where: str, errors: list[str]) -> ResolvedProfile | None:
+    known = ", ".join(sorted(registry))
+    start = len(errors)
+    custom = profile.plugins or PluginsDoc()
+    # Names first, with the user's own paths, before merging hides where they came from.
+    for point in ("multiPoint", *EXTENSION_POINTS):
+        plugin_set: PluginSetDoc = getattr(custom, point)
+        for kind in ("enabled", "disabled"):
+            for index, entry in enumerate(getattr(plugin_set, kind)):
+                path = f"{where}.plugins.{point}.{kind}[{index}]"
+                if entry.name == "*" and kind == "disabled":
+                    continue
+                if entry.name not in registry:
+                    errors.append(f"{path}.name: unknown plugin {entry.name!r}; known: {known}")
+                    continue
+                if kind == "enabled" and point != "multiPoint":
+                    base_class = EXTENSION_POINTS[point]
+                    if not issubclass(registry[entry.name], base_class):
+                        errors.append(f"{path}.name: plugin {entry.name!r} does not extend "
+                                      f"{point}")
+                if entry.weight is not None and not 0 <= entry.weight <= MAX_WEIGHT:
+                    errors.append(f"{path}.weight: must be between 0 and {MAX_WEIGHT}, "
+                                  f"got {entry.weight}")
+    if len(errors) > start:
+        return None
+    merged = {point: _merge_set(getattr(base.plugins, point), getattr(custom, point))
+              for point in ("multiPoint", *EXTENSION_POINTS)}
+
+    points: dict[str, tuple[str, ...]] = {}
+    weights: dict[str, int] = {}
+    multi_weights = {entry.name: entry.weight for entry in merged["multiPoint"].enabled}
+    for point, base_class in EXTENSION_POINTS.items():
+        specific = merged[point]
+        explicit = [entry.name for entry in specific.enabled]
+        if len(set(explicit)) != len(explicit):
+            duplicate = sorted({n for n in explicit if explicit.count(n) > 1})
+            errors.append(f"{where}.plugins.{point}: plugin(s) enabled more than once: "
+                          f"{', '.join(duplicate)}")
+            continue
+        disabled = {entry.name for entry in specific.disabled}
+        order: list[str]
+        if "*" in disabled:
+            order = explicit
+        else:
+            overrides: list[str] = []
+            from_multi: list[str] = []
+            for entry in merged["multiPoint"].enabled:
+                cls = registry.get(entry.name)
+                if cls is None or not issubclass(cls, base_class) or entry.name in disabled:
+                    continue
+                if entry.name in explicit:
+                    overrides.append(entry.name)
+                elif entry.name in from_multi:
+                    errors.append(f"{where}.plugins.multiPoint: plugin {entry.name!r} enabled "
+                                  "more than once")
+                else:
+                    from_multi.append(entry.name)
+            order = ([n for n in explicit if n in overrides] + from_multi
+                     + [n for n in explicit if n not in overrides])
+        points[point] = tuple(order)
+        if point == "score":
+            explicit_weights = {entry.name: entry.weight for entry in specific.enabled}
+            for name in order:
+                weight = explicit_weights.get(name)
+                if weight is None:
+                    weight = multi_weights.get(name)
+                # kube: an unset or zero weight means 1.
+                weights[name] = weight or 1
+    # Score plugins must also be registered where their class says they score.
+    for name in points.get("score", ()):
+        if not issubclass(registry[name], ScorePlugin):  # pragma: no cover - checked above
+            errors.append(f"{where}.plugins.score: plugin {name!r} does not extend score")
+
+    used: dict[str, None] = {}
+    for point in EXTENSION_POINTS:
+        for name in points.get(point, ()):
+            used.setdefault(name)
+    config_by_name: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for index, entry in enumerate(profile.pluginConfig):
+        path = f"{where}.pluginConfig[{index}]"
+        if entry.name not in registry:
+            errors.append(f"{path}.name: unknown plugin {entry.name!r}; known: {known}")
+        elif entry.name in config_by_name:
+            errors.append(f"{path}.name: duplicate pluginConfig for {entry.name!r}")
+        else:
+            config_by_name[entry.name] = (index, entry.args)
+    args: dict[str, PluginArgs] = {}
+    for name in sorted(set(used) | set(config_by_name)):
+        cls = registry.get(name)
+        if cls is None:
+            continue
+        if name in config_by_name:
+            index, raw = config_by_name[name]
+            path = f"{where}.pluginConfig[{index}].args"
+        else:
+            raw, path = base.plugin_config.get(name, {}), f"(built-in pluginConfig {name}).args"
+        try:
+            args[name] = cls.Args.model_validate(dict(raw))
+        except ValidationError as exc:
+            errors.extend(_pydantic_errors(exc, path))
+    if len(errors) > start:
+        return None
+    return ResolvedProfile(
+        scheduler_name=profile.schedulerName,
+        points=points,
+        weights=weights,
+        args={name: args[name] for name in used if name in args},
+        keep_top_scores=profile.keepTopScores,
+    )

@@ -1,0 +1,132 @@
+"""Every user-visible reason string of the scheduling core, worded as kube-scheduler v1.34 words it.
+
+Users grep for these strings and tools parse them (cluster-autoscaler, dashboards), so they must
+match kube-scheduler's exactly; ``tests/unit/core/test_messages.py`` pins each one. The kube
+source of each string is named next to it. Plugins must take their reasons from here, never
+format their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "AFFINITY_CONFLICT",
+    "EXISTING_ANTI_AFFINITY_NOT_MATCH",
+    "NODE_AFFINITY_ENFORCED_NOT_MATCH",
+    "NODE_AFFINITY_NOT_MATCH",
+    "NODE_NAME_NOT_MATCH",
+    "NODE_UNSCHEDULABLE",
+    "POD_AFFINITY_NOT_MATCH",
+    "POD_ANTI_AFFINITY_NOT_MATCH",
+    "TOO_MANY_PODS",
+    "TOPOLOGY_SPREAD_MISSING_LABEL",
+    "TOPOLOGY_SPREAD_NOT_MATCH",
+    "fit_error",
+    "insufficient",
+    "plugins_not_satisfied",
+    "untolerated_taint",
+]
+
+# --- framework (pkg/scheduler/framework/types.go, runtime/framework.go, schedule_one.go) ------
+
+NO_NODE_AVAILABLE = "0/{total} nodes are available"
+"""``NoNodeAvailableMsg``; the head of every FitError message."""
+
+_SEPARATOR = " {}."
+"""``SeparatorFormat``: how each part of a FitError message is appended."""
+
+
+def plugins_not_satisfied(plugins: Iterable[str]) -> str:
+    """Reason for nodes a PreFilter result left out (``findNodesThatFitPod``), plugin names
+    sorted and printed as a Go slice: ``node(s) didn't satisfy plugin(s) [NodeAffinity]``."""
+    return f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(plugins))}]"
+
+
+def plugins_not_satisfied_simultaneously(plugins: Iterable[str]) -> str:
+    """PreFilter message when the node sets of several PreFilter results do not intersect
+    (``RunPreFilterPlugins``)."""
+    return f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(plugins))}] simultaneously"
+
+
+def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
+              prefilter_message: str = "", postfilter_message: str = "") -> str:
+    """kube's ``FitError.Error()``.
+
+    ``0/<total> nodes are available: <count> <reason>, ... .`` — one ``"<count> <reason>"`` per
+    distinct reason (a node contributes each of its reasons once), the entries sorted as strings
+    (so ``"10 ..."`` sorts before ``"2 ..."``, as in kube), joined by ``", "``, then ``"."``. When a
+    PreFilter rejected the pod its message replaces the per-node histogram. A PostFilter
+    message (preemption) is appended the same way.
+    """
+    message = NO_NODE_AVAILABLE.format(total=total_nodes) + ":"
+    if prefilter_message:
+        message += _SEPARATOR.format(prefilter_message)
+    else:
+        entries = sorted(f"{count} {reason}" for reason, count in reason_counts.items())
+        if entries:
+            message += _SEPARATOR.format(", ".join(entries))
+    if postfilter_message:
+        message += _SEPARATOR.format(postfilter_message)
+    return message
+
+
+# --- NodeUnschedulable (plugins/nodeunschedulable/node_unschedulable.go) ----------------------
+
+NODE_UNSCHEDULABLE = "node(s) were unschedulable"
+"""``ErrReasonUnschedulable``."""
+
+# --- NodeName (plugins/nodename/node_name.go) --------------------------------------------------
+
+NODE_NAME_NOT_MATCH = "node(s) didn't match the requested node name"
+"""``ErrReason``."""
+
+# --- NodeAffinity (plugins/nodeaffinity/node_affinity.go) --------------------------------------
+
+NODE_AFFINITY_NOT_MATCH = "node(s) didn't match Pod's node affinity/selector"
+"""``ErrReasonPod``."""
+
+NODE_AFFINITY_ENFORCED_NOT_MATCH = "node(s) didn't match scheduler-enforced node affinity"
+"""``errReasonEnforced``: the plugin's ``addedAffinity`` argument rejected the node."""
+
+AFFINITY_CONFLICT = "pod affinity terms conflict"
+"""``errReasonConflict``: every term pins ``metadata.name`` and no name satisfies them all."""
+
+# --- TaintToleration (plugins/tainttoleration/taint_toleration.go) -----------------------------
+
+
+def untolerated_taint(key: str, value: str) -> str:
+    """The node's first NoSchedule/NoExecute taint the pod does not tolerate, as
+    ``node(s) had untolerated taint {<key>: <value>}`` (the value, not the effect)."""
+    return f"node(s) had untolerated taint {{{key}: {value}}}"
+
+
+# --- NodeResourcesFit (plugins/noderesources/fit.go) -------------------------------------------
+
+TOO_MANY_PODS = "Too many pods"
+"""The node already runs its allocatable ``pods``."""
+
+
+def insufficient(resource: str) -> str:
+    """``Insufficient <resource name>``, e.g. ``Insufficient nvidia.com/gpu``."""
+    return f"Insufficient {resource}"
+
+
+# --- InterPodAffinity (plugins/interpodaffinity/filtering.go) ----------------------------------
+
+POD_AFFINITY_NOT_MATCH = "node(s) didn't match pod affinity rules"
+"""``ErrReasonAffinityRulesNotMatch``."""
+
+POD_ANTI_AFFINITY_NOT_MATCH = "node(s) didn't match pod anti-affinity rules"
+"""``ErrReasonAntiAffinityRulesNotMatch``."""
+
+EXISTING_ANTI_AFFINITY_NOT_MATCH = "node(s) didn't satisfy existing pods anti-affinity rules"
+"""``ErrReasonExistingAntiAffinityRulesNotMatch``."""
+
+# --- PodTopologySpread (plugins/podtopologyspread/filtering.go) --------------------------------
+
+TOPOLOGY_SPREAD_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
+"""``ErrReasonConstraintsNotMatch``."""
+
+TOPOLOGY_SPREAD_MISSING_LABEL = TOPOLOGY_SPREAD_NOT_MATCH + " (missing required label)"
+"""``ErrReasonNodeLabelNotMatch``: the node lacks a constraint's topology key."""

@@ -1,0 +1,85 @@
+"""TaintToleration (kube-scheduler's plugin of the same name).
+
+Filter: a node fails at its first NoSchedule/NoExecute taint (in the node's own taint order)
+that no toleration of the pod tolerates; the reason names that taint's key and value.
+Score: the number of PreferNoSchedule taints the pod does not tolerate, normalised in reverse
+(fewest intolerable taints → 100).
+
+Vectorised over the ClusterState's taint table: the pod's tolerations are evaluated once per
+*distinct* taint of the cluster, then looked up per node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import messages
+from berth.core.framework import (
+    MAX_NODE_SCORE,
+    CycleContext,
+    FilterPlugin,
+    FilterResult,
+    NodeArray,
+    PreScorePlugin,
+    ScorePlugin,
+    Status,
+)
+from berth.core.plugins._normalize import default_normalize
+from berth.core.taints import HARD_EFFECTS, tolerated_by_any
+
+__all__ = ["NAME", "TaintToleration"]
+
+NAME = "TaintToleration"
+
+
+def _untolerated(cycle: CycleContext, effects: frozenset[str]) -> npt.NDArray[np.bool_]:
+    """Per distinct taint id (plus a trailing False for the -1 padding): is it of one of
+    ``effects`` and tolerated by none of the pod's tolerations?"""
+    tolerations = cycle.pod.tolerations
+    flags = [t.effect in effects and not tolerated_by_any(tolerations, t)
+             for t in cycle.state.taints]
+    return np.array(flags + [False], dtype=bool)
+
+
+class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
+    NAME = NAME
+
+    def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
+        state = cycle.state
+        if state.hard_taint_nodes == 0:
+            return FilterResult.all_pass()
+        lookup = _untolerated(cycle, HARD_EFFECTS)
+        if not lookup.any():
+            return FilterResult.all_pass()
+        table = state.taint_table[nodes]
+        hits = lookup[table]  # -1 padding indexes the trailing False
+        failed = hits.any(axis=1)
+        if not failed.any():
+            return FilterResult.all_pass()
+        first = table[np.arange(nodes.size), hits.argmax(axis=1)]
+        codes = np.full(nodes.size, -1, dtype=np.int32)
+        taint_ids, inverse = np.unique(first[failed], return_inverse=True)
+        codes[failed] = inverse
+        taints = state.taints
+        statuses = tuple(
+            Status.unresolvable(messages.untolerated_taint(taints[i].key, taints[i].value),
+                                plugin=NAME)
+            for i in taint_ids.tolist())
+        return FilterResult.from_codes(codes, statuses)
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        return Status.success()
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        state = cycle.state
+        if state.soft_taint_nodes == 0:
+            return np.zeros(nodes.size, dtype=np.int64)
+        lookup = _untolerated(cycle, frozenset({"PreferNoSchedule"}))
+        return lookup[state.taint_table[nodes]].sum(axis=1).astype(np.int64)
+
+    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
+                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if not scores.any():
+            return np.full(scores.shape, MAX_NODE_SCORE, dtype=np.int64)
+        return default_normalize(scores, reverse=True)

@@ -1,0 +1,386 @@
+"""Running a profile's plugins over a ClusterState: one scheduling cycle per pod.
+
+:class:`Framework` is one profile's plugins, instantiated from a :class:`SchedulerConfig`;
+:class:`Scheduler` holds one Framework per profile and picks it by the pod's ``schedulerName``.
+
+Selection differs from kube-scheduler on purpose (DESIGN §3): every node is evaluated (no
+``percentageOfNodesToScore``, no rotating start index), and among the nodes with the highest
+total score the one with the lowest tie-break key wins — a hash of (pod UID, node name), see
+:func:`berth.core.hashing.tie_break_keys` — instead of a random pick.
+
+The cycle never mutates the state. The caller commits a placed (or held) decision with
+``state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import messages
+from berth.core.config import DEFAULT_PROFILE, SchedulerConfig
+from berth.core.decision import Decision, NodeScore, RejectionGroup
+from berth.core.framework import (
+    Code,
+    CycleContext,
+    Diagnosis,
+    FilterPlugin,
+    NodeArray,
+    PermitPlugin,
+    Plugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ReservePlugin,
+    ScorePlugin,
+    Status,
+)
+from berth.core.hashing import canonical_json, sha256_hex, tie_break_keys
+from berth.core.state import ClusterState
+from berth.schemas.cluster import PodInfo
+
+__all__ = ["Feasibility", "Framework", "Scheduler", "Scores"]
+
+_CODE_NAMES = {
+    Code.UNSCHEDULABLE: "Unschedulable",
+    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
+    Code.ERROR: "Error",
+}
+_HASH_BITS = 40
+"""Low bits of the selection key taken by the tie-break hash; totals use the bits above (a
+total is at most MAX_NODE_SCORE × MAX_WEIGHT × plugins, far below 2**23)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Feasibility:
+    """The outcome of PreFilter + Filter: feasible slots (name order) and why others failed."""
+
+    feasible: NodeArray
+    diagnosis: Diagnosis
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """Weighted scores of the feasible nodes: ``per_plugin[name]`` aligned with ``nodes``."""
+
+    nodes: NodeArray
+    total: npt.NDArray[np.int64]
+    per_plugin: Mapping[str, npt.NDArray[np.int64]]
+
+
+class _StatusTable:
+    """Interns statuses so each distinct rejection gets one small integer."""
+
+    def __init__(self) -> None:
+        self.statuses: list[Status] = []
+        self._index: dict[Status, int] = {}
+
+    def intern(self, status: Status) -> int:
+        index = self._index.get(status)
+        if index is None:
+            index = self._index[status] = len(self.statuses)
+            self.statuses.append(status)
+        return index
+
+
+class Framework:
+    """One profile: its plugins per extension point, in configured order, with weights.
+
+    Build once per configuration; :meth:`schedule` may be called any number of times, on any
+    number of states. Instances hold no per-cycle state.
+    """
+
+    def __init__(self, config: SchedulerConfig, profile: str = DEFAULT_PROFILE,
+                 registry: Mapping[str, type[Plugin]] | None = None) -> None:
+        if registry is None:
+            from berth.core.registry import REGISTRY
+
+            registry = REGISTRY
+        resolved = config.profile(profile)
+        self.profile = resolved
+        self.name = resolved.scheduler_name
+        self.config_hash = config.hash
+        self.keep_top_scores = resolved.keep_top_scores
+        instances = {name: registry[name](resolved.args.get(name))
+                     for name in resolved.plugin_names()}
+        self.plugins: Mapping[str, Plugin] = instances
+
+        def at(point: str) -> list:
+            return [instances[name] for name in resolved.points.get(point, ())]
+
+        self.pre_filter_plugins: list[PreFilterPlugin] = at("preFilter")
+        self.filter_plugins: list[FilterPlugin] = at("filter")
+        self.post_filter_plugins: list[PostFilterPlugin] = at("postFilter")
+        self.pre_score_plugins: list[PreScorePlugin] = at("preScore")
+        self.score_plugins: list[ScorePlugin] = at("score")
+        self.weights: Mapping[str, int] = dict(resolved.weights)
+        self.reserve_plugins: list[ReservePlugin] = at("reserve")
+        self.permit_plugins: list[PermitPlugin] = at("permit")
+        self._extension_factories = tuple(
+            {ext.KEY: ext for plugin in instances.values()
+             for ext in plugin.STATE_EXTENSIONS}.values())
+
+    # ------------------------------------------------------------------ public entry points
+
+    def prepare(self, state: ClusterState) -> None:
+        """Attach the state extensions this profile's plugins need (once per state)."""
+        for factory in self._extension_factories:
+            state.ensure_extension(factory)
+
+    def schedule(self, pod: PodInfo, state: ClusterState) -> Decision:
+        """One scheduling cycle for ``pod`` on ``state`` → a sealed :class:`Decision`.
+        The state is not modified (extensions may be attached on first use)."""
+        self.prepare(state)
+        cycle = CycleContext(pod, state, self.name)
+        base = {
+            "pod_uid": pod.uid,
+            "pod": pod.key,
+            "profile": self.name,
+            "pod_hash": sha256_hex(canonical_json(pod)),
+            "snapshot_hash": state.snapshot_hash(),
+            "config_hash": self.config_hash,
+        }
+        feasibility = self._find_feasible(cycle, None)
+        diagnosis = feasibility.diagnosis
+        rejections, runs = _summarise(diagnosis)
+        summary = {"nodes_total": int(diagnosis.nodes.size),
+                   "feasible_nodes": int(feasibility.feasible.size),
+                   "rejections": rejections, "rejection_runs": runs}
+        error = next((s for s in diagnosis.statuses if s.code is Code.ERROR), None)
+        if error is not None:
+            return Decision(status="error", message=f"{error.plugin}: {error.message}",
+                            **base, **summary).sealed()
+        if feasibility.feasible.size == 0:
+            return self._unschedulable(cycle, diagnosis, base, summary)
+
+        scores = self.score(cycle, feasibility.feasible)
+        ranked = self._rank(pod, state, scores)
+        top = tuple(
+            NodeScore(node=state.name_of(int(scores.nodes[i])), total=int(scores.total[i]),
+                      scores=tuple((name, int(values[i]))
+                                   for name, values in scores.per_plugin.items()))
+            for i in ranked[: self.keep_top_scores])
+        chosen = int(scores.nodes[ranked[0]])
+        chosen_name = state.name_of(chosen)
+
+        reserved: list[ReservePlugin] = []
+        gpu_devices: tuple[int, ...] = ()
+        gpu_milli: int | None = None
+        for plugin in self.reserve_plugins:
+            result = plugin.reserve(cycle, chosen)
+            reserved.append(plugin)
+            if not result.status.is_success:
+                self._unreserve(cycle, reserved, chosen)
+                return self._rejected_on_node(result.status.with_plugin(plugin.NAME), base,
+                                              summary, top)
+            if result.gpu_devices:
+                gpu_devices = tuple(result.gpu_devices)
+            if result.gpu_milli is not None:
+                gpu_milli = result.gpu_milli
+        held = False
+        for plugin in self.permit_plugins:
+            status = plugin.permit(cycle, chosen).status.with_plugin(plugin.NAME)
+            if status.code is Code.WAIT:
+                held = True
+            elif not status.is_success:
+                self._unreserve(cycle, reserved, chosen)
+                return self._rejected_on_node(status, base, summary, top)
+        return Decision(status="held" if held else "placed", node=chosen_name,
+                        gpu_devices=gpu_devices, gpu_milli=gpu_milli, top_scores=top,
+                        **base, **summary).sealed()
+
+    def find_feasible(self, pod: PodInfo, state: ClusterState,
+                      nodes: Sequence[str] | None = None) -> Feasibility:
+        """PreFilter + Filter from scratch for ``pod`` on ``state``, optionally only on the
+        named nodes (others are ignored, not reported). For preemption's what-ifs: remove the
+        victims from the state, call this, add them back."""
+        self.prepare(state)
+        return self._find_feasible(CycleContext(pod, state, self.name), nodes)
+
+    def score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
+        """PreScore + Score + NormalizeScore + weights over ``feasible`` (name order)."""
+        for plugin in self.pre_score_plugins:
+            status = plugin.pre_score(cycle, feasible)
+            if status.is_skip:
+                cycle.skip_score.add(plugin.NAME)
+        total = np.zeros(feasible.size, dtype=np.int64)
+        per_plugin: dict[str, npt.NDArray[np.int64]] = {}
+        for plugin in self.score_plugins:
+            if plugin.NAME in cycle.skip_score:
+                continue
+            raw = plugin.score(cycle, feasible)
+            normalized = plugin.normalize_score(cycle, feasible, raw)
+            weighted = normalized.astype(np.int64, copy=False) * self.weights[plugin.NAME]
+            per_plugin[plugin.NAME] = weighted
+            total += weighted
+        return Scores(nodes=feasible, total=total, per_plugin=per_plugin)
+
+    # ------------------------------------------------------------------ cycle parts
+
+    def _find_feasible(self, cycle: CycleContext, only: Sequence[str] | None) -> Feasibility:
+        state = cycle.state
+        all_nodes = state.order()
+        if only is not None:
+            wanted = {state.slot_of(name) for name in only} - {None}
+            all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp,
+                                                                 count=len(wanted)))]
+        table = _StatusTable()
+        codes = np.full(all_nodes.size, -1, dtype=np.int32)
+
+        restrict: frozenset[str] | None = None
+        restricting: list[str] = []
+        for plugin in self.pre_filter_plugins:
+            status, result = plugin.pre_filter(cycle)
+            if status.is_skip:
+                cycle.skip_filter.add(plugin.NAME)
+                continue
+            if not status.is_success:
+                status = status.with_plugin(plugin.NAME)
+                codes[:] = table.intern(status)
+                return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes,
+                                                            tuple(table.statuses), status))
+            if result is not None and result.node_names is not None:
+                restricting.append(plugin.NAME)
+                restrict = result.node_names if restrict is None else restrict & result.node_names
+                if not restrict:
+                    reason = (messages.plugins_not_satisfied_simultaneously(restricting)
+                              if len(restricting) > 1 else
+                              f"node(s) didn't satisfy plugin {restricting[0]}")
+                    status = Status.unschedulable(reason, plugin=plugin.NAME)
+                    codes[:] = table.intern(status)
+                    return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes,
+                                                                tuple(table.statuses), status))
+
+        positions = np.arange(all_nodes.size)
+        if restrict is not None:
+            slots = np.fromiter((s for s in (state.slot_of(n) for n in restrict) if s is not None),
+                                dtype=np.intp)
+            inside = np.isin(all_nodes, slots)
+            absent = Status.unresolvable(messages.plugins_not_satisfied(restricting))
+            codes[~inside] = table.intern(absent)
+            positions = positions[inside]
+        candidates = all_nodes[positions]
+        for plugin in self.filter_plugins:
+            if candidates.size == 0:
+                break
+            if plugin.NAME in cycle.skip_filter:
+                continue
+            result = plugin.filter(cycle, candidates)
+            if result.codes is None:
+                continue
+            failed = result.codes >= 0
+            if not failed.any():
+                continue
+            mapping = np.array([table.intern(s.with_plugin(plugin.NAME))
+                                for s in result.statuses], dtype=np.int32)
+            codes[positions[failed]] = mapping[result.codes[failed]]
+            keep = ~failed
+            positions = positions[keep]
+            candidates = candidates[keep]
+        return Feasibility(candidates, Diagnosis(all_nodes, codes, tuple(table.statuses)))
+
+    def _rank(self, pod: PodInfo, state: ClusterState, scores: Scores) -> npt.NDArray[np.intp]:
+        """Positions into ``scores.nodes``, best first, at least ``keep_top_scores`` long
+        (and at least 1): highest total, then lowest tie-break hash, then name order."""
+        tie = tie_break_keys(pod.uid, state.name_hash[scores.nodes]) >> np.uint64(64 - _HASH_BITS)
+        key = (scores.total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
+        wanted = max(1, self.keep_top_scores)
+        if wanted < key.size:
+            top = np.argpartition(-key, wanted - 1)[:wanted]
+            # argpartition's order among equal keys is unspecified: sort by (key desc, position).
+            return top[np.lexsort((top, -key[top]))]
+        return np.argsort(-key, kind="stable")
+
+    def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
+        for plugin in reversed(reserved):
+            plugin.unreserve(cycle, node)
+
+    def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict,
+                       summary: dict) -> Decision:
+        post: PostFilterResult | None = None
+        for plugin in self.post_filter_plugins:
+            result = plugin.post_filter(cycle, diagnosis)
+            if result.status.is_success or result.nominated_node:
+                post = result
+                break
+            if result.message and post is None:
+                post = result
+        prefilter = diagnosis.prefilter_status
+        message = messages.fit_error(
+            int(diagnosis.nodes.size), _reason_counts(diagnosis),
+            prefilter_message=prefilter.message if prefilter else "",
+            postfilter_message=post.message if post else "")
+        if post is not None and post.nominated_node:
+            return Decision(status="preempting", message=message,
+                            nominated_node=post.nominated_node, victims=tuple(post.victims),
+                            **base, **summary).sealed()
+        return Decision(status="unschedulable", message=message, **base, **summary).sealed()
+
+    def _rejected_on_node(self, status: Status, base: dict, summary: dict,
+                          top: tuple[NodeScore, ...]) -> Decision:
+        if status.code is Code.ERROR:
+            return Decision(status="error", message=f"{status.plugin}: {status.message}",
+                            top_scores=top, **base, **summary).sealed()
+        # kube reports a Reserve/Permit rejection as a FitError over the one chosen node.
+        message = messages.fit_error(1, {reason: 1 for reason in status.reasons})
+        return Decision(status="unschedulable", message=message, top_scores=top,
+                        **base, **summary).sealed()
+
+
+def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    rejected = diagnosis.node_codes[diagnosis.node_codes >= 0]
+    per_status = np.bincount(rejected, minlength=len(diagnosis.statuses))
+    for status, count in zip(diagnosis.statuses, per_status.tolist()):
+        if count:
+            for reason in status.reasons:
+                counts[reason] = counts.get(reason, 0) + count
+    return counts
+
+
+def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], tuple[tuple[int, int], ...]]:
+    codes = diagnosis.node_codes
+    if codes.size == 0:
+        return (), ()
+    per_status = np.bincount(codes[codes >= 0], minlength=len(diagnosis.statuses)).tolist()
+    groups = tuple(RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name),
+                                  reasons=s.reasons, count=count)
+                   for s, count in zip(diagnosis.statuses, per_status))
+    starts = np.flatnonzero(np.diff(codes)) + 1
+    bounds = np.concatenate(([0], starts, [codes.size]))
+    runs = tuple(zip(codes[bounds[:-1]].tolist(), np.diff(bounds).tolist()))
+    return groups, runs
+
+
+class Scheduler:
+    """Every profile of a configuration; routes a pod to the profile named by its
+    ``schedulerName`` (or ``default_profile``)."""
+
+    def __init__(self, config: SchedulerConfig,
+                 registry: Mapping[str, type[Plugin]] | None = None) -> None:
+        self.config = config
+        self.frameworks = {p.scheduler_name: Framework(config, p.scheduler_name, registry)
+                           for p in config.profiles}
+
+    @property
+    def config_hash(self) -> str:
+        return self.config.hash
+
+    def framework_for(self, pod: PodInfo) -> Framework | None:
+        return self.frameworks.get(pod.scheduler_name)
+
+    def schedule(self, pod: PodInfo, state: ClusterState, profile: str | None = None) -> Decision:
+        framework = self.frameworks.get(profile or pod.scheduler_name)
+        if framework is None:
+            known = ", ".join(sorted(self.frameworks))
+            return Decision(
+                pod_uid=pod.uid, pod=pod.key, profile=profile or pod.scheduler_name,
+                status="error", message=f"no profile {profile or pod.scheduler_name!r} "
+                                        f"(profiles: {known})",
+                pod_hash=sha256_hex(canonical_json(pod)), snapshot_hash=state.snapshot_hash(),
+                config_hash=self.config.hash).sealed()
+        return framework.schedule(pod, state)
