@@ -172,6 +172,14 @@ class _Topology:
         return chosen
 
 
+@dataclass
+class _ShareSummary:
+    """Cached per-node answer for one share shape; ``dirty`` rows must be recomputed."""
+
+    best_col: IntArray
+    dirty: set[int] = field(default_factory=set)
+
+
 class GpuInventory:
     """Free GPU capacity of every node slot, per device.
 
@@ -193,6 +201,9 @@ class GpuInventory:
         self.mig_total: dict[str, IntArray] = {}
         self.full_mask: IntArray = np.zeros(0, dtype=np.int64)
         self.full_count: IntArray = np.zeros(0, dtype=np.int64)
+        self.node_total: IntArray = np.zeros(0, dtype=np.int64)
+        self.node_free: IntArray = np.zeros(0, dtype=np.int64)
+        self._summaries: dict[tuple[int, int], _ShareSummary] = {}
         self.topo_id: IntArray = np.zeros(0, dtype=np.int64)
         self.topologies: list[_Topology] = []
         self._topo_ids: dict[tuple[object, ...], int] = {}
@@ -233,8 +244,11 @@ class GpuInventory:
         extra = rows - len(self.node_names)
         self.full_mask = np.concatenate([self.full_mask, np.zeros(extra, dtype=np.int64)])
         self.full_count = np.concatenate([self.full_count, np.zeros(extra, dtype=np.int64)])
+        self.node_total = np.concatenate([self.node_total, np.zeros(extra, dtype=np.int64)])
+        self.node_free = np.concatenate([self.node_free, np.zeros(extra, dtype=np.int64)])
         self.topo_id = np.concatenate([self.topo_id, np.zeros(extra, dtype=np.int64)])
         self.device_count = np.concatenate([self.device_count, np.zeros(extra, dtype=np.int64)])
+        self._summaries = {}
         self.node_names += [None] * extra
         self.models += [()] * extra
         if cols != self.width:
@@ -305,7 +319,10 @@ class GpuInventory:
         self.topo_id[slot] = 0
         self.full_mask[slot] = 0
         self.full_count[slot] = 0
+        self.node_total[slot] = 0
+        self.node_free[slot] = 0
         self._share_needs = {}
+        self._summaries = {}
 
     def copy(self) -> GpuInventory:
         """An independent inventory (the memoised choices of a topology are shared: they never change)."""
@@ -328,15 +345,26 @@ class GpuInventory:
         other.mig_free = {p: a.copy() for p, a in self.mig_free.items()}
         other.full_mask = self.full_mask.copy()
         other.full_count = self.full_count.copy()
+        other.node_total = self.node_total.copy()
+        other.node_free = self.node_free.copy()
         return other
 
     def _refresh(self, row: int) -> None:
-        full = (self.free_milli[row] == MILLI) & self.usable[row]
-        mask = 0
-        for c in np.flatnonzero(full):
-            mask |= 1 << int(c)
+        # Plain Python over one row (a handful of devices) beats numpy's per-call overhead.
+        mask = count = total = free = 0
+        for c, (milli, ok) in enumerate(zip(self.free_milli[row].tolist(), self.usable[row].tolist())):
+            if ok:
+                total += MILLI
+                free += milli
+                if milli == MILLI:
+                    mask |= 1 << c
+                    count += 1
         self.full_mask[row] = mask
-        self.full_count[row] = int(full.sum())
+        self.full_count[row] = count
+        self.node_total[row] = total
+        self.node_free[row] = free
+        for summary in self._summaries.values():
+            summary.dirty.add(row)
 
     # --- whole-GPU lookup tables ---------------------------------------------------------------
 
@@ -395,10 +423,38 @@ class GpuInventory:
     def share_fits(self, request: GpuRequest, rows: IntArray | None = None) -> BoolArray:
         """[rows, devices]: which devices can take the share."""
         milli, memory = self._share_need(request)
+        if rows is not None and len(rows) <= 8:
+            return self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
         # Whole-matrix comparisons then a row pick: fancy-indexing three [N, D] operands first
         # costs ten times more than comparing everything.
         fits = self.usable & (self.free_milli >= milli) & (self.mem_free >= memory)
         return fits if rows is None else fits[rows]
+
+    def _summary(self, request: GpuRequest) -> _ShareSummary:
+        """Per node, for one share shape: does any device fit, and which one bin-packing picks.
+
+        Kept incrementally: a placement changes one node, so only the rows that changed since
+        the last use of this shape are recomputed (a handful), not the whole [nodes, devices]
+        matrix — which is what makes per-pod cost independent of the cluster size."""
+        key = (request.milli, request.memory_mib)
+        summary = self._summaries.get(key)
+        if summary is None:
+            if len(self._summaries) >= 64:  # many distinct shapes: start over rather than grow
+                self._summaries = {}
+            fits = self.share_fits(request)
+            masked = np.where(fits, self.free_milli, np.iinfo(np.int64).max)
+            col = np.argmin(masked, axis=1) if self.width else np.zeros(len(fits), dtype=np.int64)
+            summary = _ShareSummary(np.where(fits.any(axis=1), col, -1))
+            self._summaries[key] = summary
+        elif summary.dirty:
+            rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))
+            summary.dirty.clear()
+            milli, memory = self._share_need(request)
+            fits = self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
+            masked = np.where(fits, self.free_milli[rows], np.iinfo(np.int64).max)
+            col = np.argmin(masked, axis=1) if self.width else np.zeros(len(rows), dtype=np.int64)
+            summary.best_col[rows] = np.where(fits.any(axis=1), col, -1)
+        return summary
 
     def filter(self, request: GpuRequest,
                rows: IntArray | None = None) -> tuple[BoolArray, list[tuple[GpuMisfit, BoolArray]]]:
@@ -423,7 +479,7 @@ class GpuInventory:
             failures.append((GpuMisfit(kind, (request.whole,)), count_ok & ~feasible))
             return feasible, failures
         if request.is_share:
-            fits = self.share_fits(request).any(axis=1)[rows]
+            fits = self._summary(request).best_col[rows] >= 0
             return fits, [(GpuMisfit("share", (request.milli, request.memory_mib)), ~fits)]
         fits = np.ones(len(rows), dtype=bool)
         failures = []
@@ -437,12 +493,12 @@ class GpuInventory:
     # --- scoring inputs ------------------------------------------------------------------------
 
     def total_milli(self) -> IntArray:
-        """Per node: milli of its healthy, whole (non-MIG) devices."""
-        return self.usable.sum(axis=1) * MILLI
+        """Per node: milli of its healthy, whole (non-MIG) devices (kept current, O(1))."""
+        return self.node_total
 
     def used_milli(self) -> IntArray:
-        """Per node: milli of those devices held by pods (``free_milli`` is 0 where unusable)."""
-        return self.total_milli() - self.free_milli.sum(axis=1)
+        """Per node: milli of those devices held by pods."""
+        return self.node_total - self.node_free
 
     def share_device(self, request: GpuRequest, rows: IntArray | None = None) -> IntArray:
         """Column each node would give the share: the most used device that fits (bin-packing),
@@ -450,13 +506,11 @@ class GpuInventory:
         if rows is not None and len(rows) <= 8:
             fits = self.share_fits(request, rows)
             free = self.free_milli[rows]
-        else:
-            fits = self.share_fits(request)
-            free = self.free_milli
-        key = np.where(fits, free, np.iinfo(np.int64).max)
-        col = np.argmin(key, axis=1) if self.width else np.zeros(len(key), dtype=np.int64)
-        out = np.where(fits.any(axis=1), col, -1)
-        return out if rows is None or len(rows) <= 8 else out[rows]
+            key = np.where(fits, free, np.iinfo(np.int64).max)
+            col = np.argmin(key, axis=1) if self.width else np.zeros(len(key), dtype=np.int64)
+            return np.where(fits.any(axis=1), col, -1)
+        best = self._summary(request).best_col
+        return best.copy() if rows is None else best[rows]
 
     def whole_fitness(self, request: GpuRequest, rows: IntArray) -> IntArray:
         """0..100 topology fitness of the device set each row would give a whole-GPU request."""

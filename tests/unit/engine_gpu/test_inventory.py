@@ -160,3 +160,28 @@ def test_inventories_are_independent_copies() -> None:
     copy = inv.copy()
     copy.allocate(0, GpuAllocation(devices=(0,), milli=1000))
     assert int(inv.full_count[0]) == 8 and int(copy.full_count[0]) == 7
+
+
+def test_incremental_share_answers_match_a_fresh_computation() -> None:
+    import random
+
+    rng = random.Random(7)
+    inv = GpuInventory.of([dgx(f"n{i}") for i in range(6)])
+    shapes = [GpuRequest(milli=250), GpuRequest(milli=500), GpuRequest(milli=100, memory_mib=30000)]
+    held: list[tuple[int, GpuAllocation]] = []
+    for step in range(300):
+        request = rng.choice(shapes + [GpuRequest(whole=rng.choice((1, 2)))])
+        row = rng.randrange(6)
+        if held and rng.random() < 0.3:
+            inv.release(*held.pop(rng.randrange(len(held))))
+        else:
+            allocation = inv.choose(row, request)
+            if allocation is not None:
+                inv.allocate(row, allocation)
+                held.append((row, allocation))
+        for shape in shapes:
+            fresh = inv.share_fits(shape)
+            expected = np.where(fresh.any(axis=1),
+                                np.argmin(np.where(fresh, inv.free_milli, 10**9), axis=1), -1)
+            assert np.array_equal(inv.share_device(shape), expected), step
+            assert np.array_equal(inv.filter(shape)[0], fresh.any(axis=1)), step
