@@ -1,0 +1,105 @@
+"""The binder's port to a cluster: four operations, each answering with an :class:`Outcome`.
+
+Backends translate their API's answers into outcomes and never raise for an answer of the API
+(an exception from a backend is treated as a retryable error and logged as a bug). They do not
+retry, wait or rate-limit: the binder does that, the same way for every backend.
+
+Shaped after the Kubernetes API, so that a Kubernetes backend is a thin translation:
+
+=============  ======================================================================
+``bind``       ``POST pods/{name}/binding`` with the pod UID as precondition and the
+               chosen devices as the Binding's annotations (copied onto the pod)
+``evict``      ``POST pods/{name}/eviction`` (the Eviction API, honouring PDBs), UID precondition
+``scale``      ``PATCH .../{pool}/scale`` (the scale subresource) ``spec.replicas``
+``cordon``     ``PATCH nodes/{name}`` ``spec.unschedulable: true``
+=============  ======================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from berth.schemas import PodPlacement
+
+
+class OutcomeKind(str, Enum):
+    APPLIED = "applied"
+    """The cluster is now as the command wants it (also when it already was)."""
+    CONFLICT = "conflict"
+    """The cluster changed under the command (object gone, re-created, bound elsewhere); applying
+    it again will not help — the decision must be made again."""
+    RETRYABLE = "retryable"
+    """A transient problem (timeout, connection, throttling, server error): try again later."""
+    PERMANENT = "permanent"
+    """The request can never succeed as it is (invalid, forbidden): do not retry."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One operation's answer; ``reason`` says why in words a person can act on."""
+
+    kind: OutcomeKind
+    reason: str = ""
+
+    @classmethod
+    def applied(cls, reason: str = "") -> Outcome:
+        return cls(OutcomeKind.APPLIED, reason)
+
+    @classmethod
+    def conflict(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.CONFLICT, reason)
+
+    @classmethod
+    def retryable(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.RETRYABLE, reason)
+
+    @classmethod
+    def permanent(cls, reason: str) -> Outcome:
+        return cls(OutcomeKind.PERMANENT, reason)
+
+    @property
+    def is_applied(self) -> bool:
+        return self.kind is OutcomeKind.APPLIED
+
+
+class ClusterBackend(Protocol):
+    """Where commands take effect. Every operation must be idempotent in the sense below, because
+    the binder re-applies commands after a crash (at-least-once delivery)."""
+
+    async def bind(self, placement: PodPlacement) -> Outcome:
+        """Bind pod ``placement.namespace/name`` to ``placement.node`` if its UID is
+        ``placement.pod_uid``, recording ``gpu_devices`` (and the share ``gpu_milli``) on the pod.
+
+        applied: the pod is bound to that node, including when it already was before this call;
+        conflict: the pod is gone, has another UID (re-created), is bound to another node, or the
+        node is gone; retryable / permanent: as in :class:`OutcomeKind`.
+        """
+        ...
+
+    async def check_bind(self, placement: PodPlacement) -> Outcome:
+        """Read-only: would :meth:`bind` be applied now? applied when the pod exists with that
+        UID and is unbound or already bound to ``placement.node``; conflict otherwise. Used to
+        refuse a gang before binding any member when one of them cannot be bound."""
+        ...
+
+    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+        """Evict the pod (graceful, respecting disruption budgets). applied: evicted, or already
+        gone; conflict: a pod of that name exists with another UID; retryable: a disruption
+        budget forbids it right now (HTTP 429), or a transient error."""
+        ...
+
+    async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:
+        """Set the pool's desired replica count. applied: set (setting the same value again is
+        applied too); conflict: no such pool."""
+        ...
+
+    async def cordon(self, node: str) -> Outcome:
+        """Mark the node unschedulable. applied: cordoned (again, if it already was); conflict:
+        no such node."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections. Called once, when the binder stops."""
+        ...

@@ -1,0 +1,189 @@
+"""The binder service: commands in, cluster API calls, results out, then offsets committed.
+
+Reads ``berth.scheduler.commands.v1`` as group ``berth-binder`` (read_committed: only commands of
+committed decision transactions). For each batch:
+
+1. applies the commands through the :class:`~.applier.Binder`: commands with the same partition
+   key (pod UID, pool, node) one after another in log order, others concurrently (bounded);
+2. publishes each :class:`CommandResult` to ``berth.scheduler.results.v1`` (for audit) and to the
+   issuing cell's partition of ``berth.scheduler.inputs.v1`` (``partition = command.cell``, so the
+   decision cell learns the outcome in its ordered log); failed commands also go, whole, to
+   ``berth.deadletter.v1`` with the reason;
+3. waits until the broker has all of that, then commits the batch's offsets.
+
+A crash between 1 and 3 re-applies the batch: the backend operations are idempotent, so the
+cluster is unchanged and the results say ``applied`` again. Result records carry the command id
+as their CloudEvents id, so readers can tell a repeat from a new result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+
+from berth.bus import EventConsumer, EventProducer, dead_letter_for, ensure_topics
+from berth.logs import get_logger
+from berth.metrics import EVENTS_PUBLISHED
+from berth.schemas import CommandResult, DeadLetter, encode
+from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS
+from berth.settings import BerthSettings
+
+from .applier import Binder, Verdict
+
+log = get_logger(__name__)
+GROUP = "berth-binder"
+SOURCE = "berth/binder"
+CONSUMER_NAME = "binder"
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """Where a command came from, whole, so that it can be dead-lettered as it was."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def of(cls, record: Any) -> SourceRecord:
+        return cls(record.topic, record.partition, record.offset, record.key, record.value,
+                   tuple(record.headers or ()))
+
+
+class Outputs(Protocol):
+    """Where the binder's answers go. ``result``/``dead_letter`` queue; ``flush`` waits for all."""
+
+    cells: frozenset[int] | None
+    """The partitions of the decision-input topic (None: not known, accept any cell)."""
+
+    async def result(self, result: CommandResult, cell: int) -> None: ...
+
+    async def dead_letter(self, letter: DeadLetter) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class KafkaOutputs:
+    """:class:`Outputs` on an idempotent producer."""
+
+    def __init__(self, producer: EventProducer, cells: frozenset[int] | None) -> None:
+        self._producer = producer
+        self.cells = cells
+        self._in_flight: list[asyncio.Future[Any]] = []
+
+    async def result(self, result: CommandResult, cell: int) -> None:
+        self._in_flight.append(await self._producer.send(result, event_id=result.command_id))
+        record = encode(result, source=SOURCE, event_id=result.command_id)
+        self._in_flight.append(await self._producer.raw.send(
+            DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=cell))
+        EVENTS_PUBLISHED.labels(DECISION_INPUTS.name, result.type).inc()
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        self._in_flight.append(await self._producer.send(letter, topic=DEAD_LETTER.name))
+
+    async def flush(self) -> None:
+        pending, self._in_flight = self._in_flight, []
+        await asyncio.gather(*pending)
+
+
+class CommandHandler:
+    """Everything the service does with decoded commands, without Kafka consumption (testable
+    with fake outputs). ``max_in_flight`` bounds commands applied at the same time."""
+
+    def __init__(self, binder: Binder, outputs: Outputs, *, max_in_flight: int = 32) -> None:
+        self.binder = binder
+        self.outputs = outputs
+        self._slots = asyncio.Semaphore(max_in_flight)
+
+    async def handle(self, command: Any, source: SourceRecord) -> Verdict:
+        cells = self.outputs.cells
+        if cells is not None and command.cell not in cells:
+            # The issuing cell could never learn the outcome, so its view of the cluster would
+            # drift from the cluster's: refuse rather than apply.
+            verdict = self.binder.refuse(command, f"cell {command.cell} is not a partition of "
+                                                  f"{DECISION_INPUTS.name} (partitions: {sorted(cells)})")
+        else:
+            async with self._slots:
+                verdict = await self.binder.apply(command)
+        if cells is None or command.cell in cells:
+            await self.outputs.result(verdict.result, command.cell)
+        if verdict.dead_letter_reason is not None:
+            await self.outputs.dead_letter(dead_letter_for(
+                topic=source.topic, partition=source.partition, offset=source.offset, key=source.key,
+                value=source.value, headers=source.headers, consumer=CONSUMER_NAME,
+                reason=verdict.dead_letter_reason))
+        return verdict
+
+    async def handle_batch(self, items: Sequence[tuple[Any, SourceRecord]]) -> list[Verdict]:
+        """Apply a batch: same partition key in order, different keys concurrently. Returns the
+        verdicts in input order once every result is queued (not yet flushed)."""
+        by_key: dict[str, list[int]] = {}
+        for index, (command, _) in enumerate(items):
+            by_key.setdefault(command.partition_key, []).append(index)
+        verdicts: list[Verdict | None] = [None] * len(items)
+
+        async def run_in_order(indices: list[int]) -> None:
+            for index in indices:
+                command, source = items[index]
+                verdicts[index] = await self.handle(command, source)
+
+        await asyncio.gather(*(run_in_order(indices) for indices in by_key.values()))
+        return [v for v in verdicts if v is not None]
+
+
+class BinderService:
+    """The Kafka loop around a :class:`CommandHandler`."""
+
+    def __init__(self, settings: BerthSettings, binder: Binder, *, max_in_flight: int = 32,
+                 max_batch: int = 500) -> None:
+        self.settings = settings
+        self.binder = binder
+        self.max_in_flight = max_in_flight
+        self.max_batch = max_batch
+        self.consumer = EventConsumer(settings.kafka, [COMMANDS], group_id=GROUP, name=CONSUMER_NAME,
+                                      isolation_level="read_committed", max_poll_records=max_batch)
+        self.producer = EventProducer(settings.kafka, source=SOURCE)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await ensure_topics(self.settings.kafka)
+        await self.producer.start()
+        try:
+            partitions = await self.producer.raw.partitions_for(DECISION_INPUTS.name)
+            outputs = KafkaOutputs(self.producer, frozenset(partitions) if partitions else None)
+            handler = CommandHandler(self.binder, outputs, max_in_flight=self.max_in_flight)
+            await self.consumer.start()
+            log.info("binder started", group=GROUP, cells=sorted(partitions or ()),
+                     qps=self.binder.limiter.qps, burst=self.binder.limiter.burst)
+            try:
+                while not stop.is_set():
+                    batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=self.max_batch)
+                    if batches:
+                        await self._process(handler, outputs, batches)
+            finally:
+                await self.consumer.stop()
+        finally:
+            await self.producer.stop()
+            await self.binder.backend.close()
+            log.info("binder stopped")
+
+    async def _process(self, handler: CommandHandler, outputs: KafkaOutputs,
+                       batches: dict[TopicPartition, list[Any]]) -> None:
+        items: list[tuple[Any, SourceRecord]] = []
+        for tp in sorted(batches, key=lambda t: t.partition):
+            for record in batches[tp]:
+                consumed = await self.consumer.accept(record)  # undecodable → dead-letter topic
+                if consumed is not None:
+                    items.append((consumed.event, SourceRecord.of(record)))
+        verdicts = await handler.handle_batch(items)
+        await outputs.flush()
+        await self.consumer.commit({(tp.topic, tp.partition): records[-1].offset + 1
+                                    for tp, records in batches.items() if records})
+        log.debug("batch committed", commands=len(verdicts),
+                  failed=sum(1 for v in verdicts if v.result.status == "failed"))
