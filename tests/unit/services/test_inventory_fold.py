@@ -1,0 +1,361 @@
+"""The inventory's pure folds: node state, GPU accounting and routing to cells, without Kafka."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from berth.schemas import (
+    GpuDevice,
+    GpuDeviceSample,
+    GpuTelemetry,
+    LimitRangeInfo,
+    LimitRangeItem,
+    NodeInfo,
+    NodeObserved,
+    NodeRemoved,
+    PodDeleted,
+    PodGroupInfo,
+    PodInfo,
+    PodObserved,
+    PolicyObserved,
+    PolicyRemoved,
+    PriorityClassInfo,
+    SpotInterruptionNotice,
+)
+from berth.schemas.cells import CELL_LABEL, cell_of_pod, cell_of_pod_group
+from berth.services.inventory.fold import (
+    NODE_INPUT,
+    NODE_STATE,
+    InventoryChanged,
+    NodeInput,
+    NodeState,
+    PodRoute,
+    ToCell,
+    ToNode,
+    fold_node_input,
+    fold_pod_event,
+    inventory_of,
+    route_policy,
+)
+
+CELLS = 4
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def node(name: str = "gpu-a", *, cell: int = 1, gpus: int = 4, **update: Any) -> NodeInfo:
+    return NodeInfo(
+        name=name, labels={CELL_LABEL: str(cell)},
+        allocatable={"cpu": 64000, "memory": 512 * 2**30, "nvidia.com/gpu": gpus},
+        gpus=tuple(GpuDevice(index=i, model="H100", memory_mib=81920) for i in range(gpus)),
+    ).model_copy(update=update)
+
+
+def pod(name: str, *, node_name: str | None = None, devices: tuple[int, ...] = (), milli: int | None = None,
+        whole: int = 0, scheduler: str = "berth", phase: str = "Pending", cell: int | None = None) -> PodInfo:
+    requests = {"cpu": 1000}
+    if whole:
+        requests["nvidia.com/gpu"] = whole
+    return PodInfo(
+        uid=f"uid-{name}", namespace="ml", name=name, scheduler_name=scheduler, requests=requests,
+        gpu_fraction_milli=milli, node_name=node_name, gpu_devices=devices,
+        phase=phase if not node_name or phase != "Pending" else "Running",
+        node_selector={CELL_LABEL: str(cell)} if cell is not None else {},
+        creation_time=T0,
+    )
+
+
+def observed(info: NodeInfo, t: float = 0) -> NodeInput:
+    return NodeInput.of(NodeObserved(node=info, observed_at=at(t)))
+
+
+def bound(p: PodInfo, t: float = 1, withdraw_from: int | None = None) -> NodeInput:
+    assert p.node_name
+    return NodeInput(node=p.node_name, event=PodObserved(pod=p, observed_at=at(t)), withdraw_from=withdraw_from)
+
+
+def telemetry(name: str, t: float, *unhealthy: int, devices: int = 4) -> NodeInput:
+    return NodeInput.of(GpuTelemetry(node=name, sampled_at=at(t), devices=tuple(
+        GpuDeviceSample(index=i, utilization_pct=50.0, memory_used_mib=1024, healthy=i not in unhealthy)
+        for i in range(devices))))
+
+
+def run(inputs: list[NodeInput], state: NodeState | None = None) -> tuple[NodeState, list[Any]]:
+    """Fold inputs in order; returns the final state and all outputs."""
+    outputs: list[Any] = []
+    for item in inputs:
+        folded = fold_node_input(state, item, CELLS)
+        state = folded.state
+        outputs.extend(folded.outputs)
+    assert state is not None
+    return state, outputs
+
+
+def routed(outputs: list[Any]) -> list[tuple[int, str, str]]:
+    """(cell, event type suffix, subject) of every ToCell output, in order."""
+    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs if isinstance(o, ToCell)]
+
+
+def published(outputs: list[Any]) -> list[Any]:
+    return [o.inventory for o in outputs if isinstance(o, InventoryChanged)]
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+
+def test_a_new_node_goes_to_its_cell_and_is_published():
+    state, outputs = run([observed(node(cell=2))])
+    assert routed(outputs) == [(2, "node-observed", "gpu-a")]
+    [inventory] = published(outputs)
+    assert inventory.cell == 2 and [d.free_milli for d in inventory.devices] == [1000] * 4
+    assert inventory.updated_at == at(0) and not inventory.removed
+    assert state.forwarded_cell == 2
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    pytest.param({}, [], id="same node again: nothing forwarded"),
+    pytest.param({"unschedulable": True}, [(2, "node-observed", "gpu-a")], id="cordoned"),
+    pytest.param({"taints": ()}, [], id="equal value"),
+])
+def test_node_updates_are_forwarded_only_when_they_change_something(change, expected):
+    state, _ = run([observed(node(cell=2))])
+    _, outputs = run([observed(node(cell=2, **change), t=5)], state)
+    assert routed(outputs) == expected
+    assert bool(published(outputs)) == bool(expected)
+
+
+def test_a_node_that_changes_cell_moves_with_its_pods_and_spot_notice():
+    p = pod("p1", node_name="gpu-a", devices=(0,), whole=1)
+    notice = SpotInterruptionNotice(node="gpu-a", issued_at=at(2), deadline=at(122))
+    state, _ = run([observed(node(cell=1)), bound(p), NodeInput.of(notice)])
+    _, outputs = run([observed(node(cell=3), t=10)], state)
+    assert routed(outputs) == [
+        (1, "node-removed", "gpu-a"),
+        (3, "node-observed", "gpu-a"),
+        (1, "pod-deleted", "ml/p1"),      # withdrawn from the old cell
+        (3, "pod-observed", "ml/p1"),
+        (3, "spot-interruption", "gpu-a"),
+    ]
+    assert published(outputs)[0].cell == 3
+
+
+def test_node_removed_goes_to_its_cell_and_is_published_as_removed():
+    state, _ = run([observed(node(cell=1))])
+    state, outputs = run([NodeInput.of(NodeRemoved(name="gpu-a", observed_at=at(9)))], state)
+    assert routed(outputs) == [(1, "node-removed", "gpu-a")]
+    assert published(outputs)[0].removed
+    # Seen again later: its cell learns it afresh.
+    _, outputs = run([observed(node(cell=1), t=20)], state)
+    assert routed(outputs) == [(1, "node-observed", "gpu-a")]
+    assert not published(outputs)[0].removed
+
+
+def test_removing_an_unknown_node_tells_nobody():
+    state, outputs = run([NodeInput.of(NodeRemoved(name="ghost", observed_at=at(0)))])
+    assert outputs == [] and state.removed
+
+
+# --- pods on nodes: GPU accounting ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pods", "free"), [
+    pytest.param([], [1000, 1000, 1000, 1000], id="empty"),
+    pytest.param([pod("w", node_name="gpu-a", devices=(0, 1), whole=2)], [0, 0, 1000, 1000], id="two whole"),
+    pytest.param([pod("f", node_name="gpu-a", devices=(2,), milli=250)], [1000, 1000, 750, 1000], id="quarter"),
+    pytest.param([pod("f1", node_name="gpu-a", devices=(2,), milli=250),
+                  pod("f2", node_name="gpu-a", devices=(2,), milli=500)], [1000, 1000, 250, 1000], id="packed"),
+    pytest.param([pod("f", node_name="gpu-a", devices=(3,), milli=700),
+                  pod("w", node_name="gpu-a", devices=(3,), whole=1)], [1000, 1000, 1000, 0], id="overcommit→0"),
+    pytest.param([pod("f", node_name="gpu-a", milli=300)], [1000] * 4, id="share without device yet"),
+    pytest.param([pod("done", node_name="gpu-a", devices=(0,), whole=1, phase="Succeeded")], [1000] * 4,
+                 id="terminated holds nothing"),
+])
+def test_free_milli_per_device(pods, free):
+    state, _ = run([observed(node()), *[bound(p) for p in pods]])
+    inventory = inventory_of(state, CELLS)
+    assert [d.free_milli for d in inventory.devices] == free
+
+
+def test_bind_and_unbind_update_allocations_and_requests():
+    share = pod("f", node_name="gpu-a", devices=(1,), milli=250)
+    whole = pod("w", node_name="gpu-a", devices=(2, 3), whole=2)
+    state, outputs = run([observed(node(cell=1)), bound(share), bound(whole)])
+    assert routed(outputs)[1:] == [(1, "pod-observed", "ml/f"), (1, "pod-observed", "ml/w")]
+    inventory = published(outputs)[-1]
+    assert [(a.pod, a.gpu_devices, a.gpu_milli) for a in inventory.allocations] == [
+        ("ml/f", (1,), 250), ("ml/w", (2, 3), None)]
+    assert inventory.requested == {"cpu": 2000, "nvidia.com/gpu": 2}
+    deleted = NodeInput(node="gpu-a", event=PodDeleted(uid="uid-w", namespace="ml", name="w",
+                                                       node_name="gpu-a", observed_at=at(30)))
+    state, outputs = run([deleted], state)
+    assert routed(outputs) == [(1, "pod-deleted", "ml/w")]
+    inventory = published(outputs)[-1]
+    assert [d.free_milli for d in inventory.devices] == [1000, 750, 1000, 1000]
+    assert inventory.requested == {"cpu": 1000}
+
+
+def test_a_pod_bound_before_its_node_is_known_waits_in_its_own_cell_then_follows_the_node():
+    p = pod("early", node_name="gpu-a", devices=(0,), whole=1, cell=0)
+    state, outputs = run([bound(p)])
+    assert routed(outputs) == [(0, "pod-observed", "ml/early")]
+    assert published(outputs) == []  # no node facts yet: nothing to publish
+    _, outputs = run([observed(node(cell=2), t=5)], state)
+    assert routed(outputs) == [(2, "node-observed", "gpu-a"), (0, "pod-deleted", "ml/early"),
+                               (2, "pod-observed", "ml/early")]
+    assert [d.free_milli for d in published(outputs)[0].devices] == [0, 1000, 1000, 1000]
+
+
+def test_a_bound_pod_is_withdrawn_from_the_cell_that_had_it_pending():
+    state, _ = run([observed(node(cell=1))])
+    p = pod("moved", node_name="gpu-a", devices=(0,), whole=1)
+    _, outputs = run([bound(p, withdraw_from=3)], state)
+    assert routed(outputs) == [(3, "pod-deleted", "ml/moved"), (1, "pod-observed", "ml/moved")]
+    _, outputs = run([bound(p, withdraw_from=1)], state)
+    assert routed(outputs) == [(1, "pod-observed", "ml/moved")]  # same cell: nothing to withdraw
+
+
+def test_deleting_a_pod_the_node_never_had_is_silent():
+    state, _ = run([observed(node())])
+    gone = NodeInput(node="gpu-a", event=PodDeleted(uid="nope", namespace="ml", name="x", node_name="gpu-a",
+                                                    observed_at=at(3)))
+    _, outputs = run([gone], state)
+    assert outputs == []
+
+
+# --- telemetry and spot notices ------------------------------------------------------------------
+
+
+def test_telemetry_health_flip_forwards_the_effective_node_once():
+    state, _ = run([observed(node(cell=1))])
+    state, outputs = run([telemetry("gpu-a", 10, 2)], state)
+    [(cell, kind, subject)] = routed(outputs)
+    assert (cell, kind, subject) == (1, "node-observed", "gpu-a")
+    forwarded = outputs[0].event
+    assert [d.healthy for d in forwarded.node.gpus] == [True, True, False, True]
+    assert forwarded.observed_at == at(10)
+    assert not published(outputs)[0].devices[2].healthy
+    # Same health again: utilisation is published, nothing goes to the cell.
+    state, outputs = run([telemetry("gpu-a", 20, 2)], state)
+    assert routed(outputs) == []
+    assert published(outputs) == []  # same samples, same inventory
+    # Recovered: forwarded again, healthy.
+    _, outputs = run([telemetry("gpu-a", 30)], state)
+    assert [d.healthy for d in outputs[0].event.node.gpus] == [True] * 4
+
+
+def test_a_node_observed_after_telemetry_said_unhealthy_is_forwarded_unhealthy():
+    state, outputs = run([telemetry("gpu-a", 0, 0), observed(node(cell=1), t=1)])
+    [forwarded] = [o.event for o in outputs if isinstance(o, ToCell)]
+    assert not forwarded.node.gpus[0].healthy
+
+
+def test_telemetry_utilisation_is_published():
+    state, outputs = run([observed(node()), telemetry("gpu-a", 5)])
+    inventory = published(outputs)[-1]
+    assert [(d.utilization_pct, d.memory_used_mib) for d in inventory.devices] == [(50.0, 1024)] * 4
+
+
+def test_spot_notice_sets_draining_until_and_goes_to_the_cell_once():
+    notice = SpotInterruptionNotice(node="gpu-a", issued_at=at(5), deadline=at(125), provider="aws")
+    state, outputs = run([observed(node(cell=3)), NodeInput.of(notice)])
+    assert routed(outputs)[-1] == (3, "spot-interruption", "gpu-a")
+    assert published(outputs)[-1].draining_until == at(125)
+    _, outputs = run([NodeInput.of(notice)], state)
+    assert routed(outputs) == []  # a repeated notice is not news
+
+
+def test_spot_notice_before_the_node_is_delivered_with_the_node_unless_expired():
+    notice = SpotInterruptionNotice(node="gpu-a", issued_at=at(0), deadline=at(30))
+    _, outputs = run([NodeInput.of(notice), observed(node(cell=2), t=10)])
+    assert routed(outputs) == [(2, "node-observed", "gpu-a"), (2, "spot-interruption", "gpu-a")]
+    _, outputs = run([NodeInput.of(notice), observed(node(cell=2), t=60)])
+    assert routed(outputs) == [(2, "node-observed", "gpu-a")]
+
+
+# --- pod stage -----------------------------------------------------------------------------------
+
+
+def pod_event(p: PodInfo, t: float = 0) -> PodObserved:
+    return PodObserved(pod=p, observed_at=at(t))
+
+
+def test_pending_berth_pods_go_to_their_cell_and_others_are_ignored():
+    pending = pod("wait", cell=2)
+    folded = fold_pod_event(None, pod_event(pending), CELLS)
+    assert folded.state == PodRoute(cell=2)
+    assert [(o.cell, o.event) for o in folded.outputs] == [(2, pod_event(pending))]
+    foreign = pod("theirs", scheduler="default-scheduler")
+    assert fold_pod_event(None, pod_event(foreign), CELLS).outputs == ()
+    assert fold_pod_event(None, pod_event(foreign), CELLS).state is None
+
+
+@pytest.mark.parametrize("scheduler", ["berth", "default-scheduler"])
+def test_bound_pods_of_any_scheduler_go_to_their_node_stage(scheduler):
+    p = pod("run", node_name="gpu-b", devices=(0,), whole=1, scheduler=scheduler)
+    folded = fold_pod_event(None, pod_event(p), CELLS)
+    assert folded.state == PodRoute(node="gpu-b")
+    [out] = folded.outputs
+    assert isinstance(out, ToNode) and out.node == "gpu-b" and out.payload.withdraw_from is None
+
+
+def test_a_pending_pod_once_bound_carries_the_cell_to_withdraw_from():
+    route = fold_pod_event(None, pod_event(pod("p", cell=3)), CELLS).state
+    folded = fold_pod_event(route, pod_event(pod("p", node_name="gpu-a", devices=(0,), whole=1, cell=3), 1), CELLS)
+    [out] = folded.outputs
+    assert out.payload.withdraw_from == 3 and folded.state == PodRoute(node="gpu-a")
+
+
+def test_pod_deleted_goes_where_the_pod_was_last_routed():
+    deleted = PodDeleted(uid="uid-p", namespace="ml", name="p", observed_at=at(9))
+    pending_route = PodRoute(cell=2)
+    folded = fold_pod_event(pending_route, deleted, CELLS)
+    assert folded.state is None and [(o.cell, o.event) for o in folded.outputs] == [(2, deleted)]
+    folded = fold_pod_event(PodRoute(node="gpu-a"), deleted, CELLS)
+    [out] = folded.outputs
+    assert out.node == "gpu-a" and out.payload.event.node_name == "gpu-a"  # filled in for the node stage
+    assert fold_pod_event(None, deleted, CELLS).outputs == ()
+
+
+def test_a_pending_pod_whose_cell_changes_is_withdrawn_from_the_old_one():
+    route = PodRoute(cell=cell_of_pod(pod("p"), CELLS))
+    moved = pod("p", cell=(route.cell + 1) % CELLS)
+    folded = fold_pod_event(route, pod_event(moved), CELLS)
+    assert [(o.cell, o.event.type.split(".")[-2]) for o in folded.outputs] == [
+        (route.cell, "pod-deleted"), ((route.cell + 1) % CELLS, "pod-observed")]
+
+
+# --- policies ------------------------------------------------------------------------------------
+
+
+def test_pod_groups_go_to_their_gang_cell_and_other_policies_everywhere():
+    group = PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=8),
+                           observed_at=T0)
+    assert [o.cell for o in route_policy(group, CELLS)] == [cell_of_pod_group("ml", "train", CELLS)]
+    removed = PolicyRemoved(kind="PodGroup", namespace="ml", name="train", observed_at=T0)
+    assert [o.cell for o in route_policy(removed, CELLS)] == [cell_of_pod_group("ml", "train", CELLS)]
+    for event in (
+        PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="high", value=1000),
+                       observed_at=T0),
+        PolicyObserved(kind="LimitRange", limit_range=LimitRangeInfo(
+            namespace="ml", name="lr", limits=(LimitRangeItem(),)), observed_at=T0),
+        PolicyRemoved(kind="PriorityClass", name="high", observed_at=T0),
+    ):
+        assert [o.cell for o in route_policy(event, CELLS)] == [0, 1, 2, 3]
+
+
+# --- state survives its changelog encoding ----------------------------------------------------------
+
+
+def test_node_state_and_inputs_round_trip_through_json():
+    p = pod("f", node_name="gpu-a", devices=(1,), milli=250)
+    notice = SpotInterruptionNotice(node="gpu-a", issued_at=at(5), deadline=at(125))
+    state, _ = run([observed(node()), bound(p), telemetry("gpu-a", 3, 1), NodeInput.of(notice)])
+    assert NODE_STATE.validate_json(NODE_STATE.dump_json(state)) == state
+    item = bound(p, withdraw_from=2)
+    assert NODE_INPUT.validate_json(NODE_INPUT.dump_json(item)) == item
