@@ -66,17 +66,14 @@ def name_hash64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def tie_break_keys(pod_uid: str, node_hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """Per-node tie-break keys for this pod: splitmix64's finaliser over
-    ``blake2b(pod uid) XOR blake2b(node name)``. Deterministic, well spread, and a different
-    order of nodes for every pod (so equal nodes are not always filled in name order), without
-    any randomness. Lower key wins a tie."""
+    """Per-node tie-break keys for this pod: ``(blake2b64(node name) XOR blake2b64(pod uid))``
+    times the 64-bit golden-ratio constant (Fibonacci hashing; the high bits depend on every bit
+    of the XOR). Deterministic, well spread, a different node order for every pod (so equal
+    nodes are not filled in name order), no randomness. Lower key wins a tie; callers may use
+    only the high bits."""
     with np.errstate(over="ignore"):
-        x = node_hashes ^ np.uint64(name_hash64(pod_uid))
-        x = (x ^ (x >> np.uint64(30))) * _MIX1
-        x = (x ^ (x >> np.uint64(27))) * _MIX2
-        return x ^ (x >> np.uint64(31))
+        return (node_hashes ^ np.uint64(name_hash64(pod_uid))) * _GOLDEN

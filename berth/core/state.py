@@ -144,9 +144,13 @@ class ClusterState:
         # --- resources
         self._resource_names: list[str] = list(FIXED_RESOURCES)
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
-        self.allocatable = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64)
-        self.requested = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64)
-        self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64)
+        # Column-major: plugins read one resource over many nodes (``column(...)``), which is
+        # a contiguous gather in Fortran order and a strided one in C order.
+        self.allocatable = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64,
+                                    order="F")
+        self.requested = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64,
+                                  order="F")
+        self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64, order="F")
         # --- label index
         self._label_codes: dict[str, npt.NDArray[np.int32]] = {}
         self._label_value_code: dict[str, dict[str, int]] = {}
@@ -205,7 +209,8 @@ class ClusterState:
         old, new = self._capacity, self._capacity * 2
 
         def grow_rows(array: np.ndarray, fill: Any) -> np.ndarray:
-            grown = np.full((new, *array.shape[1:]), fill, dtype=array.dtype)
+            order = "F" if array.flags.f_contiguous and array.ndim > 1 else "C"
+            grown = np.full((new, *array.shape[1:]), fill, dtype=array.dtype, order=order)
             grown[:old] = array
             return grown
 
@@ -237,6 +242,18 @@ class ClusterState:
     def resource_column(self, name: str) -> int | None:
         return self._resource_column.get(name)
 
+    def allocatable_of(self, column: int, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """Allocatable amounts of one resource column on ``nodes`` (a new array)."""
+        return self.allocatable[:, column].take(nodes)
+
+    def requested_of(self, column: int, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """What placed pods request of one resource column on ``nodes`` (a new array)."""
+        return self.requested[:, column].take(nodes)
+
+    def nonzero_requested_of(self, column: int, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """Like :meth:`requested_of` with kube's non-zero defaults; cpu (0) and memory (1) only."""
+        return self.nonzero_requested[:, column].take(nodes)
+
     def _ensure_resource(self, name: str) -> int:
         column = self._resource_column.get(name)
         if column is None:
@@ -244,8 +261,8 @@ class ClusterState:
             self._resource_names.append(name)
             self._resource_column[name] = column
             zeros = np.zeros((self._capacity, 1), dtype=np.int64)
-            self.allocatable = np.hstack([self.allocatable, zeros])
-            self.requested = np.hstack([self.requested, zeros])
+            self.allocatable = np.asfortranarray(np.hstack([self.allocatable, zeros]))
+            self.requested = np.asfortranarray(np.hstack([self.requested, zeros]))
         return column
 
     # ------------------------------------------------------------------ node queries

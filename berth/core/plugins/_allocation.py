@@ -47,11 +47,14 @@ def pod_request(pod: PodInfo, resource: str, *, use_requested: bool) -> int:
 
 def requested_and_allocatable(state: ClusterState, pod: PodInfo, nodes: NodeArray,
                               resources: Sequence[str], *, use_requested: bool
-                              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """``(requested, allocatable)``, each ``[len(nodes), len(resources)]``; columns of resources
-    to leave out of the score are all-zero allocatable."""
-    requested = np.zeros((nodes.size, len(resources)), dtype=np.int64)
-    allocatable = np.zeros((nodes.size, len(resources)), dtype=np.int64)
+                              ) -> list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """``(index into resources, requested + pod, allocatable)`` per resource that takes part in
+    the score, each a 1-D array aligned with ``nodes``. Left out: extended resources the pod does
+    not request, and resources no node offers (kube's (0, 0), which every scorer skips).
+
+    Per-resource 1-D columns rather than one ``[nodes, resources]`` matrix: numpy reductions
+    along a short second axis are slow, and these run for every pod on every feasible node."""
+    columns = []
     for i, resource in enumerate(resources):
         amount = pod_request(pod, resource, use_requested=use_requested)
         if amount == 0 and is_extended(resource):
@@ -59,9 +62,11 @@ def requested_and_allocatable(state: ClusterState, pod: PodInfo, nodes: NodeArra
         column = state.resource_column(resource)
         if column is None:
             continue
-        allocatable[:, i] = state.allocatable[nodes, column]
+        allocatable = state.allocatable_of(column, nodes)
         if not use_requested and column in (CPU, MEMORY):
-            requested[:, i] = state.nonzero_requested[nodes, column] + amount
+            requested = state.nonzero_requested_of(column, nodes)
         else:
-            requested[:, i] = state.requested[nodes, column] + amount
-    return requested, allocatable
+            requested = state.requested_of(column, nodes)
+        requested += amount
+        columns.append((i, requested, allocatable))
+    return columns

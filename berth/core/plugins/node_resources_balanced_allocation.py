@@ -48,20 +48,55 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         return Status.success()
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
-        requested, allocatable = requested_and_allocatable(
-            cycle.state, cycle.pod, nodes, self._resources(), use_requested=True)
-        present = allocatable > 0
-        fractions = np.where(present, requested / np.where(present, allocatable, 1), 0.0)
-        fractions = np.minimum(fractions, 1.0)
-        count = present.sum(axis=1)
-        safe_count = np.where(count > 0, count, 1)
-        mean = fractions.sum(axis=1) / safe_count
-        deviation = np.where(present, fractions - mean[:, None], 0.0)
-        std = np.sqrt((deviation * deviation).sum(axis=1) / safe_count)
-        if fractions.shape[1] == 2:
-            # kube's two-resource shortcut, |f1 - f2| / 2, is the same value computed directly;
-            # use it so float rounding matches kube's bit for bit.
-            two = count == 2
-            std = np.where(two, np.abs(fractions[:, 0] - fractions[:, 1]) / 2, std)
-        std = np.where(count >= 2, std, 0.0)
-        return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        columns = requested_and_allocatable(cycle.state, cycle.pod, nodes, self._resources(),
+                                            use_requested=True)
+        fractions: list[npt.NDArray[np.float64]] = []
+        present: list[npt.NDArray[np.bool_] | None] = []
+        for _, requested, allocatable in columns:
+            everywhere = bool(allocatable.min(initial=1) > 0)
+            safe = allocatable if everywhere else np.where(allocatable > 0, allocatable, 1)
+            fraction = np.minimum(requested / safe, 1.0)
+            fractions.append(fraction)
+            present.append(None if everywhere else allocatable > 0)
+        if all(mask is None for mask in present):
+            return _balanced_dense(fractions, nodes.size)
+        return _balanced_masked(fractions, present, nodes.size)
+
+
+def _score_from_std(std: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    # int64((1 - std) * MaxNodeScore): truncation toward zero; the value is never negative.
+    return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+
+
+def _balanced_dense(fractions: list[npt.NDArray[np.float64]], count: int) -> npt.NDArray[np.int64]:
+    """Every resource present on every node (the common case)."""
+    if len(fractions) < 2:
+        return np.full(count, MAX_NODE_SCORE, dtype=np.int64)
+    if len(fractions) == 2:
+        return _score_from_std(np.abs((fractions[0] - fractions[1]) / 2))
+    mean = sum(fractions) / len(fractions)
+    variance = sum((f - mean) * (f - mean) for f in fractions) / len(fractions)
+    return _score_from_std(np.sqrt(variance))
+
+
+def _balanced_masked(fractions: list[npt.NDArray[np.float64]],
+                     present: list[npt.NDArray[np.bool_] | None],
+                     count: int) -> npt.NDArray[np.int64]:
+    """Some nodes lack some resource: each node's deviation over the resources it has."""
+    masks = [np.ones(count, dtype=bool) if m is None else m for m in present]
+    n = sum(m.astype(np.int64) for m in masks)
+    safe_n = np.where(n > 0, n, 1)
+    mean = sum(np.where(m, f, 0.0) for f, m in zip(fractions, masks)) / safe_n
+    variance = sum(np.where(m, (f - mean) * (f - mean), 0.0)
+                   for f, m in zip(fractions, masks)) / safe_n
+    std = np.sqrt(variance)
+    # kube's shortcut for exactly two resources, |f1 - f2| / 2 (same value, same rounding).
+    if len(fractions) >= 2:
+        pair_std = np.zeros(count)
+        for i in range(len(fractions)):
+            for j in range(i + 1, len(fractions)):
+                only = masks[i] & masks[j] & (n == 2)
+                pair_std = np.where(only, np.abs((fractions[i] - fractions[j]) / 2), pair_std)
+        std = np.where(n == 2, pair_std, std)
+    std = np.where(n >= 2, std, 0.0)
+    return _score_from_std(std)

@@ -107,38 +107,47 @@ def requests_gpus(pod: PodInfo) -> bool:
                for name, amount in pod.requests.items())
 
 
-def resource_scores(strategy: ScoringStrategy, requested: npt.NDArray[np.int64],
-                    allocatable: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """A node score per row from ``[nodes, resources]`` requested/allocatable, as kube's
-    least/most/requested-to-capacity-ratio scorers compute it (integer arithmetic; columns with
-    zero allocatable are left out; no resource left → 0)."""
-    weights = np.array([r.weight for r in strategy.resources], dtype=np.int64)
-    present = allocatable > 0
-    safe = np.where(present, allocatable, 1)
-    if strategy.type == "LeastAllocated":
-        per = np.where(requested > allocatable, 0, (allocatable - requested) * MAX_NODE_SCORE // safe)
-        counted = present
-    elif strategy.type == "MostAllocated":
-        # kube caps requested at capacity (pods without requests get default non-zero amounts).
-        capped = np.minimum(requested, allocatable)
-        per = capped * MAX_NODE_SCORE // safe
-        counted = present
-    else:
-        shape = strategy.requested_to_capacity_ratio.shape  # type: ignore[union-attr]
-        utilization = np.where(requested > allocatable, MAX_UTILIZATION,
-                               requested * MAX_UTILIZATION // safe)
-        per = _broken_linear(shape, utilization)
-        # kube counts a resource (and its weight) only when its score is positive.
-        counted = present & (per > 0)
-    per = np.where(counted, per, 0)
-    weight_sum = (counted * weights).sum(axis=1)
-    node_score = (per * weights).sum(axis=1)
-    if strategy.type == "RequestedToCapacityRatio":
-        # math.Round(float64(nodeScore) / float64(weightSum)): half away from zero.
-        safe_sum = np.where(weight_sum > 0, weight_sum, 1)
-        rounded = (2 * node_score + safe_sum) // (2 * safe_sum)
-        return np.where(weight_sum > 0, rounded, 0).astype(np.int64)
-    return np.where(weight_sum > 0, node_score // np.where(weight_sum > 0, weight_sum, 1), 0)
+def resource_scores(strategy: ScoringStrategy,
+                    columns: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+                    count: int) -> npt.NDArray[np.int64]:
+    """A node score per node from per-resource ``(index, requested, allocatable)`` columns (see
+    :func:`~berth.core.plugins._allocation.requested_and_allocatable`), as kube's least / most /
+    requested-to-capacity-ratio scorers compute it: integer arithmetic, a resource counts (with
+    its weight) only on nodes where its allocatable is positive, no resource left → 0."""
+    node_score = np.zeros(count, dtype=np.int64)
+    weight_sum = np.zeros(count, dtype=np.int64)
+    ratio = strategy.type == "RequestedToCapacityRatio"
+    for index, requested, allocatable in columns:
+        weight = strategy.resources[index].weight
+        everywhere = bool(allocatable.min(initial=1) > 0) if allocatable.size else True
+        safe = allocatable if everywhere else np.where(allocatable > 0, allocatable, 1)
+        if strategy.type == "LeastAllocated":
+            per = (allocatable - requested) * MAX_NODE_SCORE // safe
+            np.maximum(per, 0, out=per)  # requested > allocatable scores 0
+        elif strategy.type == "MostAllocated":
+            # kube caps requested at capacity (pods without requests get non-zero defaults).
+            per = np.minimum(requested, allocatable) * MAX_NODE_SCORE // safe
+        else:
+            shape = strategy.requested_to_capacity_ratio.shape  # type: ignore[union-attr]
+            utilization = np.minimum(requested * MAX_UTILIZATION // safe, MAX_UTILIZATION)
+            per = _broken_linear(shape, utilization)
+        if ratio:
+            # kube counts a resource (and its weight) only where its score is positive.
+            counted = per > 0 if everywhere else (per > 0) & (allocatable > 0)
+        elif everywhere:
+            node_score += per * weight
+            weight_sum += weight
+            continue
+        else:
+            counted = allocatable > 0
+        node_score += np.where(counted, per * weight, 0)
+        weight_sum += counted * weight
+    scored = weight_sum > 0
+    safe_sum = np.where(scored, weight_sum, 1)
+    if ratio:
+        # math.Round(float64(nodeScore) / float64(weightSum)): half away from zero (scores >= 0).
+        return np.where(scored, (2 * node_score + safe_sum) // (2 * safe_sum), 0)
+    return np.where(scored, node_score // safe_sum, 0)
 
 
 def _broken_linear(shape: tuple[UtilizationShapePoint, ...],
@@ -198,8 +207,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         state = cycle.state
         demand: _Demand = cycle.data.get(NAME) or _Demand(cycle, self.args)  # type: ignore[arg-type]
         n = nodes.size
-        allocatable, requested = state.allocatable, state.requested
-        too_many = requested[nodes, PODS] + 1 > allocatable[nodes, PODS]
+        too_many = state.requested_of(PODS, nodes) >= state.allocatable_of(PODS, nodes)
         # Bit 0: too many pods; bit k: check k-1 failed; a parallel mask marks "exceeds the
         # node's whole allocatable" (unresolvable).
         bits = too_many.astype(np.int64)
@@ -210,8 +218,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
                     short = np.ones(n, dtype=bool)  # no node offers this resource at all
                     whole = short
                 else:
-                    alloc = allocatable[nodes, column]
-                    short = amount > alloc - requested[nodes, column]
+                    alloc = state.allocatable_of(column, nodes)
+                    short = amount > alloc - state.requested_of(column, nodes)
                     whole = amount > alloc
                 if short.any():
                     bits |= short.astype(np.int64) << k
@@ -235,10 +243,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         strategy = self._strategy(cycle.pod)
-        requested, allocatable = requested_and_allocatable(
-            cycle.state, cycle.pod, nodes, [r.name for r in strategy.resources],
-            use_requested=False)
-        return resource_scores(strategy, requested, allocatable)
+        columns = requested_and_allocatable(cycle.state, cycle.pod, nodes,
+                                            [r.name for r in strategy.resources],
+                                            use_requested=False)
+        return resource_scores(strategy, columns, nodes.size)
 
 
 def _status(demand: _Demand, mask: int, *, hopeless: bool) -> Status:

@@ -1,0 +1,1 @@
+"""Benchmarks of the placement engine (``python -m bench.engine --case <name>``)."""

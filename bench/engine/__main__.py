@@ -1,0 +1,59 @@
+"""``python -m bench.engine --case scheduling-basic|gpu-mixed``: placement engine throughput.
+
+Prints a readable summary, then as the LAST line one JSON object with the figures
+(``case, nodes, pods, pods_per_s, p50_us, p99_us, peak_rss_mib``, plus case extras). Progress
+goes to stderr. Not a timed test: run it by hand or from CI's bench job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def _scheduling_basic(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.engine import scheduling_basic
+
+    return scheduling_basic.run(nodes=args.nodes or scheduling_basic.NODES,
+                                pods=args.pods or scheduling_basic.PODS,
+                                init_pods=scheduling_basic.INIT_PODS if args.init_pods is None
+                                else args.init_pods)
+
+
+def _gpu_mixed(args: argparse.Namespace) -> dict[str, Any]:
+    # Part 2's case (GPU devices, fractions, MIG, locality); it owns its figures.
+    from bench.engine import gpu_mixed
+
+    result = gpu_mixed.run(args.nodes or gpu_mixed.NODES, args.pods or gpu_mixed.PODS)
+    if "pods_per_s" not in result and "pods_per_second" in result:
+        result["pods_per_s"] = result["pods_per_second"]
+    if "peak_rss_mib" not in result and "max_rss_mib" in result:
+        result["peak_rss_mib"] = result["max_rss_mib"]
+    return result
+
+
+CASES = {"scheduling-basic": _scheduling_basic, "gpu-mixed": _gpu_mixed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", choices=sorted(CASES), default="scheduling-basic")
+    parser.add_argument("--nodes", type=int, default=None, help="override the case's node count")
+    parser.add_argument("--pods", type=int, default=None, help="override the pods to place")
+    parser.add_argument("--init-pods", type=int, default=None,
+                        help="scheduling-basic: pods placed before timing (default 1000)")
+    args = parser.parse_args(argv)
+    result = CASES[args.case](args)
+    width = max(len(key) for key in result)
+    print(f"bench.engine {args.case}")
+    for key, value in result.items():
+        print(f"  {key:<{width}}  {value}")
+    print(json.dumps(result, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
