@@ -109,56 +109,143 @@ def _policy_events(bundle: ManifestBundle) -> list[PolicyObserved]:
     return events
 
 
-def _new_engine(config: Path | None) -> Any:
-    """The placement engine of the decision service, configured from ``config`` (or defaults)."""
-    from berth.core.engine import Engine  # the engine behind the decider's PlacementEngine port
+GPU_PROFILE: dict[str, Any] = {
+    "apiVersion": "berth.io/v1alpha1",
+    "kind": "BerthSchedulerConfiguration",
+    "profiles": [{
+        "schedulerName": "berth",
+        "plugins": {"multiPoint": {"enabled": [
+            {"name": "GpuDeviceFit"},
+            {"name": "GpuBinPack", "weight": 2},
+            {"name": "GpuTopologyFitness", "weight": 1},
+            {"name": "ModelCache", "weight": 1},
+            {"name": "DataLocality", "weight": 1},
+            {"name": "DefaultPreemption"},
+        ]}},
+    }],
+}
+"""What ``simulate`` runs without ``--config``: Berth's built-in profile plus the GPU device,
+GPU score and preemption plugins (a ``--config`` document is merged onto the built-in profile
+the same way, so it must list these itself to get them)."""
 
-    if config is None:
-        return Engine.default()
-    return Engine.from_file(config)
+
+def load_scheduler_config(path: Path | None) -> Any:
+    """The scheduler configuration from ``path`` (YAML), or :data:`GPU_PROFILE`."""
+    from berth.core.config import ConfigError, load_config, parse_config
+
+    if path is None:
+        return parse_config(GPU_PROFILE)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return load_config(text)
+    except ConfigError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: invalid YAML: {exc}") from None
+
+
+@dataclass
+class _Placed:
+    pod: PodInfo
+    node: str
+    gpu_devices: tuple[int, ...]
+    gpu_milli: int | None
 
 
 class Session:
-    """The placement engine over one snapshot, driven the way a decision cell drives it."""
+    """The core scheduler over one ClusterState, driven the way a decision cell drives it:
+    one pod (or one gang) at a time, placements assumed on the state as they are decided."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, scheduler: Any, state: Any) -> None:
+        self.scheduler = scheduler
+        self.state = state
         self.min_member: dict[tuple[str, str], int] = {}
+        self.profiles = tuple(scheduler.frameworks)
 
     @classmethod
-    def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Path | None = None,
-           policies: Iterable[PolicyObserved] = ()) -> Session:
-        session = cls(_new_engine(config))
+    def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Any = None,
+           policies: Iterable[PolicyObserved] = (), namespaces: Iterable[Any] = ()) -> Session:
+        """``config``: a SchedulerConfig, a Path to one, or None for :data:`GPU_PROFILE`."""
+        from berth.core.scheduler import Scheduler
+        from berth.core.state import ClusterState
+
+        if config is None or isinstance(config, Path):
+            config = load_scheduler_config(config)
+        session = cls(Scheduler(config), ClusterState())
+        state = session.state
+        for framework in session.scheduler.frameworks.values():
+            framework.prepare(state)
+            for plugin in framework.post_filter_plugins:
+                bind = getattr(plugin, "bind_framework", None)
+                if callable(bind):  # until the Framework hands plugins a handle itself
+                    bind(framework)
+        for namespace in namespaces:
+            state.upsert_namespace(namespace.name, namespace.labels)
         for node in sorted(nodes, key=lambda n: n.name):
-            session.engine.upsert_node(node)
+            state.upsert_node(node)
         for event in policies:
-            session.engine.upsert_policy(event)
+            obj = event.obj
+            state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
             if event.kind == "PodGroup" and event.pod_group is not None:
                 session.min_member[(event.pod_group.namespace, event.pod_group.name)] = event.pod_group.min_member
         for pod in bound:
-            session.engine.upsert_bound_pod(pod)
+            state.upsert_bound_pod(pod)
         return session
 
-    def place(self, pods: Sequence[PodInfo], min_member: int | None = None) -> list[Outcome]:
-        """Decide one pod, or one gang (``min_member`` set), and return an outcome per pod."""
-        outcome = self.engine.place(list(pods), min_member=min_member)
-        group = f"{pods[0].namespace}/{pods[0].pod_group}" if min_member is not None else None
-        victims = tuple(v.key for v in outcome.victims)
-        placed = {p.pod.uid: p for p in outcome.placements}
-        results = []
+    def _profile(self, pod: PodInfo) -> str:
+        # Every pending pod of the file is Berth's to schedule: a pod naming another scheduler
+        # (the default "default-scheduler") is scheduled by the first profile.
+        return pod.scheduler_name if pod.scheduler_name in self.profiles else self.profiles[0]
+
+    def place_one(self, pod: PodInfo) -> Outcome:
+        """Decide one pod; preempt if the profile's PostFilter nominates a node."""
+        decision = self.scheduler.schedule(pod, self.state, self._profile(pod))
+        victims: tuple[str, ...] = ()
+        if decision.status == "preempting":
+            named = []
+            for uid in decision.victims:
+                placed = self.state.placed_pod(uid)
+                if placed is not None:
+                    named.append(placed.pod.key)
+                self.state.remove_pod(uid)
+            victims = tuple(sorted(named))
+            nominated = decision.nominated_node
+            decision = self.scheduler.schedule(pod, self.state, self._profile(pod))
+            if decision.status != "placed" or decision.node != nominated:
+                # Evicting made room, so the next attempt lands there; anything else is a bug
+                # worth seeing rather than hiding.
+                return Outcome(pod.key, decision.node if decision.status == "placed" else None,
+                               tuple(decision.gpu_devices), decision.message, victims)
+        if decision.status in ("placed", "held"):
+            self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
+            return Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", victims,
+                           gpu_milli=decision.gpu_milli)
+        return Outcome(pod.key, None, (), decision.message)
+
+    def place_gang(self, pods: Sequence[PodInfo], min_member: int) -> list[Outcome]:
+        """Decide one gang atomically (see :mod:`berth.core.gangs`)."""
+        from berth.core.gangs import StateGangHost, place_gang
+
+        group = f"{pods[0].namespace}/{pods[0].pod_group}"
+        host = StateGangHost(self.scheduler, self.state, self._profile(pods[0]))
+        result = place_gang(host, pods, min_member, group)
+        decided = {pod.uid: decision for pod, decision in result.placements}
+        outcomes = []
         for pod in pods:
-            placement = placed.get(pod.uid)
-            if placement is not None:
-                results.append(Outcome(pod.key, placement.node, tuple(placement.gpu_devices), "", victims,
-                                       group, placement.gpu_milli))
-                victims = ()  # victims belong to the decision; print them once
+            decision = decided.get(pod.uid)
+            if decision is not None:
+                outcomes.append(Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", (), group,
+                                        decision.gpu_milli))
             else:
-                message = getattr(outcome, "messages", {}).get(pod.uid) if hasattr(outcome, "messages") else None
-                results.append(Outcome(pod.key, None, (), message or outcome.message, (), group))
-        return results
+                outcomes.append(Outcome(pod.key, None, (), result.messages.get(pod.uid, ""), (), group))
+        return outcomes
 
     def schedule_all(self, pods: Sequence[PodInfo]) -> list[Outcome]:
-        """Schedule pending pods in queue order (priority, then the given order); gangs together."""
+        """Schedule pending pods in queue order (priority, then the given order); a gang's
+        pending members are decided together when its first member comes up."""
         order = sorted(range(len(pods)), key=lambda i: (-pods[i].priority, i))
         done: set[str] = set()
         outcomes: list[Outcome] = []
@@ -171,20 +258,23 @@ class Session:
                 members = [pods[j] for j in order
                            if pods[j].pod_group == pod.pod_group and pods[j].namespace == pod.namespace]
                 done.update(m.uid for m in members)
+                group = f"{key[0]}/{key[1]}"
                 if key not in self.min_member:
-                    message = f'pod group "{key[0]}/{key[1]}" not found'
-                    outcomes += [Outcome(m.key, None, (), message, (), f"{key[0]}/{key[1]}") for m in members]
+                    message = f'pod group "{group}" not found'
+                    outcomes += [Outcome(m.key, None, (), message, (), group) for m in members]
                     continue
-                outcomes += self.place(members, self.min_member[key])
+                outcomes += self.place_gang(members, self.min_member[key])
             else:
                 done.add(pod.uid)
-                outcomes += self.place([pod])
+                outcomes.append(self.place_one(pod))
         return outcomes
 
     def gpu_milli_used(self) -> int:
-        """GPU milli held across the cluster (for figures)."""
-        used = getattr(self.engine, "gpu_milli_used", None)
-        return int(used()) if callable(used) else 0
+        """GPU milli held across the cluster (whole devices and shares; MIG slices not counted)."""
+        from berth.core.plugins.gpu_devices import gpu_inventory
+
+        inv = gpu_inventory(self.state)
+        return int(inv.used_milli().sum())
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -249,7 +339,8 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
         ledger = decision.ledger
         admitted.append(item)
 
-    session = Session.of(bundle.nodes, [b.pod for b in bound], config=config, policies=_policy_events(bundle))
+    session = Session.of(bundle.nodes, [b.pod for b in bound], config=load_scheduler_config(config),
+                         policies=_policy_events(bundle), namespaces=bundle.namespaces)
     start = time.perf_counter()
     outcomes = session.schedule_all([a.pod for a in admitted])
     report.seconds = time.perf_counter() - start + 0.0

@@ -12,6 +12,10 @@ from types import MappingProxyType
 
 from berth.core.framework import Plugin
 from berth.core.plugins import (
+    cache,
+    carbon,
+    cost,
+    gpu_devices,
     inter_pod_affinity,
     node_affinity,
     node_name,
@@ -19,6 +23,7 @@ from berth.core.plugins import (
     node_resources_fit,
     node_unschedulable,
     pod_topology_spread,
+    preemption,
     taint_toleration,
 )
 
@@ -33,6 +38,17 @@ _CORE: tuple[type[Plugin], ...] = (
     node_resources_balanced_allocation.NodeResourcesBalancedAllocation,
     inter_pod_affinity.InterPodAffinity,
     pod_topology_spread.PodTopologySpread,
+    # Part 2: GPU devices, preemption, and Berth's own score terms.
+    gpu_devices.GpuDeviceFit,
+    gpu_devices.GpuBinPack,
+    gpu_devices.GpuTopologyFitness,
+    gpu_devices.GpuAvailability,
+    gpu_devices.GpuFragmentation,
+    preemption.DefaultPreemption,
+    cost.NodeCost,
+    carbon.CarbonIntensity,
+    cache.ModelCache,
+    cache.DataLocality,
 )
 
 REGISTRY: Mapping[str, type[Plugin]] = MappingProxyType({cls.NAME: cls for cls in _CORE})

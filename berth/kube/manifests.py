@@ -130,6 +130,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _UID_NAMESPACE = uuid.UUID("6f1c3a52-2b7e-4c1e-9a43-5d0c1f1e7b10")
 _MIG_SLICES_PER_GPU = 7  # compute slices of an A100/H100; the "Ng" of a profile counts them
 _NATIVE = {"cpu", "memory", "ephemeral-storage"}
+DEFAULT_MAX_PODS = 110
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -843,7 +844,7 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
     """Convert a Node: allocatable/capacity, labels, taints, cordon, zone, capacity type, GPUs.
 
     ``allocatable`` falls back to ``capacity`` when only the latter is given (hand-written
-    manifests rarely spell out both). GPU devices come from the ``nvidia.com/gpu`` count and the
+    manifests rarely spell out both), and ``pods`` to the kubelet's default of 110. GPU devices come from the ``nvidia.com/gpu`` count and the
     GPU Feature Discovery labels, refined by ``berth.io/gpu-topology`` and ``berth.io/gpu-mig``.
     Observations that do not prevent conversion are appended to ``warnings``.
     """
@@ -856,6 +857,10 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
     capacity = reader.quantities(status.get("capacity"), "status.capacity")
     allocatable = (reader.quantities(status.get("allocatable"), "status.allocatable")
                    if status.get("allocatable") is not None else dict(capacity))
+    if "pods" not in allocatable and "pods" not in capacity:
+        # Every kubelet reports a pod limit (110 unless configured); a hand-written node that
+        # leaves it out means "the usual", not "no pods at all".
+        allocatable["pods"] = DEFAULT_MAX_PODS
     taints = []
     for i, item in enumerate(reader.sequence(spec.get("taints"), "spec.taints")):
         item = reader.mapping(item, f"spec.taints[{i}]")

@@ -12,10 +12,12 @@ incoming pod, 2 Preemption is not helpful for scheduling.`` when nothing can be 
 node counted once: its own filter reasons when even evicting every lower-priority pod is not
 enough).
 
-What the plugin needs from the framework: an object in ``cycle.data[PROBE]`` with
-``feasible(cycle, nodes) -> (passed, reasons)``: the profile's PreFilter/Filter result for
-``nodes`` on the current state (``passed`` a bool array, ``reasons[i]`` the rejecting status'
-reasons of node ``i``). The framework sets it before PostFilter runs.
+What the plugin needs from the framework (kube passes a ``framework.Handle`` for this): a
+:class:`FeasibilityProbe`, ``feasible(cycle, nodes) -> (passed, reasons)``, the profile's
+PreFilter/Filter result for ``nodes`` on the current state. Whoever builds the Framework calls
+:meth:`DefaultPreemption.bind_framework` (which wraps it in a :class:`FrameworkProbe`); a probe in
+``cycle.data[PROBE]`` takes precedence (tests). Without one the plugin cannot evaluate anything
+and reports every node as "Preemption is not helpful for scheduling".
 """
 
 from __future__ import annotations
@@ -84,12 +86,20 @@ class _WhatIf:
 class DefaultPreemption(PostFilterPlugin):
     NAME: ClassVar[str] = "DefaultPreemption"
 
+    def __init__(self, args: object = None) -> None:
+        super().__init__(args)  # type: ignore[arg-type]
+        self._probe: FeasibilityProbe | None = None
+
+    def bind_framework(self, framework: object) -> None:
+        """Give the plugin its framework's filters (once, when the Framework is built)."""
+        self._probe = FrameworkProbe(framework)
+
     def post_filter(self, cycle: CycleContext, diagnosis: Diagnosis) -> PostFilterResult:
         pod = cycle.pod
         if pod.preemption_policy == "Never":
             return PostFilterResult(Status.unschedulable(plugin=self.NAME),
                                     message=gpu_messages.PREEMPTION_NOT_ELIGIBLE_NEVER)
-        probe: FeasibilityProbe | None = cycle.data.get(PROBE)
+        probe: FeasibilityProbe | None = cycle.data.get(PROBE) or self._probe
         state = cycle.state
         total = len(diagnosis.nodes)
         potential = diagnosis.rejected(resolvable_only=True)
