@@ -359,3 +359,55 @@ def test_node_state_and_inputs_round_trip_through_json():
     assert NODE_STATE.validate_json(NODE_STATE.dump_json(state)) == state
     item = bound(p, withdraw_from=2)
     assert NODE_INPUT.validate_json(NODE_INPUT.dump_json(item)) == item
+
+
+# --- the agents, in-process (faust's test_context: no broker) ------------------------------------
+
+
+@pytest.fixture
+def service():
+    from berth.bus.streams import RecordingOutbox
+    from berth.services.inventory.app import Layout, create_app
+
+    built = create_app(Layout(cells=CELLS, pod_partitions=4, node_partitions=4),
+                       app_options={"store": "memory://", "broker": "kafka://127.0.0.1:1"},
+                       outbox=RecordingOutbox(), app_id="berth-inventory-unit")
+    built.app.finalize()
+    built.app.flow_control.resume()
+    return built
+
+
+async def put(agent, event=None, *, raw: tuple[bytes, bytes] | None = None, headers=None):
+    from berth.schemas import encode
+
+    if raw is not None:
+        key, value = raw
+    else:
+        record = encode(event, source="test")
+        key, value, headers = record.key, record.value, record.headers
+    await agent.put(value, key=key, headers=headers or [])
+
+
+async def test_agents_route_a_bound_pod_through_the_node_stage(service):
+    from berth.schemas.topics import DECISION_INPUTS, DEAD_LETTER, INVENTORY_STATE
+
+    outbox = service.outbox
+    async with service.agents["berth.cluster.nodes.v1"].test_context() as nodes:
+        await put(nodes, NodeObserved(node=node(cell=2), observed_at=at(0)))
+    async with service.agents["pods"].test_context() as pods:
+        await put(pods, pod_event(pod("p", node_name="gpu-a", devices=(1,), milli=500)))
+        await put(pods, raw=(b"k", b"{not json"))
+    handed_over = [item for item in outbox.published if item.value is not None]
+    assert [item.key for item in handed_over] == [b"gpu-a", b"gpu-a"]  # node fact, then the pod
+    async with service.agents["node-stage"].test_context() as stage:
+        for item in handed_over:
+            await put(stage, raw=(item.key, item.value))
+    assert [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)] == [
+        (2, "node-observed"), (2, "pod-observed")]
+    inventory = outbox.on(INVENTORY_STATE.name)[-1].event
+    assert [d.free_milli for d in inventory.devices] == [1000, 500, 1000, 1000]
+    [letter] = outbox.on(DEAD_LETTER.name)
+    assert letter.event.source_topic == "berth.cluster.pods.v1" and "missing header" in letter.event.reason
+    # The event ids are derived from the input's position: stable across reprocessing.
+    ids = [p.event_id for p in outbox.on(DECISION_INPUTS.name)]
+    assert len(set(ids)) == 2 and all(ids)

@@ -1,0 +1,283 @@
+"""What every Berth faust service shares: broker options, one refusal path, an outbox, a worker.
+
+* :func:`faust_app_options` turns :class:`~berth.settings.KafkaSettings` (SASL/TLS included) into
+  ``faust.App`` keyword arguments.
+* :func:`accept` decodes a raw faust event with :func:`~.deadletter.decode_or_dead_letter`, the
+  one way consumers refuse records: a bad record goes to the dead-letter topic and the agent goes on.
+* :class:`Outbox` is the port agents emit through. :class:`FaustOutbox` enqueues on faust's
+  producer buffer (``send_soon``): records leave in the order they were emitted, and faust flushes
+  that buffer before it commits the offsets of the inputs that produced them (at-least-once).
+  :class:`RecordingOutbox` keeps them in a list, for in-process agent tests.
+* :func:`run_worker` runs the app until SIGTERM/SIGINT with /metrics served and without faust's
+  command line parsing ``sys.argv``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import faust
+from pydantic import TypeAdapter
+
+from berth.logs import get_logger
+from berth.metrics import CONSUMER_LAG, DEAD_LETTERED, EVENTS_PUBLISHED, RECORDS_CONSUMED, serve_metrics
+from berth.schemas import DeadLetter, DecodedEvent, Topic, encode
+from berth.schemas.topics import DEAD_LETTER
+from berth.settings import KafkaSettings
+
+from .deadletter import decode_or_dead_letter
+
+log = get_logger(__name__)
+V = TypeVar("V")
+
+_EVENT_IDS = uuid.UUID("6c1f4a52-52d4-4b0e-9a63-0c6f1b1e2a77")
+"""Namespace of the deterministic ids of derived events (see :func:`derived_event_id`)."""
+
+
+def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """``faust.App`` keyword arguments that reach the brokers ``kafka`` describes."""
+    options: dict[str, Any] = {
+        "broker": [f"kafka://{host.strip()}" for host in kafka.bootstrap.split(",") if host.strip()],
+        "broker_client_id": kafka.client_id,
+        "topic_replication_factor": kafka.replication_factor,
+    }
+    client = kafka.client_options()  # builds the SSL context once, with the CA and client cert
+    context = client.get("ssl_context")
+    if kafka.security_protocol.startswith("SASL_"):
+        options["broker_credentials"] = faust.SASLCredentials(
+            username=kafka.sasl_username, password=client["sasl_plain_password"],
+            ssl_context=context, mechanism=kafka.sasl_mechanism,
+        )
+    elif kafka.security_protocol == "SSL":
+        options["broker_credentials"] = faust.SSLCredentials(context)
+    return options
+
+
+async def partition_counts(kafka: KafkaSettings, names: Iterable[str]) -> dict[str, int]:
+    """How many partitions each topic has, from the brokers' metadata (not from our registry)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    wanted = sorted(set(names))
+    admin = AIOKafkaAdminClient(**kafka.client_options())
+    await admin.start()
+    try:
+        described = await admin.describe_topics(wanted)
+    finally:
+        await admin.close()
+    counts = {entry["topic"]: len(entry["partitions"]) for entry in described if entry["partitions"]}
+    missing = [name for name in wanted if name not in counts]
+    if missing:
+        raise RuntimeError(f"topics not found on {kafka.bootstrap}: {', '.join(missing)}")
+    return counts
+
+
+class ModelTable(Generic[V]):
+    """A faust table of pydantic values, keyed by strings.
+
+    faust chooses a table's codec from its ``value_type`` (faust models only), so the table holds
+    each value's JSON bytes and this view converts at the boundary. Create it with
+    :meth:`declare`; read and write it only inside an agent (faust tables' rule).
+    """
+
+    def __init__(self, table: Any, adapter: TypeAdapter[V]) -> None:
+        self.table = table
+        self._adapter = adapter
+
+    @classmethod
+    def declare(cls, app: faust.App, name: str, adapter: TypeAdapter[V], *, partitions: int,
+                help: str) -> ModelTable[V]:
+        return cls(app.Table(name, key_type=str, value_type=bytes, partitions=partitions, help=help), adapter)
+
+    def get(self, key: str) -> V | None:
+        data = self.table.get(key)
+        return None if data is None else self._adapter.validate_json(data)
+
+    def put(self, key: str, value: V | None) -> None:
+        """Store ``value`` (None deletes the key; writing it a tombstone on the changelog)."""
+        if value is None:
+            if key in self.table:
+                del self.table[key]
+        else:
+            self.table[key] = self._adapter.dump_json(value)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def origin_of(record: Any) -> str:
+    """``topic/partition/offset`` of a faust event: the identity of an input record."""
+    message = record.message
+    return f"{message.topic}/{message.partition}/{message.offset}"
+
+
+def derived_event_id(consumer: str, origin: str, index: int) -> str:
+    """A stable id for the ``index``-th event ``consumer`` emitted for the input at ``origin``.
+
+    Reprocessing the same input after a crash (at-least-once) re-emits events with the same ids,
+    so downstream readers can recognise the duplicates.
+    """
+    return str(uuid.uuid5(_EVENT_IDS, f"{consumer}/{origin}/{index}"))
+
+
+# --- the outbox port -------------------------------------------------------------------------------
+
+
+class Outbox(Protocol):
+    """Where an agent's events go. ``partition`` None lets the producer hash the key."""
+
+    def publish(self, topic: str, event: Any, *, partition: int | None = None,
+                event_id: str | None = None) -> None: ...
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
+        """A record that is not a contract event (a service's internal topic)."""
+        ...
+
+
+class FaustOutbox:
+    """Enqueues on the app's producer buffer, in call order (see the module docstring)."""
+
+    def __init__(self, app: faust.App, *, source: str) -> None:
+        self._app = app
+        self._source = source
+        self._topics: dict[str, Any] = {}
+
+    def _topic(self, name: str) -> Any:
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = self._topics[name] = self._app.topic(name, key_serializer="raw", value_serializer="raw")
+        return topic
+
+    def publish(self, topic: str, event: Any, *, partition: int | None = None,
+                event_id: str | None = None) -> None:
+        record = encode(event, source=self._source, event_id=event_id)
+        self._topic(topic).send_soon(key=record.key, value=record.value, headers=record.headers,
+                                     partition=partition)
+        EVENTS_PUBLISHED.labels(topic, event.type).inc()
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
+        self._topic(topic).send_soon(key=key, value=value, partition=partition)
+
+
+@dataclass(frozen=True)
+class Published:
+    topic: str
+    event: Any
+    partition: int | None
+    event_id: str | None = None
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+@dataclass
+class RecordingOutbox:
+    """Keeps what was published, for tests of agents run in-process."""
+
+    published: list[Published] = field(default_factory=list)
+
+    def publish(self, topic: str, event: Any, *, partition: int | None = None,
+                event_id: str | None = None) -> None:
+        self.published.append(Published(topic, event, partition, event_id))
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
+        self.published.append(Published(topic, None, partition, None, key, value))
+
+    def on(self, topic: str) -> list[Published]:
+        return [item for item in self.published if item.topic == topic]
+
+
+# --- refusing records --------------------------------------------------------------------------------
+
+
+def accept(topic: Topic, event: Any, *, consumer: str, outbox: Outbox) -> DecodedEvent | None:
+    """Decode the raw faust ``event`` of ``topic``; a record that is not a valid event is
+    dead-lettered (with its headers, all of them, as they came) and None returned."""
+    message = event.message
+    RECORDS_CONSUMED.labels(consumer, topic.name).inc()
+    result = decode_or_dead_letter(
+        topic, partition=message.partition, offset=message.offset, key=message.key,
+        value=message.value, headers=list(message.headers or ()), consumer=consumer,
+    )
+    if isinstance(result, DeadLetter):
+        refuse(result, outbox=outbox)
+        return None
+    return result
+
+
+def refuse(letter: DeadLetter, *, outbox: Outbox) -> None:
+    """Send a refused record to the dead-letter topic, count and log it."""
+    outbox.publish(DEAD_LETTER.name, letter)
+    DEAD_LETTERED.labels(letter.consumer, letter.source_topic).inc()
+    log.warning("record dead-lettered", topic=letter.source_topic, partition=letter.source_partition,
+                offset=letter.source_offset, reason=letter.reason)
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def track_consumer_lag(app: faust.App, *, consumer: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
+    """Publish ``berth_consumer_lag_records`` for the app's assigned partitions of ``topics``:
+    the partition's high watermark minus the next offset the app will read."""
+    watched = frozenset(topics)
+
+    @app.timer(interval=interval_s, name=f"{consumer}-consumer-lag")
+    async def measure_lag() -> None:
+        read = app.monitor.tp_read_offsets
+        for tp in sorted(app.consumer.assignment()):
+            if tp.topic not in watched:
+                continue
+            highwater = app.consumer.highwater(tp)
+            last_read = read.get(tp)
+            if highwater is None or last_read is None:
+                continue  # nothing fetched from it yet in this process
+            CONSUMER_LAG.labels(consumer, tp.topic, str(tp.partition)).set(max(0, highwater - last_read - 1))
+
+
+def default_data_dir(service: str) -> Path:
+    """Where a service's faust table store lives unless told: ``$XDG_STATE_HOME/berth/<service>``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "berth" / service
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A fresh current event loop: faust's worker takes the current one, and an earlier
+    ``asyncio.run`` (e.g. creating topics) leaves none behind."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    return loop
+
+
+class _ServiceWorker(faust.Worker):
+    """faust's worker without its terminal spinner, logging ``ready`` once recovery is done."""
+
+    def __init__(self, app: faust.App, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.spinner = None  # it writes cursor escapes to stdout, which is for results
+
+    async def on_startup_finished(self) -> None:
+        await super().on_startup_finished()
+        log.info("ready", app=self.app.conf.id)
+
+
+def run_worker(app: faust.App, *, loop: asyncio.AbstractEventLoop, log_level: str, metrics_port: int | None) -> None:
+    """Run ``app``'s agents until SIGTERM or SIGINT, then stop cleanly (commit, leave the group).
+
+    Logs ``ready`` when the tables are recovered and the agents consume. Logging stays ours
+    (``berth.logs``): faust's and aiokafka's stdlib loggers keep the level
+    :func:`berth.logs.configure_logging` gave them. Returns when the worker has stopped.
+    """
+    serve_metrics(metrics_port)
+    worker = _ServiceWorker(
+        app, loop=loop, loglevel=log_level.upper(), quiet=True, redirect_stdouts=False,
+        override_logging=False,
+    )
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:  # mode's worker always ends with SystemExit; 0 is a clean stop
+        if exc.code not in (None, 0):
+            raise

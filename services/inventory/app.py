@@ -1,0 +1,213 @@
+"""The inventory faust app: its topics, tables and agents. Agents do I/O; :mod:`.fold` decides.
+
+Topology (one consumer group, ``berth-inventory``)::
+
+    berth.cluster.pods.v1 ──▶ pods agent ─(table pod-routes, key pod UID)──▶ unbound pods to their cell
+                                   │ bound pods, deletions of bound pods
+    berth.cluster.nodes.v1 ─┐      ▼
+    berth.gpu.telemetry.v1 ─┼──▶ berth-inventory-node-inputs (internal, key node name)
+    berth.cloud.spot.v1 ────┘      │
+                                   ▼
+                             node agent ─(table nodes, key node name)──▶ inventory state + cells
+    berth.cluster.policies.v1 ──▶ policies agent ──▶ cells (stateless)
+
+Why the internal topic: a faust table is partitioned like the stream that writes it (a key's
+changelog partition is the partition of the event being processed). Pods are keyed by UID and
+nodes by name, and producers outside Berth may hash keys differently from topic to topic, so every
+node-scoped input is re-keyed onto one topic this app produces itself; one agent then owns each
+node's state, in one order, and the ``nodes`` table restores partition by partition with it.
+
+Outputs go through an :class:`~berth.bus.streams.Outbox` (faust's producer buffer in production,
+a list in tests), so the records of one input leave in the order the fold returned them and
+before that input's offset is committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from pydantic import ValidationError
+
+from berth.bus.deadletter import dead_letter_for
+from berth.bus.streams import (
+    FaustOutbox,
+    ModelTable,
+    Outbox,
+    accept,
+    derived_event_id,
+    origin_of,
+    refuse,
+    track_consumer_lag,
+)
+from berth.logs import get_logger
+from berth.schemas import NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas.topics import (
+    DECISION_INPUTS,
+    GPU_TELEMETRY,
+    INVENTORY_STATE,
+    NODES,
+    PODS,
+    POLICIES,
+    SPOT,
+)
+
+from .fold import (
+    NODE_INPUT,
+    NODE_STATE,
+    POD_ROUTE,
+    InventoryChanged,
+    NodeInput,
+    Output,
+    ToCell,
+    ToNode,
+    fold_node_input,
+    fold_pod_event,
+    route_policy,
+)
+
+log = get_logger(__name__)
+
+APP_ID = "berth-inventory"
+CONSUMER = "inventory"
+SOURCE = "berth/inventory"
+NODE_INPUTS = "berth-inventory-node-inputs"
+"""Internal topic: every node-scoped input, keyed by node name (see the module docstring)."""
+NODE_FACT_TOPICS = (NODES, GPU_TELEMETRY, SPOT)
+SOURCE_TOPICS = (PODS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Partition counts the app is built for, read from the brokers at start.
+
+    ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the pod
+    topic, which the pod-routes table follows. ``node_partitions``: of the internal by-node topic
+    and the nodes table (we use the node topic's count, so node parallelism follows it).
+    """
+
+    cells: int
+    pod_partitions: int
+    node_partitions: int
+
+
+@dataclass
+class InventoryApp:
+    """The faust app with handles on what tests and the CLI need."""
+
+    app: faust.App
+    layout: Layout
+    outbox: Outbox
+    pod_routes: ModelTable[Any]
+    nodes: ModelTable[Any]
+    agents: dict[str, Any]
+
+
+def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | None = None,
+               app_id: str = APP_ID) -> InventoryApp:
+    """Declare the app, its topics, tables and agents for ``layout``.
+
+    ``app_options`` are extra ``faust.App`` settings (broker, credentials, store, datadir ...);
+    ``outbox`` defaults to the app's own producer.
+    """
+    app = faust.App(
+        app_id,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=layout.node_partitions,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        **app_options,
+    )
+    sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE)
+    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+    topics = {topic.name: app.topic(topic.name, **raw) for topic in SOURCE_TOPICS}
+    node_inputs = app.topic(NODE_INPUTS, partitions=layout.node_partitions, internal=True, **raw)
+    pod_routes = ModelTable.declare(app, "pod-routes", POD_ROUTE, partitions=layout.pod_partitions,
+                                    help="pod UID → where its events were last routed")
+    nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
+                               help="node name → everything the inventory knows about the node")
+
+    def emit(outputs: tuple[Output, ...], origin: str) -> None:
+        for index, output in enumerate(outputs):
+            event_id = derived_event_id(CONSUMER, origin, index)
+            if isinstance(output, ToCell):
+                sink.publish(DECISION_INPUTS.name, output.event, partition=output.cell, event_id=event_id)
+                _log_routed(output)
+            elif isinstance(output, ToNode):
+                payload = output.payload if output.payload.origin else output.payload.model_copy(
+                    update={"origin": origin})
+                sink.publish_raw(NODE_INPUTS, output.node.encode(), NODE_INPUT.dump_json(payload))
+            elif isinstance(output, InventoryChanged):
+                sink.publish(INVENTORY_STATE.name, output.inventory, event_id=event_id)
+
+    @app.agent(topics[PODS.name], name="pods")
+    async def route_pods(stream: Any) -> None:
+        async for record in stream.events():
+            decoded = accept(PODS, record, consumer=CONSUMER, outbox=sink)
+            if decoded is None:
+                continue
+            event = decoded.event
+            uid = event.pod.uid if isinstance(event, PodObserved) else event.uid
+            route = pod_routes.get(uid)
+            folded = fold_pod_event(route, event, layout.cells)
+            if folded.state != route:
+                pod_routes.put(uid, folded.state)
+            emit(folded.outputs, origin_of(record))
+
+    agents = {"pods": route_pods}
+    for topic in NODE_FACT_TOPICS:
+        agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
+
+    @app.agent(topics[POLICIES.name], name="policies")
+    async def route_policies(stream: Any) -> None:
+        async for record in stream.events():
+            decoded = accept(POLICIES, record, consumer=CONSUMER, outbox=sink)
+            if decoded is not None:
+                emit(route_policy(decoded.event, layout.cells), origin_of(record))
+
+    @app.agent(node_inputs, name="node-stage")
+    async def fold_nodes(stream: Any) -> None:
+        async for record in stream.events():
+            message = record.message
+            try:
+                item = NODE_INPUT.validate_json(message.value)
+            except ValidationError as exc:  # written by this app: only a version skew gets here
+                refuse(dead_letter_for(
+                    topic=message.topic, partition=message.partition, offset=message.offset,
+                    key=message.key, value=message.value, headers=list(message.headers or ()),
+                    consumer=CONSUMER, reason=f"not a node input: {exc}"), outbox=sink)
+                continue
+            folded = fold_node_input(nodes.get(item.node), item, layout.cells)
+            nodes.put(item.node, folded.state)
+            emit(folded.outputs, item.origin or origin_of(record))
+
+    agents.update({"policies": route_policies, "node-stage": fold_nodes})
+    track_consumer_lag(app, consumer=CONSUMER, topics=[topic.name for topic in SOURCE_TOPICS] + [NODE_INPUTS])
+    return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
+
+
+def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emit: Any) -> Any:
+    """An agent that validates one node-keyed source topic and re-keys it onto the node stage."""
+
+    async def forward(stream: Any) -> None:
+        async for record in stream.events():
+            decoded = accept(topic, record, consumer=CONSUMER, outbox=sink)
+            if decoded is not None:
+                origin = origin_of(record)
+                emit((ToNode(NodeInput.of(decoded.event, origin=origin)),), origin)
+
+    return app.agent(channel, name=topic.name.removeprefix("berth.").rsplit(".", 1)[0])(forward)
+
+
+def _log_routed(output: ToCell) -> None:
+    event = output.event
+    if isinstance(event, (NodeObserved, NodeRemoved)):
+        log.info("node routed", node=event.subject, type=event.type, cell=output.cell)
+    elif isinstance(event, (PodObserved, PodDeleted)):
+        log.debug("pod routed", pod=event.subject, pod_uid=event.partition_key, type=event.type,
+                  cell=output.cell)
+    else:
+        log.debug("routed", subject=event.subject, type=event.type, cell=output.cell)
+

@@ -1,0 +1,75 @@
+"""``berth token-lag run``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .fold import DEFAULT_HALF_LIFE_SECONDS, DEFAULT_MAX_TTFT_MS, DEFAULT_MODEL_LOAD_SECONDS
+
+app = typer.Typer(help="Track inference pools' token queues: smoothed rate and expected TTFT.",
+                  no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    pools: Annotated[Optional[Path], typer.Option(
+        exists=True, dir_okay=False,
+        help="YAML: {pools: {NAMESPACE/NAME: {model_load_seconds: 90}}}; pools not listed load in "
+             "--default-model-load-seconds.")] = None,
+    half_life_seconds: Annotated[Optional[float], typer.Option(
+        help=f"Half-life of the token-rate EWMA, in event-time seconds [default: {DEFAULT_HALF_LIFE_SECONDS:g}].")] = None,
+    default_model_load_seconds: Annotated[Optional[float], typer.Option(
+        help=f"Model load time of pools the --pools file does not list [default: {DEFAULT_MODEL_LOAD_SECONDS:g}].")] = None,
+    max_ttft_ms: Annotated[Optional[float], typer.Option(
+        help=f"Ceiling of expected TTFT, reported for stalled pools [default: {DEFAULT_MAX_TTFT_MS:g}].")] = None,
+    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
+                                                 help="Kafka bootstrap servers, host:port[,host:port].")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus /metrics on this port.")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(
+        help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/token-lag).")] = None,
+    store: Annotated[str, typer.Option(
+        help="faust table store: memory:// rebuilds the table from its changelog at every start; "
+             "rocksdict:// keeps it in --data-dir (needs the rocksdict package).")] = "memory://",
+) -> None:
+    """Consume berth.inference.queue.v1; publish each pool's lag state to
+    berth.inference.lag-state.v1 and to its cell of berth.scheduler.inputs.v1. Stops on SIGTERM."""
+    from berth.bus import ensure_topics
+    from berth.bus.streams import default_data_dir, faust_app_options, new_event_loop, partition_counts, run_worker
+    from berth.logs import configure_logging, get_logger
+    from berth.schemas.topics import DECISION_INPUTS, QUEUE_LAG
+    from berth.settings import load_settings
+
+    from .app import Layout, create_app
+    from .fold import PoolsFileError, load_lag_settings
+
+    overrides = {name: value for name, value in (
+        ("half_life_seconds", half_life_seconds), ("default_model_load_seconds", default_model_load_seconds),
+        ("max_ttft_ms", max_ttft_ms)) if value is not None}
+    try:
+        lag_settings = load_lag_settings(pools, **overrides)
+    except PoolsFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--pools") from exc
+    settings = load_settings(kafka=kafka)
+    configure_logging(settings.log_level, settings.log_format, service="token-lag")
+    log = get_logger(__name__)
+    directory = data_dir or default_data_dir("token-lag")
+    directory.mkdir(parents=True, exist_ok=True)
+
+    async def read_layout() -> Layout:
+        await ensure_topics(settings.kafka)
+        counts = await partition_counts(settings.kafka, [DECISION_INPUTS.name, QUEUE_LAG.name])
+        return Layout(cells=counts[DECISION_INPUTS.name], queue_partitions=counts[QUEUE_LAG.name])
+
+    loop = new_event_loop()
+    layout = loop.run_until_complete(read_layout())
+    log.info("starting", kafka=settings.kafka.bootstrap, cells=layout.cells, queue_partitions=layout.queue_partitions,
+             half_life_seconds=lag_settings.half_life_seconds, pools_configured=len(lag_settings.pools),
+             store=store, data_dir=str(directory))
+    options = {**faust_app_options(settings.kafka), "store": store, "datadir": str(directory)}
+    service = create_app(layout, lag_settings, app_options=options)
+    run_worker(service.app, loop=loop, log_level=settings.log_level,
+               metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
+    log.info("stopped")
