@@ -177,6 +177,7 @@ class _ShareSummary:
     """Cached per-node answer for one share shape; ``dirty`` rows must be recomputed."""
 
     best_col: IntArray
+    best_free: IntArray
     dirty: set[int] = field(default_factory=set)
 
 
@@ -444,7 +445,8 @@ class GpuInventory:
             fits = self.share_fits(request)
             masked = np.where(fits, self.free_milli, np.iinfo(np.int64).max)
             col = np.argmin(masked, axis=1) if self.width else np.zeros(len(fits), dtype=np.int64)
-            summary = _ShareSummary(np.where(fits.any(axis=1), col, -1))
+            best = np.where(fits.any(axis=1), col, -1)
+            summary = _ShareSummary(best, self._free_at(np.arange(len(best)), best))
             self._summaries[key] = summary
         elif summary.dirty:
             rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))
@@ -453,8 +455,21 @@ class GpuInventory:
             fits = self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
             masked = np.where(fits, self.free_milli[rows], np.iinfo(np.int64).max)
             col = np.argmin(masked, axis=1) if self.width else np.zeros(len(rows), dtype=np.int64)
-            summary.best_col[rows] = np.where(fits.any(axis=1), col, -1)
+            best = np.where(fits.any(axis=1), col, -1)
+            summary.best_col[rows] = best
+            summary.best_free[rows] = self._free_at(rows, best)
         return summary
+
+    def _free_at(self, rows: IntArray, cols: IntArray) -> IntArray:
+        if not self.width:
+            return np.zeros(len(rows), dtype=np.int64)
+        return np.where(cols >= 0, self.free_milli[rows, np.maximum(cols, 0)], 0)
+
+    def share_choice(self, request: GpuRequest) -> tuple[IntArray, IntArray]:
+        """Per slot: the column bin-packing gives the share (-1: none fits) and that device's
+        free milli now. Read-only views of cached arrays: do not modify."""
+        summary = self._summary(request)
+        return summary.best_col, summary.best_free
 
     def filter(self, request: GpuRequest,
                rows: IntArray | None = None) -> tuple[BoolArray, list[tuple[GpuMisfit, BoolArray]]]:

@@ -184,4 +184,6 @@ def test_incremental_share_answers_match_a_fresh_computation() -> None:
             expected = np.where(fresh.any(axis=1),
                                 np.argmin(np.where(fresh, inv.free_milli, 10**9), axis=1), -1)
             assert np.array_equal(inv.share_device(shape), expected), step
+            best_col, best_free = inv.share_choice(shape)
+            assert np.array_equal(best_free, np.where(expected >= 0, inv.free_milli[np.arange(6), np.maximum(expected, 0)], 0))
             assert np.array_equal(inv.filter(shape)[0], fresh.any(axis=1)), step
