@@ -38,6 +38,7 @@ __all__ = [
     "match_node_selector",
     "match_node_selector_terms",
     "match_node_term",
+    "match_required_node_affinity",
     "match_requirement",
 ]
 
@@ -197,4 +198,16 @@ def match_node_selector(state: ClusterState, node_selector: Mapping[str, str],
     for key, value in node_selector.items():
         code = state.label_value_code(key, value)
         mask &= state.label_codes(key)[nodes] == code
+    return mask
+
+
+def match_required_node_affinity(state: ClusterState, node_selector: Mapping[str, str],
+                                 required: Sequence[NodeSelectorTerm] | None,
+                                 nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """kube's ``GetRequiredNodeAffinity(pod).Match``: ``nodeSelector`` AND the required node
+    affinity terms (None: no requirement)."""
+    mask = (match_node_selector(state, node_selector, nodes) if node_selector
+            else np.ones(nodes.shape, dtype=bool))
+    if required is not None:
+        mask &= match_node_selector_terms(state, required, nodes)
     return mask

@@ -662,6 +662,10 @@ class ClusterState:
         """Placed pods with any pod (anti-)affinity term, sorted by UID."""
         return [self._pods[uid] for uid in sorted(self._pods_with_affinity)]
 
+    @property
+    def has_pods_with_required_anti_affinity(self) -> bool:
+        return bool(self._pods_with_required_anti_affinity)
+
     def pods_with_required_anti_affinity(self) -> list[PlacedPod]:
         return [self._pods[uid] for uid in sorted(self._pods_with_required_anti_affinity)]
 

@@ -7,11 +7,19 @@ A toleration tolerates a taint when its effect is empty or equal, its key is emp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from berth.schemas.cluster import Taint, Toleration
 
-__all__ = ["HARD_EFFECTS", "UNSCHEDULABLE_TAINT", "tolerates", "tolerated_by_any"]
+if TYPE_CHECKING:
+    from berth.core.state import ClusterState
+
+__all__ = ["HARD_EFFECTS", "UNSCHEDULABLE_TAINT", "tolerated_by_any", "tolerates",
+           "untolerated_hard_taints", "untolerated_lookup"]
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 """The effects the TaintToleration Filter enforces; PreferNoSchedule only scores."""
@@ -33,3 +41,22 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
 def tolerated_by_any(tolerations: Iterable[Toleration], taint: Taint) -> bool:
     """kube's ``TolerationsTolerateTaint``."""
     return any(tolerates(toleration, taint) for toleration in tolerations)
+
+
+def untolerated_hard_taints(state: ClusterState, tolerations: Sequence[Toleration],
+                            nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """Per node of ``nodes``: has it a NoSchedule/NoExecute taint none of ``tolerations``
+    tolerates? (kube's ``FindMatchingUntoleratedTaint`` with the DoNotSchedule filter.)"""
+    if state.hard_taint_nodes == 0:
+        return np.zeros(nodes.shape, dtype=bool)
+    lookup = untolerated_lookup(state, tolerations, HARD_EFFECTS)
+    return lookup[state.taint_table[nodes]].any(axis=1)
+
+
+def untolerated_lookup(state: ClusterState, tolerations: Sequence[Toleration],
+                       effects: frozenset[str]) -> npt.NDArray[np.bool_]:
+    """Per distinct taint id of the state (plus a trailing False that the -1 padding of the
+    taint table indexes): is it of one of ``effects`` and tolerated by none of
+    ``tolerations``?"""
+    flags = [t.effect in effects and not tolerated_by_any(tolerations, t) for t in state.taints]
+    return np.array(flags + [False], dtype=bool)

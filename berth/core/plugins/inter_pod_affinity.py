@@ -1,32 +1,355 @@
-"""InterPodAffinity (kube-scheduler's plugin of the same name). Skeleton: filled in next."""
+"""InterPodAffinity (kube-scheduler's plugin of the same name).
+
+Filter, in kube's order, a node fails when:
+
+1. the pod's required **affinity** is not met: the node lacks a term's topology key, or some
+   term's domain (the node's value for its key) holds no placed pod matching *all* the terms —
+   unless no pod anywhere matches them all and the pod matches its own terms (the first pod of a
+   group that attracts itself may start it) → "node(s) didn't match pod affinity rules"
+   (UnschedulableAndUnresolvable);
+2. the pod's required **anti-affinity** is violated: for some term, the node's domain holds a
+   placed pod matching that term → "node(s) didn't match pod anti-affinity rules";
+3. a placed pod's required anti-affinity term matches the incoming pod and the node is in that
+   placed pod's domain → "node(s) didn't satisfy existing pods anti-affinity rules".
+
+Score: per topology domain, +weight for each placed pod matching a preferred affinity term of the
+pod, -weight per preferred anti-affinity match, and the symmetric contributions of placed pods'
+terms that match the incoming pod (``hardPodAffinityWeight`` for their required affinity terms,
+± weights for their preferred terms); a node's score is the sum over its domains, normalised by
+min-max to 0..100.
+
+Term semantics are kube's ``AffinityTerm``: the term's namespaces (the owning pod's own namespace
+when neither ``namespaces`` nor ``namespaceSelector`` is given) or a ``namespaceSelector`` over
+namespace labels (``{}``: every namespace; the ClusterState keeps namespace labels), AND the
+label selector (a missing selector matches nothing). ``matchLabelKeys``/``mismatchLabelKeys``
+are merged into the selector with the owning pod's label values, as the API server does.
+
+Cost: nothing for a pod without affinity terms while no placed pod has required anti-affinity;
+otherwise about the number of placed pods the terms select (label index) plus O(nodes) array
+work. Placed pods' terms are compiled once, in a state extension, not per cycle.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from berth.core import messages
 from berth.core.framework import (
+    MAX_NODE_SCORE,
     CycleContext,
     FilterPlugin,
     FilterResult,
     NodeArray,
+    PluginArgs,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
     ScorePlugin,
+    StateExtension,
     Status,
 )
+from berth.core.labels import NOTHING, CompiledSelector, Requirement, compile_selector
+from berth.core.state import ClusterState, PlacedPod
+from berth.schemas.cluster import PodAffinityTerm, PodInfo
 
-__all__ = ["NAME", "InterPodAffinity"]
+__all__ = ["NAME", "AffinityTerm", "InterPodAffinity", "InterPodAffinityArgs", "PodTerms",
+           "compile_terms"]
 
 NAME = "InterPodAffinity"
 
 
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """kube's ``fwk.AffinityTerm`` (plus the weight of a preferred term)."""
+
+    selector: CompiledSelector
+    namespaces: frozenset[str]
+    namespace_selector: CompiledSelector
+    topology_key: str
+    weight: int = 0
+
+    def matches(self, pod: PodInfo, namespace_labels: Mapping[str, str]) -> bool:
+        """Does ``pod`` (whose namespace has ``namespace_labels``) fall under this term?"""
+        if pod.namespace not in self.namespaces and not self.namespace_selector.matches(
+                namespace_labels):
+            return False
+        return self.selector.matches(pod.labels)
+
+    def resolved(self, state: ClusterState) -> AffinityTerm:
+        """kube's ``mergeAffinityTermNamespacesIfNotEmpty`` for the incoming pod's terms: a
+        non-empty namespace selector becomes the names of the namespaces it selects now."""
+        if self.namespace_selector.is_empty or self.namespace_selector.nothing:
+            return self
+        selected = {ns for ns in state.namespaces()
+                    if self.namespace_selector.matches(state.namespace_labels(ns))}
+        return AffinityTerm(self.selector, self.namespaces | selected, NOTHING,
+                            self.topology_key, self.weight)
+
+    def namespace_scope(self) -> frozenset[str] | None:
+        """Namespaces to search placed pods in; None: every namespace (selector ``{}``)."""
+        return None if self.namespace_selector.is_empty else self.namespaces
+
+
+def _compile(pod: PodInfo, term: PodAffinityTerm, weight: int = 0) -> AffinityTerm:
+    selector = compile_selector(term.label_selector)
+    extra = []
+    for key in term.match_label_keys:
+        if key in pod.labels:
+            extra.append(Requirement(key, "In", frozenset((pod.labels[key],))))
+    for key in term.mismatch_label_keys:
+        if key in pod.labels:
+            extra.append(Requirement(key, "NotIn", frozenset((pod.labels[key],))))
+    selector = selector.with_requirements(extra)
+    if not term.namespaces and term.namespace_selector is None:
+        namespaces = frozenset((pod.namespace,))
+    else:
+        namespaces = frozenset(term.namespaces)
+    namespace_selector = compile_selector(term.namespace_selector)
+    return AffinityTerm(selector, namespaces, namespace_selector, term.topology_key, weight)
+
+
+@dataclass(frozen=True, slots=True)
+class PodTerms:
+    required_affinity: tuple[AffinityTerm, ...] = ()
+    required_anti_affinity: tuple[AffinityTerm, ...] = ()
+    preferred_affinity: tuple[AffinityTerm, ...] = ()
+    preferred_anti_affinity: tuple[AffinityTerm, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.required_affinity or self.required_anti_affinity
+                    or self.preferred_affinity or self.preferred_anti_affinity)
+
+
+_NO_TERMS = PodTerms()
+
+
+def compile_terms(pod: PodInfo) -> PodTerms:
+    affinity = pod.affinity
+    if affinity is None or (affinity.pod_affinity is None and affinity.pod_anti_affinity is None):
+        return _NO_TERMS
+    attract, repel = affinity.pod_affinity, affinity.pod_anti_affinity
+    return PodTerms(
+        required_affinity=tuple(_compile(pod, t) for t in attract.required) if attract else (),
+        required_anti_affinity=tuple(_compile(pod, t) for t in repel.required) if repel else (),
+        preferred_affinity=tuple(_compile(pod, w.term, w.weight)
+                                 for w in attract.preferred) if attract else (),
+        preferred_anti_affinity=tuple(_compile(pod, w.term, w.weight)
+                                      for w in repel.preferred) if repel else (),
+    )
+
+
+class PlacedPodTerms(StateExtension):
+    """Compiled affinity terms of placed pods that have any, by UID (kept by the state)."""
+
+    KEY = NAME
+
+    def __init__(self) -> None:
+        self.terms: dict[str, PodTerms] = {}
+
+    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
+        terms = compile_terms(placed.pod)
+        if not terms.empty:
+            self.terms[placed.uid] = terms
+
+    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        self.terms.pop(placed.uid, None)
+
+
+class InterPodAffinityArgs(PluginArgs):
+    hard_pod_affinity_weight: int = Field(default=1, ge=0, le=100, alias="hardPodAffinityWeight")
+    ignore_preferred_terms_of_existing_pods: bool = Field(
+        default=False, alias="ignorePreferredTermsOfExistingPods")
+
+
+class _DomainCounts:
+    """Counts per (topology key, label code), as kube's ``topologyToMatchedTermCount``."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[int, int]] = {}
+
+    def add(self, key: str, code: int, amount: int) -> None:
+        if code <= 0:
+            return  # the node lacks the key: kube counts nothing
+        per_key = self.counts.setdefault(key, {})
+        per_key[code] = per_key.get(code, 0) + amount
+
+    def __bool__(self) -> bool:
+        return any(self.counts.values())
+
+    def positive_codes(self, key: str) -> npt.NDArray[np.int32]:
+        return np.array(sorted(c for c, n in self.counts.get(key, {}).items() if n > 0),
+                        dtype=np.int32)
+
+    def lookup(self, state: ClusterState, key: str) -> npt.NDArray[np.int64]:
+        """Per label code of ``key``: the count (0 for codes never counted)."""
+        table = np.zeros(state.label_domain_count(key), dtype=np.int64)
+        for code, count in self.counts.get(key, {}).items():
+            table[code] = count
+        return table
+
+
+def _node_code(state: ClusterState, placed: PlacedPod, key: str) -> int:
+    slot = state.pod_slot(placed)
+    return 0 if slot is None else int(state.label_codes(key)[slot])
+
+
+@dataclass(slots=True)
+class _FilterState:
+    terms: PodTerms
+    affinity: _DomainCounts
+    anti_affinity: _DomainCounts
+    existing_anti_affinity: _DomainCounts
+    matches_own_terms: bool
+
+
 class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     NAME = NAME
+    Args = InterPodAffinityArgs
+    STATE_EXTENSIONS = (PlacedPodTerms,)
+
+    # ------------------------------------------------------------------ filter
 
     def pre_filter(self, cycle: CycleContext) -> tuple[Status, PreFilterResult | None]:
-        return Status.skip(), None
+        state, pod = cycle.state, cycle.pod
+        terms = compile_terms(pod)
+        if (not terms.required_affinity and not terms.required_anti_affinity
+                and not state.has_pods_with_required_anti_affinity):
+            return Status.skip(), None
+        namespace_labels = state.namespace_labels(pod.namespace)
+        existing = _DomainCounts()
+        placed_terms: PlacedPodTerms = state.extension(NAME)  # type: ignore[assignment]
+        for placed in state.pods_with_required_anti_affinity():
+            for term in placed_terms.terms[placed.uid].required_anti_affinity:
+                if term.matches(pod, namespace_labels):
+                    existing.add(term.topology_key, _node_code(state, placed, term.topology_key), 1)
+        required = tuple(t.resolved(state) for t in terms.required_affinity)
+        repelling = tuple(t.resolved(state) for t in terms.required_anti_affinity)
+        if not existing and not required and not repelling:
+            return Status.skip(), None
+
+        affinity = _DomainCounts()
+        if required:
+            first = required[0]
+            for placed in state.pods_matching(first.namespace_scope(), first.selector):
+                # A placed pod counts for the affinity only if it matches every term.
+                if all(t.matches(placed.pod, {}) for t in required):
+                    for t in required:
+                        affinity.add(t.topology_key, _node_code(state, placed, t.topology_key), 1)
+        anti_affinity = _DomainCounts()
+        for term in repelling:
+            for placed in state.pods_matching(term.namespace_scope(), term.selector):
+                anti_affinity.add(term.topology_key,
+                                  _node_code(state, placed, term.topology_key), 1)
+        own = bool(required) and all(t.matches(pod, {}) for t in required)
+        cycle.data[NAME] = _FilterState(PodTerms(required, repelling), affinity, anti_affinity,
+                                        existing, own)
+        return Status.success(), None
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
-        return FilterResult.all_pass()
+        data: _FilterState | None = cycle.data.get(NAME)
+        if data is None:
+            return FilterResult.all_pass()
+        state = cycle.state
+        codes = np.full(nodes.size, -1, dtype=np.int32)
+        # 1. required affinity
+        if data.terms.required_affinity:
+            has_keys = np.ones(nodes.size, dtype=bool)
+            pods_exist = np.ones(nodes.size, dtype=bool)
+            for term in data.terms.required_affinity:
+                node_codes = state.label_codes(term.topology_key)[nodes]
+                has_keys &= node_codes != 0
+                pods_exist &= np.isin(node_codes, data.affinity.positive_codes(term.topology_key))
+            satisfied = has_keys & pods_exist
+            if not data.affinity and data.matches_own_terms:
+                satisfied = has_keys  # the first pod of a self-attracting group
+            codes[~satisfied] = 0
+        # 2. the pod's required anti-affinity
+        if data.anti_affinity:
+            violated = np.zeros(nodes.size, dtype=bool)
+            for term in data.terms.required_anti_affinity:
+                node_codes = state.label_codes(term.topology_key)[nodes]
+                violated |= np.isin(node_codes, data.anti_affinity.positive_codes(term.topology_key))
+            codes[(codes < 0) & violated] = 1
+        # 3. placed pods' required anti-affinity against this pod
+        if data.existing_anti_affinity:
+            violated = np.zeros(nodes.size, dtype=bool)
+            for key in sorted(data.existing_anti_affinity.counts):
+                node_codes = state.label_codes(key)[nodes]
+                violated |= np.isin(node_codes, data.existing_anti_affinity.positive_codes(key))
+            codes[(codes < 0) & violated] = 2
+        if (codes < 0).all():
+            return FilterResult.all_pass()
+        return FilterResult.from_codes(codes, (
+            Status.unresolvable(messages.POD_AFFINITY_NOT_MATCH, plugin=NAME),
+            Status.unschedulable(messages.POD_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
+            Status.unschedulable(messages.EXISTING_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
+        ))
+
+    # ------------------------------------------------------------------ score
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
-        return Status.skip()
+        state, pod = cycle.state, cycle.pod
+        args: InterPodAffinityArgs = self.args  # type: ignore[assignment]
+        terms = compile_terms(pod)
+        preferred = [(t.resolved(state), +1) for t in terms.preferred_affinity]
+        preferred += [(t.resolved(state), -1) for t in terms.preferred_anti_affinity]
+        if not preferred and (args.ignore_preferred_terms_of_existing_pods
+                              or not state.has_pods_with_affinity):
+            return Status.skip()
+        scores = _DomainCounts()
+        touched = False
+        # The incoming pod's preferred terms against every placed pod they select.
+        for term, sign in preferred:
+            for placed in state.pods_matching(term.namespace_scope(), term.selector):
+                code = _node_code(state, placed, term.topology_key)
+                if code > 0:
+                    scores.add(term.topology_key, code, sign * term.weight)
+                    touched = True
+        # Placed pods' terms against the incoming pod (symmetry).
+        if not args.ignore_preferred_terms_of_existing_pods or preferred:
+            namespace_labels = state.namespace_labels(pod.namespace)
+            placed_terms: PlacedPodTerms = state.extension(NAME)  # type: ignore[assignment]
+            hard_weight = args.hard_pod_affinity_weight
+            for placed in state.pods_with_affinity():
+                theirs = placed_terms.terms[placed.uid]
+                contributions = [(t, hard_weight) for t in theirs.required_affinity
+                                 if hard_weight > 0]
+                contributions += [(t, t.weight) for t in theirs.preferred_affinity]
+                contributions += [(t, -t.weight) for t in theirs.preferred_anti_affinity]
+                for term, amount in contributions:
+                    if term.matches(pod, namespace_labels):
+                        code = _node_code(state, placed, term.topology_key)
+                        if code > 0:
+                            scores.add(term.topology_key, code, amount)
+                            touched = True
+        if not touched:
+            return Status.skip()
+        cycle.data[NAME + "/score"] = scores
+        return Status.success()
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        scores: _DomainCounts = cycle.data[NAME + "/score"]
+        state = cycle.state
+        total = np.zeros(nodes.size, dtype=np.int64)
+        for key in sorted(scores.counts):
+            total += scores.lookup(state, key)[state.label_codes(key)[nodes]]
+        return total
+
+    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
+                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if scores.size == 0:
+            return scores
+        low, high = int(scores.min()), int(scores.max())
+        if high == low:
+            return np.zeros(scores.shape, dtype=np.int64)
+        # float64(MaxNodeScore) * (float64(score-min) / float64(max-min)), truncated.
+        return (float(MAX_NODE_SCORE) * ((scores - low) / float(high - low))).astype(np.int64)
+

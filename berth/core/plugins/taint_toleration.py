@@ -26,7 +26,7 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.plugins._normalize import default_normalize
-from berth.core.taints import HARD_EFFECTS, tolerated_by_any
+from berth.core.taints import HARD_EFFECTS, untolerated_lookup
 
 __all__ = ["NAME", "TaintToleration"]
 
@@ -34,12 +34,7 @@ NAME = "TaintToleration"
 
 
 def _untolerated(cycle: CycleContext, effects: frozenset[str]) -> npt.NDArray[np.bool_]:
-    """Per distinct taint id (plus a trailing False for the -1 padding): is it of one of
-    ``effects`` and tolerated by none of the pod's tolerations?"""
-    tolerations = cycle.pod.tolerations
-    flags = [t.effect in effects and not tolerated_by_any(tolerations, t)
-             for t in cycle.state.taints]
-    return np.array(flags + [False], dtype=bool)
+    return untolerated_lookup(cycle.state, cycle.pod.tolerations, effects)
 
 
 class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
