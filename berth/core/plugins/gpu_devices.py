@@ -217,12 +217,18 @@ class GpuBinPack(_GpuScore):
         # Computed over every slot, then one take: cheaper than gathering each operand.
         inv = gpu_inventory(cycle.state)
         request = _request(cycle)
+        if request.whole:
+            need = request.whole * MILLI
+
+            def whole(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+                total = inv.node_total[rows]
+                used = total - inv.node_free[rows]
+                return np.minimum(MAX_NODE_SCORE * (used + need) // np.maximum(total, 1), MAX_NODE_SCORE)
+
+            return inv.per_slot((self.NAME, request.whole), whole).take(nodes)
         total = inv.node_total
         used = total - inv.node_free
         safe = np.maximum(total, 1)
-        if request.whole:
-            full = MAX_NODE_SCORE * (used + request.whole * MILLI) // safe
-            return np.minimum(full.take(nodes), MAX_NODE_SCORE)
         if request.is_share:
             best_col, best_free = inv.share_choice(request)
             if request.milli:

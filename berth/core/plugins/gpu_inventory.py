@@ -24,7 +24,7 @@ independent inventory. Misfits are values (:class:`GpuMisfit`), never exceptions
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -173,6 +173,14 @@ class _Topology:
 
 
 @dataclass
+class _RowCache:
+    """A per-slot array derived from one row's state only; ``dirty`` rows must be recomputed."""
+
+    values: IntArray
+    dirty: set[int] = field(default_factory=set)
+
+
+@dataclass
 class _ShareSummary:
     """Cached per-node answer for one share shape; ``dirty`` rows must be recomputed."""
 
@@ -205,6 +213,7 @@ class GpuInventory:
         self.node_total: IntArray = np.zeros(0, dtype=np.int64)
         self.node_free: IntArray = np.zeros(0, dtype=np.int64)
         self._summaries: dict[tuple[int, int], _ShareSummary] = {}
+        self._row_caches: dict[tuple[object, ...], _RowCache] = {}
         self.topo_id: IntArray = np.zeros(0, dtype=np.int64)
         self.topologies: list[_Topology] = []
         self._topo_ids: dict[tuple[object, ...], int] = {}
@@ -250,6 +259,7 @@ class GpuInventory:
         self.topo_id = np.concatenate([self.topo_id, np.zeros(extra, dtype=np.int64)])
         self.device_count = np.concatenate([self.device_count, np.zeros(extra, dtype=np.int64)])
         self._summaries = {}
+        self._row_caches = {}
         self.node_names += [None] * extra
         self.models += [()] * extra
         if cols != self.width:
@@ -324,6 +334,7 @@ class GpuInventory:
         self.node_free[slot] = 0
         self._share_needs = {}
         self._summaries = {}
+        self._row_caches = {}
 
     def copy(self) -> GpuInventory:
         """An independent inventory (the memoised choices of a topology are shared: they never change)."""
@@ -366,6 +377,8 @@ class GpuInventory:
         self.node_free[row] = free
         for summary in self._summaries.values():
             summary.dirty.add(row)
+        for cache in self._row_caches.values():
+            cache.dirty.add(row)
 
     # --- whole-GPU lookup tables ---------------------------------------------------------------
 
@@ -388,6 +401,17 @@ class GpuInventory:
         return self._tables[key]
 
     def _whole_lookup(self, rows: IntArray, count: int, locality: str) -> tuple[BoolArray, IntArray]:
+        if len(rows) > 64:
+            # Feasibility and fitness of a node's best set depend only on its own row.
+            def compute(sub: IntArray) -> IntArray:
+                ok, fit = self._whole_lookup_direct(sub, count, locality)
+                return np.where(ok, fit, -1)
+
+            values = self.per_slot(("whole", count, locality), compute).take(rows)
+            return values >= 0, np.maximum(values, 0)
+        return self._whole_lookup_direct(rows, count, locality)
+
+    def _whole_lookup_direct(self, rows: IntArray, count: int, locality: str) -> tuple[BoolArray, IntArray]:
         table = self._table(count, locality)
         if table is not None:
             ok, fit = table
@@ -464,6 +488,26 @@ class GpuInventory:
         if not self.width:
             return np.zeros(len(rows), dtype=np.int64)
         return np.where(cols >= 0, self.free_milli[rows, np.maximum(cols, 0)], 0)
+
+    def per_slot(self, key: tuple[object, ...], compute: Callable[[IntArray], IntArray]) -> IntArray:
+        """A per-slot array that depends only on each slot's own row, kept incrementally.
+
+        ``compute(rows)`` must return the values of ``rows`` from the current state. The first
+        call computes every slot; later calls recompute only the slots changed since (a
+        placement changes one), so a score that is a pure function of a node's own GPU state
+        costs O(changed rows) per pod instead of O(nodes). Read-only result: do not modify.
+        """
+        cache = self._row_caches.get(key)
+        if cache is None:
+            if len(self._row_caches) >= 128:
+                self._row_caches = {}
+            cache = _RowCache(np.asarray(compute(np.arange(len(self.node_names))), dtype=np.int64))
+            self._row_caches[key] = cache
+        elif cache.dirty:
+            rows = np.fromiter(sorted(cache.dirty), dtype=np.intp, count=len(cache.dirty))
+            cache.dirty.clear()
+            cache.values[rows] = compute(rows)
+        return cache.values
 
     def share_choice(self, request: GpuRequest) -> tuple[IntArray, IntArray]:
         """Per slot: the column bin-packing gives the share (-1: none fits) and that device's
