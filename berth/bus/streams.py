@@ -253,28 +253,30 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class _ServiceWorker(faust.Worker):
-    """faust's worker without its terminal spinner, logging ``ready`` once recovery is done."""
+    """faust's worker without its terminal spinner; once the tables are recovered and the agents
+    consume, it logs ``ready`` and starts serving /metrics (which doubles as readiness probe)."""
 
-    def __init__(self, app: faust.App, **kwargs: Any) -> None:
+    def __init__(self, app: faust.App, *, metrics_port: int | None, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.spinner = None  # it writes cursor escapes to stdout, which is for results
+        self._metrics_port = metrics_port
 
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()
-        log.info("ready", app=self.app.conf.id)
+        serve_metrics(self._metrics_port)
+        log.info("ready", app=self.app.conf.id, metrics_port=self._metrics_port)
 
 
 def run_worker(app: faust.App, *, loop: asyncio.AbstractEventLoop, log_level: str, metrics_port: int | None) -> None:
     """Run ``app``'s agents until SIGTERM or SIGINT, then stop cleanly (commit, leave the group).
 
-    Logs ``ready`` when the tables are recovered and the agents consume. Logging stays ours
-    (``berth.logs``): faust's and aiokafka's stdlib loggers keep the level
+    /metrics answers from when the tables are recovered and the agents consume. Logging stays
+    ours (``berth.logs``): faust's and aiokafka's stdlib loggers keep the level
     :func:`berth.logs.configure_logging` gave them. Returns when the worker has stopped.
     """
-    serve_metrics(metrics_port)
     worker = _ServiceWorker(
-        app, loop=loop, loglevel=log_level.upper(), quiet=True, redirect_stdouts=False,
-        override_logging=False,
+        app, metrics_port=metrics_port, loop=loop, loglevel=log_level.upper(), quiet=True,
+        redirect_stdouts=False, override_logging=False,
     )
     try:
         worker.execute_from_commandline()
