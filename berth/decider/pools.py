@@ -28,6 +28,30 @@ class PoolPolicy(BaseModel):
     max_replicas: int = Field(default=10, ge=1)
     cooldown_s: float = Field(default=300, ge=0)
     initial_replicas: int = Field(default=1, ge=0)
+    model_load_seconds: float = Field(default=60, ge=0)
+    """Time for a new replica to serve its first token (image pull, weights load, warm-up)."""
+
+
+class PoolsFile(BaseModel):
+    """The pools file shared by the token-lag and decision services::
+
+        pools:
+          serving/llama-70b: {tokens_per_second_per_replica: 2000, ttft_slo_ms: 2000,
+                              max_replicas: 16, model_load_seconds: 90}
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pools: dict[str, PoolPolicy] = Field(default_factory=dict)
+
+
+def parse_pools(document: dict[str, object]) -> dict[str, PoolPolicy]:
+    """Validate a pools document; keys must be ``namespace/name``."""
+    pools = PoolsFile.model_validate(document).pools
+    for key in pools:
+        if key.count("/") != 1:
+            raise ValueError(f"pools: {key!r} must be NAMESPACE/NAME, e.g. serving/llama-70b")
+    return dict(sorted(pools.items()))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,170 @@
+"""The placement engine behind the decision cell's port: berth.core's Scheduler over a ClusterState.
+
+One :class:`CoreEngine` per cell. Its configuration document is the scheduler configuration (as
+the operator wrote it) plus the pools' scaling policies, canonically encoded: the cell announces
+it, the audit stores it, and replay rebuilds exactly this engine from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from berth.core.config import SchedulerConfig, parse_config
+from berth.core.gangs import StateGangHost, place_gang
+from berth.core.scheduler import Scheduler
+from berth.core.state import ClusterState
+from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PolicyObserved
+
+from .pools import PoolPolicy, parse_pools
+from .ports import EngineOutcome, Placement
+
+NODE_LEVEL_VERDICTS = 100
+"""Up to this many nodes, every filtered-out node gets its own verdict; beyond, verdicts are
+grouped by reason with a count (a 5,000-node decision stays small)."""
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def default_scheduler_document() -> dict[str, Any]:
+    """What the decision service runs without ``--config``: the same profile as ``berth simulate``."""
+    from berth.simulate import GPU_PROFILE  # one definition of Berth's default GPU profile
+
+    return json.loads(json.dumps(GPU_PROFILE))
+
+
+class CoreEngine:
+    """Implements :class:`berth.decider.PlacementEngine` with the pure core."""
+
+    def __init__(self, scheduler_document: dict[str, Any], pools: dict[str, PoolPolicy] | None = None) -> None:
+        self.pools = dict(sorted((pools or {}).items()))
+        self.config: SchedulerConfig = parse_config(scheduler_document)
+        self.config_document = _canonical({
+            "scheduler": scheduler_document,
+            "pools": {key: policy.model_dump(mode="json") for key, policy in self.pools.items()},
+        })
+        self.config_hash = sha256(self.config_document.encode()).hexdigest()
+        self.config_version = self.config_hash[:12]
+        self.scheduler = Scheduler(self.config)
+        self.state = ClusterState()
+        self.profile = next(iter(self.scheduler.frameworks))
+        for framework in self.scheduler.frameworks.values():
+            framework.prepare(self.state)
+            for plugin in framework.post_filter_plugins:
+                bind = getattr(plugin, "bind_framework", None)
+                if callable(bind):
+                    bind(framework)
+
+    # -- snapshot -------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        self.state.upsert_node(node)
+
+    def remove_node(self, name: str) -> None:
+        self.state.remove_node(name)
+
+    def upsert_bound_pod(self, pod: PodInfo) -> None:
+        if self.state.node(pod.node_name or "") is None:
+            return  # a pod on a node of another cell (or one not observed yet) holds nothing here
+        self.state.upsert_bound_pod(pod)
+
+    def remove_pod(self, uid: str) -> None:
+        self.state.remove_pod(uid)
+
+    def upsert_policy(self, event: PolicyObserved) -> None:
+        obj = event.obj
+        self.state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
+
+    def remove_policy(self, kind: str, namespace: str, name: str) -> None:
+        self.state.remove_policy(kind, namespace, name)
+
+    def snapshot_hash(self) -> str:
+        return self.state.snapshot_hash()
+
+    # -- decisions ------------------------------------------------------------------------------
+
+    def place(self, pods: Sequence[PodInfo], *, min_member: int | None = None) -> EngineOutcome:
+        if min_member is not None:
+            return self._place_gang(pods, min_member)
+        [pod] = pods
+        decision = self.scheduler.schedule(pod, self.state, self.profile)
+        victims: list[PodInfo] = []
+        if decision.status == "preempting":
+            for uid in decision.victims:
+                placed = self.state.placed_pod(uid)
+                if placed is not None:
+                    victims.append(placed.pod)
+                self.state.remove_pod(uid)
+            decision = self.scheduler.schedule(pod, self.state, self.profile)
+        if decision.status not in ("placed", "held"):
+            return EngineOutcome(message=decision.message, verdicts=self._verdicts(decision))
+        self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
+        return EngineOutcome(
+            placements=(Placement(pod, decision.node, tuple(decision.gpu_devices), decision.gpu_milli),),
+            verdicts=self._verdicts(decision), victims=tuple(sorted(victims, key=lambda p: p.key)),
+            nominated_node=decision.node if victims else None,
+        )
+
+    def _place_gang(self, pods: Sequence[PodInfo], min_member: int) -> EngineOutcome:
+        group = f"{pods[0].namespace}/{pods[0].pod_group}"
+        host = StateGangHost(self.scheduler, self.state, self.profile)
+        result = place_gang(host, pods, min_member, group)
+        if not result.placed:
+            # Every member has a message; the first member's (queue order) speaks for the gang.
+            return EngineOutcome(message=result.messages.get(pods[0].uid, "")
+                                 or next(iter(result.messages.values()), ""))
+        placements = tuple(Placement(pod, decision.node, tuple(decision.gpu_devices), decision.gpu_milli)
+                           for pod, decision in result.placements)
+        return EngineOutcome(placements=placements)
+
+    def _verdicts(self, decision: Any) -> tuple[NodeVerdict, ...]:
+        verdicts = [NodeVerdict(node=score.node, scores=dict(score.scores), total=score.total)
+                    for score in decision.top_scores]
+        if not decision.rejections:
+            return tuple(verdicts)
+        if decision.nodes_total <= NODE_LEVEL_VERDICTS:
+            for node, group in decision.node_reasons(self.state.node_names()):
+                if group is not None:
+                    verdicts.append(NodeVerdict(node=node, reason=", ".join(group.reasons)))
+        else:
+            for group in decision.rejections:
+                verdicts.append(NodeVerdict(node=f"{group.count} node(s)", reason=", ".join(group.reasons)))
+        return tuple(verdicts)
+
+
+def config_document(path: Path | None, pools: dict[str, PoolPolicy] | None = None) -> str:
+    """The canonical document of the engine a decision cell would build from these files."""
+    return CoreEngine(_scheduler_document(path), pools).config_document
+
+
+def _scheduler_document(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return default_scheduler_document()
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a configuration document (a YAML mapping)")
+    return data
+
+
+def engine_factory(path: Path | None, pools: dict[str, PoolPolicy] | None = None) -> Callable[[], CoreEngine]:
+    """A factory of fresh engines (one per cell), validated once now so errors show at start-up."""
+    document = _scheduler_document(path)
+    CoreEngine(document, pools)
+    return lambda: CoreEngine(document, pools)
+
+
+def engine_from_document(document: str) -> CoreEngine:
+    """Rebuild the engine a cell announced (for replay): the inverse of ``config_document``."""
+    data = json.loads(document)
+    return CoreEngine(data["scheduler"], parse_pools({"pools": data.get("pools", {})}))
+
+
+def load_pools(path: Path) -> dict[str, PoolPolicy]:
+    return parse_pools(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})

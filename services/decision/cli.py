@@ -1,0 +1,45 @@
+"""``berth decision run``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from berth.settings import load_settings
+
+app = typer.Typer(help="Decide placements and scaling, one writer per cell.", no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", envvar="BERTH_SCHEDULER_CONFIG", exists=True, dir_okay=False,
+        help="Scheduler configuration (KubeSchedulerConfiguration keys); default: the built-in profile.")] = None,
+    pools: Annotated[Optional[Path], typer.Option(
+        exists=True, dir_okay=False,
+        help="YAML of inference pools' scaling policies: {pools: {NAMESPACE/NAME: {...}}}.")] = None,
+    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
+                                                 help="Kafka bootstrap servers.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
+) -> None:
+    """Consume the cells' inputs, decide, and emit commands and decision records."""
+    from berth.decider.engine import engine_factory, load_pools
+    from berth.lifecycle import stop_on_signals
+    from berth.logs import configure_logging
+    from berth.metrics import serve_metrics
+
+    from .service import DecisionService
+
+    settings = load_settings(kafka=kafka)
+    configure_logging(settings.log_level, settings.log_format, service="decision")
+    serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
+    pool_policies = load_pools(pools) if pools else {}
+    factory = engine_factory(config or settings.scheduler_config, pool_policies)
+
+    async def main() -> None:
+        await DecisionService(settings, factory, pool_policies).run(stop_on_signals())
+
+    asyncio.run(main())
