@@ -47,7 +47,9 @@ def render(explanation: Explanation, console: Any, *, top: int = 5) -> None:
                       "schedulerName 'berth', and is the audit service running?")
         return
     *earlier, latest = explanation.decisions
-    for row in earlier:
+    if len(earlier) > 3:
+        console.print(f"[dim]… {len(earlier) - 3} earlier decision(s)[/]")
+    for row in earlier[-3:]:
         console.print(f"[dim]{row.event_time:%Y-%m-%d %H:%M:%S} {row.outcome}"
                       f"{' on ' + row.node if row.node else ''}: {row.message or ''}[/]")
     where = f" on [bold]{latest.node}[/]" if latest.node else ""
@@ -63,17 +65,18 @@ def render(explanation: Explanation, console: Any, *, top: int = 5) -> None:
         status = f"{result.status}{': ' + result.reason if result and result.reason else ''}" if result \
             else "no result yet"
         console.print(f"  command {command.command_type.rsplit('.', 2)[-2]} → {status}")
-    feasible = [v for v in latest.verdicts if v.get("reason") is None]
+    feasible = sorted((v for v in latest.verdicts if v.get("reason") is None),
+                      key=lambda v: -(v.get("total") or 0))[:top]
     if feasible:
+        # Plugins as rows, nodes as columns: plugin names are long, node columns are few.
         plugins = sorted({name for v in feasible for name in v.get("scores", {})})
-        table = Table(title=f"best {min(top, len(feasible))} of the feasible nodes scored")
-        table.add_column("node", no_wrap=True)
+        table = Table(title=f"scores of the best {len(feasible)} feasible node(s), weighted")
+        table.add_column("plugin", no_wrap=True)
+        for verdict in feasible:
+            table.add_column(verdict["node"], justify="right", no_wrap=True)
         for plugin in plugins:
-            table.add_column(plugin, justify="right")
-        table.add_column("total", justify="right")
-        for verdict in sorted(feasible, key=lambda v: -(v.get("total") or 0))[:top]:
-            table.add_row(verdict["node"], *(str(verdict.get("scores", {}).get(p, "")) for p in plugins),
-                          str(verdict.get("total", "")))
+            table.add_row(plugin, *(str(v.get("scores", {}).get(plugin, "")) for v in feasible))
+        table.add_row("[bold]total[/]", *(f"[bold]{v.get('total', '')}[/]" for v in feasible))
         console.print(table)
     excluded = [v for v in latest.verdicts if v.get("reason")]
     if excluded:
