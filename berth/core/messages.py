@@ -24,7 +24,9 @@ __all__ = [
     "TOPOLOGY_SPREAD_NOT_MATCH",
     "fit_error",
     "insufficient",
+    "plugin_not_satisfied",
     "plugins_not_satisfied",
+    "plugins_not_satisfied_simultaneously",
     "untolerated_taint",
 ]
 
@@ -41,6 +43,12 @@ def plugins_not_satisfied(plugins: Iterable[str]) -> str:
     """Reason for nodes a PreFilter result left out (``findNodesThatFitPod``), plugin names
     sorted and printed as a Go slice: ``node(s) didn't satisfy plugin(s) [NodeAffinity]``."""
     return f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(plugins))}]"
+
+
+def plugin_not_satisfied(plugin: str) -> str:
+    """PreFilter message when one PreFilter result alone left no node (``RunPreFilterPlugins``):
+    ``node(s) didn't satisfy plugin NodeAffinity``."""
+    return f"node(s) didn't satisfy plugin {plugin}"
 
 
 def plugins_not_satisfied_simultaneously(plugins: Iterable[str]) -> str:

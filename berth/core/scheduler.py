@@ -231,8 +231,15 @@ class Framework:
         table = _StatusTable()
         codes = np.full(all_nodes.size, -1, dtype=np.int32)
 
+        def reject_all(status: Status) -> Feasibility:
+            # kube: every node gets the PreFilter status; its message replaces the histogram.
+            codes[:] = table.intern(status)
+            return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes, tuple(table.statuses),
+                                                        status))
+
         restrict: frozenset[str] | None = None
-        restricting: list[str] = []
+        restricting: set[str] = set()
+        deferred: Status | None = None
         for plugin in self.pre_filter_plugins:
             status, result = plugin.pre_filter(cycle)
             if status.is_skip:
@@ -240,20 +247,22 @@ class Framework:
                 continue
             if not status.is_success:
                 status = status.with_plugin(plugin.NAME)
-                codes[:] = table.intern(status)
-                return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes,
-                                                            tuple(table.statuses), status))
+                if status.code is Code.UNSCHEDULABLE:
+                    # kube keeps running the other PreFilters (preemption needs their state)
+                    # and reports the last such status.
+                    deferred = status
+                    continue
+                return reject_all(status)
             if result is not None and result.node_names is not None:
-                restricting.append(plugin.NAME)
+                restricting.add(plugin.NAME)
                 restrict = result.node_names if restrict is None else restrict & result.node_names
                 if not restrict:
                     reason = (messages.plugins_not_satisfied_simultaneously(restricting)
                               if len(restricting) > 1 else
-                              f"node(s) didn't satisfy plugin {restricting[0]}")
-                    status = Status.unschedulable(reason, plugin=plugin.NAME)
-                    codes[:] = table.intern(status)
-                    return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes,
-                                                                tuple(table.statuses), status))
+                              messages.plugin_not_satisfied(next(iter(restricting))))
+                    return reject_all(Status.unresolvable(reason))
+        if deferred is not None:
+            return reject_all(deferred)
 
         positions = np.arange(all_nodes.size)
         if restrict is not None:

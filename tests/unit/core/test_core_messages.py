@@ -1,0 +1,70 @@
+"""Golden strings: every user-visible reason, word for word as kube-scheduler v1.34 prints it."""
+
+from __future__ import annotations
+
+import pytest
+
+from berth.core import messages
+
+
+@pytest.mark.parametrize("actual, expected", [
+    (messages.NODE_UNSCHEDULABLE, "node(s) were unschedulable"),
+    (messages.NODE_NAME_NOT_MATCH, "node(s) didn't match the requested node name"),
+    (messages.NODE_AFFINITY_NOT_MATCH, "node(s) didn't match Pod's node affinity/selector"),
+    (messages.NODE_AFFINITY_ENFORCED_NOT_MATCH,
+     "node(s) didn't match scheduler-enforced node affinity"),
+    (messages.AFFINITY_CONFLICT, "pod affinity terms conflict"),
+    (messages.untolerated_taint("dedicated", "gpu"), "node(s) had untolerated taint {dedicated: gpu}"),
+    (messages.untolerated_taint("node.kubernetes.io/not-ready", ""),
+     "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+    (messages.TOO_MANY_PODS, "Too many pods"),
+    (messages.insufficient("cpu"), "Insufficient cpu"),
+    (messages.insufficient("nvidia.com/gpu"), "Insufficient nvidia.com/gpu"),
+    (messages.insufficient("nvidia.com/mig-1g.5gb"), "Insufficient nvidia.com/mig-1g.5gb"),
+    (messages.POD_AFFINITY_NOT_MATCH, "node(s) didn't match pod affinity rules"),
+    (messages.POD_ANTI_AFFINITY_NOT_MATCH, "node(s) didn't match pod anti-affinity rules"),
+    (messages.EXISTING_ANTI_AFFINITY_NOT_MATCH,
+     "node(s) didn't satisfy existing pods anti-affinity rules"),
+    (messages.TOPOLOGY_SPREAD_NOT_MATCH, "node(s) didn't match pod topology spread constraints"),
+    (messages.TOPOLOGY_SPREAD_MISSING_LABEL,
+     "node(s) didn't match pod topology spread constraints (missing required label)"),
+    (messages.plugins_not_satisfied(["NodeAffinity"]),
+     "node(s) didn't satisfy plugin(s) [NodeAffinity]"),
+    (messages.plugins_not_satisfied(["Zeta", "Alpha"]),
+     "node(s) didn't satisfy plugin(s) [Alpha Zeta]"),
+    (messages.plugin_not_satisfied("NodeAffinity"), "node(s) didn't satisfy plugin NodeAffinity"),
+    (messages.plugins_not_satisfied_simultaneously(["B", "A"]),
+     "node(s) didn't satisfy plugin(s) [A B] simultaneously"),
+])
+def test_reason_strings_are_kubes(actual: str, expected: str) -> None:
+    assert actual == expected
+
+
+def test_fit_error_matches_the_design_example() -> None:
+    message = messages.fit_error(5, {"node(s) had untolerated taint {dedicated: gpu}": 2,
+                                     "Insufficient nvidia.com/gpu": 3})
+    assert message == ("0/5 nodes are available: 2 node(s) had untolerated taint "
+                       "{dedicated: gpu}, 3 Insufficient nvidia.com/gpu.")
+
+
+def test_fit_error_sorts_entries_as_strings_like_kube() -> None:
+    # "10 ..." sorts before "2 ..." because kube sorts the formatted entries, not the counts.
+    message = messages.fit_error(12, {"Insufficient cpu": 10, "Insufficient memory": 2})
+    assert message == "0/12 nodes are available: 10 Insufficient cpu, 2 Insufficient memory."
+
+
+def test_fit_error_with_prefilter_message_drops_the_histogram() -> None:
+    message = messages.fit_error(3, {"ignored": 3}, prefilter_message="pod affinity terms conflict")
+    assert message == "0/3 nodes are available: pod affinity terms conflict."
+
+
+def test_fit_error_appends_postfilter_message() -> None:
+    message = messages.fit_error(2, {"Insufficient cpu": 2},
+                                 postfilter_message="preemption: 0/2 nodes are available: "
+                                                    "2 No preemption victims found for incoming pod")
+    assert message == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
+                       "available: 2 No preemption victims found for incoming pod.")
+
+
+def test_fit_error_without_nodes() -> None:
+    assert messages.fit_error(0, {}) == "0/0 nodes are available:"
