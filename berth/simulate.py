@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import click
 import typer
 import yaml
 
@@ -373,12 +374,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(simulate)
     try:
-        app(args=list(argv) if argv is not None else None, standalone_mode=False)
+        # Without standalone mode click returns an Exit's code instead of calling sys.exit.
+        result = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
-    except SystemExit as exc:  # click usage errors
-        return int(exc.code or 0)
-    return 0
+    except click.UsageError as exc:
+        exc.show()
+        return 2
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -176,16 +176,10 @@ class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
         return Status.success(), None
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
-        fits, failures = gpu_inventory(cycle.state).filter(_request(cycle), nodes)
-        if fits.all():
+        codes, misfits = gpu_inventory(cycle.state).filter_codes(_request(cycle), nodes)
+        if not (codes >= 0).any():
             return FilterResult.all_pass()
-        codes = np.full(len(nodes), -1, dtype=np.int32)
-        statuses: list[Status] = []
-        for misfit, mask in failures:
-            if mask.any():
-                codes[mask] = len(statuses)
-                statuses.append(_status(misfit, self.NAME))
-        return FilterResult.from_codes(codes, tuple(statuses))
+        return FilterResult.from_codes(codes, tuple(_status(m, self.NAME) for m in misfits))
 
     def reserve(self, cycle: CycleContext, node: int) -> ReserveResult:
         request = _request(cycle)
@@ -226,20 +220,22 @@ class GpuBinPack(_GpuScore):
                 return np.minimum(MAX_NODE_SCORE * (used + need) // np.maximum(total, 1), MAX_NODE_SCORE)
 
             return inv.per_slot((self.NAME, request.whole), whole).take(nodes)
-        total = inv.node_total
-        used = total - inv.node_free
-        safe = np.maximum(total, 1)
         if request.is_share:
-            best_col, best_free = inv.share_choice(request)
-            if request.milli:
-                take = request.milli
-            else:  # a memory-only share takes its proportion of the chosen device
-                milli, _ = inv._share_need(request)
-                take = milli[np.arange(len(best_col)), np.maximum(best_col, 0)]
-            node_part = (MAX_NODE_SCORE // 2) * (used + take) // safe
-            device_part = (MAX_NODE_SCORE // 2) * np.minimum(MILLI - best_free + take, MILLI) // MILLI
-            full = np.where(best_col >= 0, node_part + device_part, 0)
-            return np.minimum(full.take(nodes), MAX_NODE_SCORE)
+            def share(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+                best_col, best_free = inv.share_choice(request)
+                col, free = best_col[rows], best_free[rows]
+                if request.milli:
+                    take: int | npt.NDArray[np.int64] = request.milli
+                else:  # a memory-only share takes its proportion of the chosen device
+                    milli, _ = inv._share_need(request)
+                    take = milli[rows, np.maximum(col, 0)]
+                total = inv.node_total[rows]
+                used = total - inv.node_free[rows]
+                node_part = (MAX_NODE_SCORE // 2) * (used + take) // np.maximum(total, 1)
+                device_part = (MAX_NODE_SCORE // 2) * np.minimum(MILLI - free + take, MILLI) // MILLI
+                return np.where(col >= 0, np.minimum(node_part + device_part, MAX_NODE_SCORE), 0)
+
+            return inv.per_slot((self.NAME, "share", request.milli, request.memory_mib), share).take(nodes)
         scores = np.zeros(len(nodes), dtype=np.int64)
         for profile, count in request.mig:
             free = inv.mig_free.get(profile)

@@ -515,6 +515,35 @@ class GpuInventory:
         summary = self._summary(request)
         return summary.best_col, summary.best_free
 
+    def filter_codes(self, request: GpuRequest, rows: IntArray) -> tuple[IntArray, list[GpuMisfit]]:
+        """Per row of ``rows``: -1 if it fits, else the index of its reason in the returned list.
+
+        The same answer as :meth:`filter`, in the shape a Filter plugin returns, and kept per
+        slot between pods (only changed nodes are recomputed) for whole GPUs and shares."""
+        if request.whole:
+            misfits = [GpuMisfit("count", (GPU_RESOURCE,))]
+            if request.whole > 1 and request.locality in ("same-socket", "nvlink"):
+                kind: Literal["socket", "nvlink"] = "socket" if request.locality == "same-socket" else "nvlink"
+                misfits.append(GpuMisfit(kind, (request.whole,)))
+
+            def compute(sub: IntArray) -> IntArray:
+                fits, failures = self.filter(request, sub)
+                codes = np.full(len(sub), -1, dtype=np.int64)
+                for index, (_, mask) in enumerate(failures):
+                    codes[mask] = index
+                return codes
+
+            return self.per_slot(("filter", request.whole, request.locality), compute).take(rows), misfits
+        if request.is_share:
+            best_col, _ = self.share_choice(request)
+            codes = np.where(best_col.take(rows) >= 0, -1, 0)
+            return codes, [GpuMisfit("share", (request.milli, request.memory_mib))]
+        fits, failures = self.filter(request, rows)
+        codes = np.full(len(rows), -1, dtype=np.int64)
+        for index, (_, mask) in enumerate(failures):
+            codes[mask] = index
+        return codes, [misfit for misfit, _ in failures]
+
     def filter(self, request: GpuRequest,
                rows: IntArray | None = None) -> tuple[BoolArray, list[tuple[GpuMisfit, BoolArray]]]:
         """Which of ``rows`` (default: all nodes, in order) can host ``request``.
@@ -591,7 +620,7 @@ class GpuInventory:
             devices = tuple(int(self.dev_index[row, c]) for c in cols)
             return GpuAllocation(devices=tuple(sorted(devices)), milli=MILLI)
         if request.is_share:
-            col = int(self.share_device(request, np.array([row]))[0])
+            col = int(self.share_choice(request)[0][row])
             if col < 0:
                 return None
             milli, memory = self._share_need(request)
@@ -618,6 +647,8 @@ class GpuInventory:
         return GpuAllocation(devices=devices, mig=tuple(sorted(pieces)))
 
     def _column(self, row: int, device: int) -> int:
+        if 0 <= device < self.width and self.dev_index[row, device] == device:
+            return device  # the usual layout: device i in column i
         hits = np.flatnonzero(self.dev_index[row] == device)
         if not len(hits):
             raise KeyError(f"node {self.node_names[row]} has no GPU device {device}")
