@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from berth.core import messages
 from berth.schemas.cluster import PodInfo
 
 __all__ = ["GangHost", "GangResult", "LABEL_NETWORK_BLOCK", "LABEL_ZONE", "StateGangHost", "place_gang"]
@@ -99,7 +100,7 @@ def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int,
     that which do not fit stay pending with their own reason. On failure nothing stays assumed.
     """
     if len(pods) < min_member:
-        message = gang_waiting_message(group, len(pods), min_member)
+        message = messages.gang_waiting(group, len(pods), min_member)
         return GangResult(messages={pod.uid: message for pod in pods})
     for name, within in host.domains(pods):
         placed, failed = _attempt(host, pods, within, len(pods))
@@ -110,19 +111,10 @@ def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int,
     if len(placed) >= min_member:
         return GangResult(placements=tuple(p for _, p in placed), messages=failed)
     _roll_back(host, placed)
-    together = gang_failed_message(group, len(placed), min_member)
+    together = messages.gang_failed(group, len(placed), min_member)
     return GangResult(messages={pod.uid: failed.get(pod.uid, together) for pod in pods})
 
 
-def gang_waiting_message(group: str, pending: int, min_member: int) -> str:
-    """Berth's reason for a gang that has fewer pending members than ``minMember``."""
-    return f"pod group {group} has {pending} pending pods, fewer than minMember {min_member}"
-
-
-def gang_failed_message(group: str, fitted: int, min_member: int) -> str:
-    """Berth's reason given to the members that did fit when their gang as a whole did not."""
-    return (f"pod group {group} did not fit as a whole: only {fitted} of minMember {min_member} "
-            "members fit at once, so none was placed")
 
 
 class StateGangHost:

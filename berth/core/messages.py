@@ -12,6 +12,9 @@ from collections.abc import Iterable, Mapping
 
 __all__ = [
     "AFFINITY_CONFLICT",
+    "PREEMPTION_NOT_ELIGIBLE_NEVER",
+    "PREEMPTION_NOT_HELPFUL",
+    "PREEMPTION_NO_VICTIMS",
     "EXISTING_ANTI_AFFINITY_NOT_MATCH",
     "NODE_AFFINITY_ENFORCED_NOT_MATCH",
     "NODE_AFFINITY_NOT_MATCH",
@@ -23,10 +26,16 @@ __all__ = [
     "TOPOLOGY_SPREAD_MISSING_LABEL",
     "TOPOLOGY_SPREAD_NOT_MATCH",
     "fit_error",
+    "gang_failed",
+    "gang_waiting",
+    "gpu_no_nvlink_set",
+    "gpu_no_share",
+    "gpu_no_socket_set",
     "insufficient",
     "plugin_not_satisfied",
     "plugins_not_satisfied",
     "plugins_not_satisfied_simultaneously",
+    "preemption_failed",
     "untolerated_taint",
 ]
 
@@ -138,3 +147,63 @@ TOPOLOGY_SPREAD_NOT_MATCH = "node(s) didn't match pod topology spread constraint
 
 TOPOLOGY_SPREAD_MISSING_LABEL = TOPOLOGY_SPREAD_NOT_MATCH + " (missing required label)"
 """``ErrReasonNodeLabelNotMatch``: the node lacks a constraint's topology key."""
+
+
+# --- DefaultPreemption (plugins/defaultpreemption, framework/preemption/preemption.go) -------
+
+PREEMPTION_NO_VICTIMS = "No preemption victims found for incoming pod"
+"""A node with no pod of lower priority (``SelectVictimsOnNode``)."""
+
+PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+"""A node whose failure eviction cannot fix (UnschedulableAndUnresolvable: taints, selectors)."""
+
+PREEMPTION_NOT_ELIGIBLE_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
+"""The whole PostFilter message for a pod with ``preemptionPolicy: Never``
+(``PodEligibleToPreemptOthers``, prefixed ``preemption: `` by the plugin)."""
+
+
+def preemption_failed(inner_fit_error: str) -> str:
+    """PostFilter message when no node can be freed: ``preemption: `` + the inner FitError, e.g.
+    ``preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.``.
+    Appended to the outer FitError with the separator, the full text ends in ``..``, exactly as
+    kube-scheduler prints it."""
+    return f"preemption: {inner_fit_error}"
+
+
+# --- Berth's own: GPU devices (berth/core/plugins/gpu_devices.py) -----------------------------
+# Kubernetes counts GPUs, it does not place them on devices, so it has no words for these; they
+# follow its "node(s) ..." style so that the FitError histogram reads naturally. Counts of whole
+# GPUs and MIG slices keep kube's ``Insufficient <resource>``.
+
+
+def gpu_no_share(milli: int, memory_mib: int = 0) -> str:
+    """No single device has room for a share (``gpu-fraction`` / ``gpu-memory``)."""
+    if milli and memory_mib:
+        return f"node(s) had no GPU device with {milli} milli and {memory_mib} MiB free"
+    if memory_mib:
+        return f"node(s) had no GPU device with {memory_mib} MiB free"
+    return f"node(s) had no GPU device with {milli} milli free"
+
+
+def gpu_no_nvlink_set(count: int) -> str:
+    """Enough free GPUs, but no ``count`` of them all NVLink-connected (locality ``nvlink``)."""
+    return f"node(s) had no NVLink-connected set of {count} free GPUs"
+
+
+def gpu_no_socket_set(count: int) -> str:
+    """Enough free GPUs, but not ``count`` of them on one NUMA node (locality ``same-socket``)."""
+    return f"node(s) had no {count} free GPUs on one NUMA node"
+
+
+# --- Berth's own: gangs (berth/core/gangs.py) ---------------------------------------------------
+
+
+def gang_waiting(group: str, pending: int, min_member: int) -> str:
+    """A PodGroup with fewer pending members than ``minMember``."""
+    return f"pod group {group} has {pending} pending pods, fewer than minMember {min_member}"
+
+
+def gang_failed(group: str, fitted: int, min_member: int) -> str:
+    """Given to the members that did fit when their gang as a whole did not."""
+    return (f"pod group {group} did not fit as a whole: only {fitted} of minMember {min_member} "
+            "members fit at once, so none was placed")

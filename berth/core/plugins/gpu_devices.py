@@ -27,7 +27,6 @@ import numpy.typing as npt
 from pydantic import Field
 
 from berth.core import messages
-from berth.core.plugins import gpu_messages
 from berth.core.framework import (
     MAX_NODE_SCORE,
     CycleContext,
@@ -156,11 +155,11 @@ def _status(misfit: GpuMisfit, plugin: str) -> Status:
     if misfit.kind == "count" or misfit.kind == "mig":
         reason = messages.insufficient(str(misfit.detail[0]))
     elif misfit.kind == "nvlink":
-        reason = gpu_messages.gpu_no_nvlink_set(int(misfit.detail[0]))
+        reason = messages.gpu_no_nvlink_set(int(misfit.detail[0]))
     elif misfit.kind == "socket":
-        reason = gpu_messages.gpu_no_socket_set(int(misfit.detail[0]))
+        reason = messages.gpu_no_socket_set(int(misfit.detail[0]))
     else:
-        reason = gpu_messages.gpu_no_share(int(misfit.detail[0]), int(misfit.detail[1]))
+        reason = messages.gpu_no_share(int(misfit.detail[0]), int(misfit.detail[1]))
     return Status.unschedulable(reason, plugin=plugin)
 
 

@@ -37,7 +37,6 @@ from berth.core.framework import (
     PostFilterResult,
     Status,
 )
-from berth.core.plugins import gpu_messages
 from berth.core.preemption import Candidate, disruptions_allowed, pick_candidate, select_victims
 from berth.schemas.policy import PodDisruptionBudgetInfo
 
@@ -98,14 +97,14 @@ class DefaultPreemption(PostFilterPlugin):
         pod = cycle.pod
         if pod.preemption_policy == "Never":
             return PostFilterResult(Status.unschedulable(plugin=self.NAME),
-                                    message=gpu_messages.PREEMPTION_NOT_ELIGIBLE_NEVER)
+                                    message=messages.PREEMPTION_NOT_ELIGIBLE_NEVER)
         probe: FeasibilityProbe | None = cycle.data.get(PROBE) or self._probe
         state = cycle.state
         total = len(diagnosis.nodes)
         potential = diagnosis.rejected(resolvable_only=True)
         counts: dict[str, int] = {}
         if probe is None or not len(potential):
-            counts[gpu_messages.PREEMPTION_NOT_HELPFUL] = total
+            counts[messages.PREEMPTION_NOT_HELPFUL] = total
             return self._nothing(total, counts)
         pdbs: list[PodDisruptionBudgetInfo] = [p for _, _, p in state.policies("PodDisruptionBudget")]  # type: ignore[misc]
         allowed = disruptions_allowed(pdbs, [placed.pod for placed in state.placed_pods()])
@@ -132,12 +131,12 @@ class DefaultPreemption(PostFilterPlugin):
                 for reason in (last_reasons[0] if last_reasons else ()):
                     counts[reason] = counts.get(reason, 0) + 1
             else:
-                counts[gpu_messages.PREEMPTION_NO_VICTIMS] = counts.get(gpu_messages.PREEMPTION_NO_VICTIMS, 0) + 1
+                counts[messages.PREEMPTION_NO_VICTIMS] = counts.get(messages.PREEMPTION_NO_VICTIMS, 0) + 1
         best = pick_candidate(candidates)
         if best is None:
             unhelpful = total - len(potential)
             if unhelpful:
-                counts[gpu_messages.PREEMPTION_NOT_HELPFUL] = counts.get(gpu_messages.PREEMPTION_NOT_HELPFUL, 0) + unhelpful
+                counts[messages.PREEMPTION_NOT_HELPFUL] = counts.get(messages.PREEMPTION_NOT_HELPFUL, 0) + unhelpful
             return self._nothing(total, counts)
         return PostFilterResult(Status.success(), nominated_node=best.node,
                                 victims=tuple(v.uid for v in best.victims))
@@ -145,7 +144,7 @@ class DefaultPreemption(PostFilterPlugin):
     def _nothing(self, total: int, counts: dict[str, int]) -> PostFilterResult:
         inner = messages.fit_error(total, counts)
         return PostFilterResult(Status.unschedulable(plugin=self.NAME),
-                                message=gpu_messages.preemption_message(inner))
+                                message=messages.preemption_failed(inner))
 
 
 

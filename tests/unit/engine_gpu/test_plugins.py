@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from berth.core.framework import Code, CycleContext, Diagnosis
-from berth.core.plugins import gpu_messages
+from berth.core import messages
 from berth.core.plugins.gpu_devices import (
     GpuBinPack,
     GpuDeviceExtension,
@@ -69,9 +69,9 @@ def test_filter_reasons_per_node() -> None:
     state = state_of(dgx("a", unhealthy=(5,)), dgx("b"),
                      bound=(pod("nb", 2, node="a", devices=(0, 1)), pod("x", 6, node="b", devices=tuple(range(6)))))
     assert run_filter(state, pod("tp", 4, locality="nvlink")) == {
-        "a": gpu_messages.gpu_no_nvlink_set(4), "b": "Insufficient nvidia.com/gpu"}
+        "a": messages.gpu_no_nvlink_set(4), "b": "Insufficient nvidia.com/gpu"}
     assert run_filter(state, pod("tp", 4)) == {"a": None, "b": "Insufficient nvidia.com/gpu"}
-    assert gpu_messages.gpu_no_nvlink_set(4) == "node(s) had no NVLink-connected set of 4 free GPUs"
+    assert messages.gpu_no_nvlink_set(4) == "node(s) had no NVLink-connected set of 4 free GPUs"
 
 
 def test_reserve_names_devices_and_assume_holds_them() -> None:
@@ -183,5 +183,5 @@ def test_never_and_no_victims_messages_are_kubes() -> None:
     (0, 8192, "node(s) had no GPU device with 8192 MiB free"),
 ])
 def test_share_messages_golden(milli: int, mib: int, text: str) -> None:
-    assert gpu_messages.gpu_no_share(milli, mib) == text
-    assert gpu_messages.gpu_no_socket_set(4) == "node(s) had no 4 free GPUs on one NUMA node"
+    assert messages.gpu_no_share(milli, mib) == text
+    assert messages.gpu_no_socket_set(4) == "node(s) had no 4 free GPUs on one NUMA node"
