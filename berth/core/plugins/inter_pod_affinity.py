@@ -225,7 +225,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             return Status.skip(), None
         namespace_labels = state.namespace_labels(pod.namespace)
         existing = _DomainCounts()
-        placed_terms: PlacedPodTerms = state.extension(NAME)  # type: ignore[assignment]
+        placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
         for placed in state.pods_with_required_anti_affinity():
             for term in placed_terms.terms[placed.uid].required_anti_affinity:
                 if term.matches(pod, namespace_labels):
@@ -316,7 +316,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # Placed pods' terms against the incoming pod (symmetry).
         if not args.ignore_preferred_terms_of_existing_pods or preferred:
             namespace_labels = state.namespace_labels(pod.namespace)
-            placed_terms: PlacedPodTerms = state.extension(NAME)  # type: ignore[assignment]
+            placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
             hard_weight = args.hard_pod_affinity_weight
             for placed in state.pods_with_affinity():
                 theirs = placed_terms.terms[placed.uid]
