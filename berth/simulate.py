@@ -36,6 +36,7 @@ import click
 import typer
 import yaml
 
+from berth.core import messages
 from berth.core.admission import QuotaLedger
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
 from berth.schemas.cluster import NodeInfo, PodInfo
@@ -261,7 +262,7 @@ class Session:
                 done.update(m.uid for m in members)
                 group = f"{key[0]}/{key[1]}"
                 if key not in self.min_member:
-                    message = f'pod group "{group}" not found'
+                    message = messages.gang_not_found(group)
                     outcomes += [Outcome(m.key, None, (), message, (), group) for m in members]
                     continue
                 outcomes += self.place_gang(members, self.min_member[key])

@@ -27,6 +27,7 @@ __all__ = [
     "TOPOLOGY_SPREAD_NOT_MATCH",
     "fit_error",
     "gang_failed",
+    "gang_not_found",
     "gang_waiting",
     "gpu_no_nvlink_set",
     "gpu_no_share",
@@ -201,6 +202,11 @@ def gpu_no_socket_set(count: int) -> str:
 def gang_waiting(group: str, pending: int, min_member: int) -> str:
     """A PodGroup with fewer pending members than ``minMember``."""
     return f"pod group {group} has {pending} pending pods, fewer than minMember {min_member}"
+
+
+def gang_not_found(group: str) -> str:
+    """Pods label a PodGroup that does not exist (the decision cell words it the same way)."""
+    return f'pod group "{group}" not found'
 
 
 def gang_failed(group: str, fitted: int, min_member: int) -> str:
