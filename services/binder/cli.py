@@ -24,6 +24,8 @@ def run(
     burst: Annotated[int, typer.Option(min=1, help="Requests allowed at once above the QPS.")] = 100,
     max_attempts: Annotated[int, typer.Option(min=1, help="Tries per operation on transient errors.")] = 5,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Commands applied concurrently.")] = 32,
+    group: Annotated[str, typer.Option(help="Kafka consumer group (one per cluster the binder serves).")]
+        = "berth-binder",
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
@@ -54,6 +56,6 @@ def run(
                     retry=RetryPolicy(max_attempts=max_attempts))
 
     async def main() -> None:
-        await BinderService(settings, binder, max_in_flight=max_in_flight).run(stop_on_signals())
+        await BinderService(settings, binder, max_in_flight=max_in_flight, group=group).run(stop_on_signals())
 
     asyncio.run(main())

@@ -142,12 +142,13 @@ class BinderService:
     """The Kafka loop around a :class:`CommandHandler`."""
 
     def __init__(self, settings: BerthSettings, binder: Binder, *, max_in_flight: int = 32,
-                 max_batch: int = 500) -> None:
+                 max_batch: int = 500, group: str = GROUP) -> None:
         self.settings = settings
+        self.group = group
         self.binder = binder
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
-        self.consumer = EventConsumer(settings.kafka, [COMMANDS], group_id=GROUP, name=CONSUMER_NAME,
+        self.consumer = EventConsumer(settings.kafka, [COMMANDS], group_id=group, name=CONSUMER_NAME,
                                       isolation_level="read_committed", max_poll_records=max_batch)
         self.producer = EventProducer(settings.kafka, source=SOURCE)
 
@@ -159,7 +160,7 @@ class BinderService:
             outputs = KafkaOutputs(self.producer, frozenset(partitions) if partitions else None)
             handler = CommandHandler(self.binder, outputs, max_in_flight=self.max_in_flight)
             await self.consumer.start()
-            log.info("binder started", group=GROUP, cells=sorted(partitions or ()),
+            log.info("binder started", group=self.group, cells=sorted(partitions or ()),
                      qps=self.binder.limiter.qps, burst=self.binder.limiter.burst)
             try:
                 while not stop.is_set():

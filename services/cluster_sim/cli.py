@@ -94,8 +94,12 @@ def run(
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
     for warning in loaded.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    status = asyncio.run(Simulator(settings, loaded, options).run())
-    print_summary(status)
+
+    async def main() -> dict[str, Any]:
+        # Kafka clients bind to the running loop: build the simulator inside it.
+        return await Simulator(settings, loaded, options).run()
+
+    print_summary(asyncio.run(main()))
 
 
 @app.command("generate")

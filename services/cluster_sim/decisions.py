@@ -11,6 +11,7 @@ mark them, ``placed`` and ``preempting`` clear the mark. The subject of a decisi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -32,11 +33,10 @@ class DecisionWatcher:
         self._consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
                                           isolation_level="read_committed")
 
-    async def start(self) -> None:
-        """Position at the end of every partition; returns once the positions are fixed, so that
-        no decision about a pod published after this is missed."""
+    async def start(self, partitions: Iterable[int]) -> None:
+        """Position at the end of the topic's ``partitions``; returns once the positions are
+        fixed, so that no decision about a pod published after this is missed."""
         await self._consumer.start()
-        partitions = await self._consumer.partitions_for_topic(DECISIONS.name) or set()
         assigned = [TopicPartition(DECISIONS.name, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)

@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from berth.bus import EventProducer, ensure_topics
 from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
+from berth.schemas.topics import DECISIONS
 from berth.settings import BerthSettings
 from berth.workloads import Workload
 
@@ -113,7 +114,7 @@ class Simulator:
         runner: web.AppRunner | None = None
         try:
             if self.watcher is not None:
-                await self.watcher.start()
+                await self.watcher.start(await self.producer.raw.partitions_for(DECISIONS.name))
                 tasks.append(asyncio.create_task(self.watcher.run(), name="decisions"))
             runner = web.AppRunner(make_app(self.state, self.outbox, self.clock, self.status), access_log=None)
             await runner.setup()
