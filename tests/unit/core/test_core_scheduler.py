@@ -1,0 +1,232 @@
+"""The scheduling cycle: selection, decisions, extension point contracts, errors as values."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from berth.core.decision import Decision
+from berth.core.framework import (
+    CycleContext,
+    FilterPlugin,
+    FilterResult,
+    PermitPlugin,
+    PermitResult,
+    PostFilterPlugin,
+    PostFilterResult,
+    ReservePlugin,
+    ReserveResult,
+    ScorePlugin,
+    Status,
+)
+from berth.core.registry import with_plugins
+from berth.core.scheduler import Scheduler
+
+from .builders import default_scheduler, node, pod, profile, state_of, taint
+
+
+def test_places_on_the_best_scored_node_and_does_not_touch_the_state() -> None:
+    state = state_of(node("big", cpu=8000), node("small", cpu=2000))
+    before = state.snapshot_hash()
+    decision = default_scheduler().schedule(pod("p", cpu=1000), state)
+    assert decision.status == "placed" and decision.node == "big"
+    assert state.snapshot_hash() == before and state.pod_count == 0
+    assert decision.snapshot_hash == before
+    assert decision.nodes_total == 2 and decision.feasible_nodes == 2
+    assert [s.node for s in decision.top_scores] == ["big", "small"]
+    assert decision.top_scores[0].total == sum(dict(decision.top_scores[0].scores).values())
+
+
+def test_unschedulable_decision_carries_kube_message_and_compressed_verdicts() -> None:
+    state = state_of(*(node(f"t{i}", taints=(taint("dedicated", "gpu"),)) for i in range(2)),
+                     *(node(f"n{i}") for i in range(3)))
+    decision = default_scheduler().schedule(pod("p", requests={"nvidia.com/gpu": 1}), state)
+    assert decision.status == "unschedulable"
+    assert decision.message == ("0/5 nodes are available: 2 node(s) had untolerated taint "
+                                "{dedicated: gpu}, 3 Insufficient nvidia.com/gpu.")
+    groups = {g.reasons: (g.plugin, g.code, g.count) for g in decision.rejections}
+    assert groups == {
+        ("Insufficient nvidia.com/gpu",): ("NodeResourcesFit", "UnschedulableAndUnresolvable", 3),
+        ("node(s) had untolerated taint {dedicated: gpu}",):
+            ("TaintToleration", "UnschedulableAndUnresolvable", 2)}
+    per_node = {name: group.plugin for name, group in decision.node_reasons(state.node_names())}
+    assert per_node == {"n0": "NodeResourcesFit", "n1": "NodeResourcesFit",
+                        "n2": "NodeResourcesFit", "t0": "TaintToleration", "t1": "TaintToleration"}
+    assert decision.rejection_runs == ((0, 3), (1, 2)) or decision.rejection_runs == ((1, 3), (0, 2))
+    assert dict(decision.reason_counts()) == {"Insufficient nvidia.com/gpu": 3,
+                                              "node(s) had untolerated taint {dedicated: gpu}": 2}
+
+
+def test_decision_json_is_canonical_and_hashed() -> None:
+    state = state_of(node("a"), node("b"))
+    decision = default_scheduler().schedule(pod("p"), state)
+    data = json.loads(decision.to_json())
+    assert data["decision_hash"] == decision.decision_hash and len(decision.decision_hash) == 64
+    assert list(data) == sorted(data)
+    resealed = Decision(**{**decision.__dict__, "decision_hash": ""}).sealed()
+    assert resealed.decision_hash == decision.decision_hash
+    assert decision.config_hash == default_scheduler().config_hash
+
+
+def test_ties_break_by_pod_and_node_hash_not_by_name() -> None:
+    state = state_of(*(node(f"n{i:02d}") for i in range(20)))
+    scheduler = default_scheduler()
+    chosen = {scheduler.schedule(pod(f"p{i}"), state).node for i in range(30)}
+    # Equal nodes: different pods land on different nodes, deterministically.
+    assert len(chosen) > 5
+    again = {scheduler.schedule(pod(f"p{i}"), state).node for i in range(30)}
+    assert chosen == again
+
+
+def test_keep_top_scores_bounds_the_decision() -> None:
+    state = state_of(*(node(f"n{i:02d}") for i in range(30)))
+    framework = profile({"multiPoint": ["NodeResourcesFit"]}, keep_top_scores=3)
+    decision = framework.schedule(pod("p"), state)
+    assert len(decision.top_scores) == 3 and decision.node == decision.top_scores[0].node
+    totals = [s.total for s in decision.top_scores]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_profile_chosen_by_scheduler_name_and_unknown_profile_is_an_error_value() -> None:
+    decision = default_scheduler().schedule(pod("p").model_copy(update={"scheduler_name": "x"}),
+                                            state_of(node("a")))
+    assert decision.status == "error" and "no profile 'x'" in decision.message
+
+
+def test_empty_cluster() -> None:
+    decision = default_scheduler().schedule(pod("p"), state_of())
+    assert decision.status == "unschedulable"
+    assert decision.message == "0/0 nodes are available:"
+
+
+# --- extension points with test plugins -----------------------------------------------------------
+
+
+class OnlyEven(FilterPlugin):
+    NAME = "OnlyEven"
+
+    def filter(self, cycle: CycleContext, nodes) -> FilterResult:
+        names = cycle.state.names_of(nodes)
+        return FilterResult.from_mask(np.array([int(n[-1]) % 2 == 0 for n in names]),
+                                      Status.unschedulable("odd node"))
+
+
+class Broken(FilterPlugin):
+    NAME = "Broken"
+
+    def filter(self, cycle: CycleContext, nodes) -> FilterResult:
+        return FilterResult.from_mask(np.zeros(nodes.size, dtype=bool), Status.error("boom"))
+
+
+class PreferLast(ScorePlugin):
+    NAME = "PreferLast"
+
+    def score(self, cycle: CycleContext, nodes):
+        return np.arange(nodes.size, dtype=np.int64)
+
+    def normalize_score(self, cycle, nodes, scores):
+        return scores * 100 // max(1, int(scores.max()))
+
+
+class Devices(ReservePlugin):
+    NAME = "Devices"
+    unreserved: list[int] = []
+
+    def reserve(self, cycle: CycleContext, node: int) -> ReserveResult:
+        if cycle.pod.labels.get("fail") == "reserve":
+            return ReserveResult(Status.unschedulable("no device left"))
+        return ReserveResult(gpu_devices=(2, 0), gpu_milli=None)
+
+    def unreserve(self, cycle: CycleContext, node: int) -> None:
+        Devices.unreserved.append(node)
+
+
+class Gang(PermitPlugin):
+    NAME = "Gang"
+
+    def permit(self, cycle: CycleContext, node: int) -> PermitResult:
+        verdict = cycle.pod.labels.get("permit")
+        if verdict == "wait":
+            return PermitResult(Status.wait("waiting for the gang"))
+        if verdict == "reject":
+            return PermitResult(Status.unschedulable("gang rejected"))
+        return PermitResult()
+
+
+class Nominator(PostFilterPlugin):
+    NAME = "Nominator"
+
+    def post_filter(self, cycle, diagnosis) -> PostFilterResult:
+        rejected = cycle.state.names_of(diagnosis.rejected(resolvable_only=True))
+        return PostFilterResult(Status.success(), nominated_node=rejected[0], victims=("v1",),
+                                message="preemption: it would fit")
+
+
+REGISTRY = with_plugins(OnlyEven, Broken, PreferLast, Devices, Gang, Nominator)
+
+
+def _framework(**points):
+    return profile(points, registry=REGISTRY)
+
+
+def test_filter_order_and_custom_score() -> None:
+    state = state_of(*(node(f"n{i}") for i in range(5)))
+    framework = _framework(filter=["OnlyEven"], score=[("PreferLast", 2)])
+    decision = framework.schedule(pod("p"), state)
+    assert decision.node == "n4" and decision.feasible_nodes == 3
+    assert decision.top_scores[0].scores == (("PreferLast", 200),)
+    assert decision.message == ""
+
+
+def test_reserve_devices_flow_into_the_decision_and_failures_unreserve() -> None:
+    state = state_of(node("n0"))
+    framework = _framework(reserve=["Devices"], permit=["Gang"])
+    placed = framework.schedule(pod("p"), state)
+    assert placed.status == "placed" and placed.gpu_devices == (2, 0)
+    Devices.unreserved.clear()
+    failed = framework.schedule(pod("q", labels={"fail": "reserve"}), state)
+    assert failed.status == "unschedulable"
+    assert failed.message == "0/1 nodes are available: 1 no device left."
+    assert Devices.unreserved == [state.slot_of("n0")]
+    held = framework.schedule(pod("w", labels={"permit": "wait"}), state)
+    assert held.status == "held" and held.node == "n0"
+    rejected = framework.schedule(pod("r", labels={"permit": "reject"}), state)
+    assert rejected.status == "unschedulable" and "gang rejected" in rejected.message
+
+
+def test_plugin_error_becomes_an_error_decision() -> None:
+    decision = _framework(filter=["Broken"]).schedule(pod("p"), state_of(node("n0")))
+    assert decision.status == "error" and decision.message == "Broken: boom"
+
+
+def test_post_filter_nominates() -> None:
+    state = state_of(node("n1"), node("n3"))
+    decision = _framework(filter=["OnlyEven"], postFilter=["Nominator"]).schedule(pod("p"), state)
+    assert decision.status == "preempting"
+    assert decision.nominated_node == "n1" and decision.victims == ("v1",)
+    assert decision.message == ("0/2 nodes are available: 2 odd node. "
+                                "preemption: it would fit.")
+
+
+def test_find_feasible_on_a_subset_for_what_ifs() -> None:
+    state = state_of(node("a", cpu=1000), node("b", cpu=1000))
+    hog = pod("hog", cpu=1000)
+    state.assume(hog, "a")
+    framework = default_scheduler().frameworks["berth"]
+    p = pod("p", cpu=500)
+    assert state.names_of(framework.find_feasible(p, state, ["a"]).feasible) == []
+    state.remove_pod(hog.uid)  # what if the hog were gone?
+    assert state.names_of(framework.find_feasible(p, state, ["a"]).feasible) == ["a"]
+    state.assume(hog, "a")
+
+
+def test_scheduler_serves_several_profiles() -> None:
+    from berth.core.config import parse_config
+
+    config = parse_config({"apiVersion": "berth.io/v1alpha1",
+                           "kind": "BerthSchedulerConfiguration",
+                           "profiles": [{"schedulerName": "berth"}, {"schedulerName": "other"}]})
+    scheduler = Scheduler(config)
+    p = pod("p").model_copy(update={"scheduler_name": "other"})
+    assert scheduler.schedule(p, state_of(node("a"))).profile == "other"
