@@ -105,15 +105,14 @@ class GpuDeviceExtension(StateExtension):
         if slot is None:
             return
         pod = placed.pod
-        devices = tuple(getattr(placed, "gpu_devices", ()) or pod.gpu_devices)
-        if devices != pod.gpu_devices:
-            pod = pod.model_copy(update={"gpu_devices": tuple(sorted(devices))})
+        # An assumed pod carries its devices in the placement; a bound one in its PodInfo.
+        devices = placed.gpu_devices or pod.gpu_devices
         remembered = self._auto.get(pod.uid)
-        if not pod.gpu_devices and remembered is not None and remembered[0] == slot:
+        if not devices and remembered is not None and remembered[0] == slot:
             allocation = remembered[1]
         else:
-            allocation = self.inventory.allocation_of_bound(slot, pod)
-            if not pod.gpu_devices:
+            allocation = self.inventory.allocation_of_bound(slot, pod, devices)
+            if not devices:
                 self._auto[pod.uid] = (slot, allocation)
         if not (allocation.devices or allocation.mig):
             return

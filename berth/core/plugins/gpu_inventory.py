@@ -626,14 +626,24 @@ class GpuInventory:
             milli, memory = self._share_need(request)
             return GpuAllocation(devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]),
                                  memory_mib=int(memory[row, col]))
+        pieces = self._mig_pieces(row, request, range(self.width))
+        if pieces is None:
+            return None
+        devices = tuple(sorted({d for d, _, _ in pieces}))
+        return GpuAllocation(devices=devices, mig=pieces)
+
+    def _mig_pieces(self, row: int, request: GpuRequest,
+                    columns: Iterable[int]) -> tuple[tuple[int, str, int], ...] | None:
+        """Slices for ``request.mig`` from ``columns`` of node ``row``: the device with the
+        fewest free slices of the profile first (bin-packing), lowest index among equals; a
+        slice never spans devices. None when the columns do not have enough."""
+        columns = list(columns)
         pieces: list[tuple[int, str, int]] = []
         for profile, count in request.mig:
             free = self.mig_free.get(profile)
             if free is None:
                 return None
-            # Fill the device with the fewest free slices of the profile first (bin-packing),
-            # lowest index among equals; a slice never spans devices.
-            order = sorted((int(free[row, c]), c) for c in range(self.width) if free[row, c] > 0)
+            order = sorted((int(free[row, c]), c) for c in columns if free[row, c] > 0)
             need = count
             for have, c in order:
                 take = min(have, need)
@@ -643,8 +653,7 @@ class GpuInventory:
                     break
             if need:
                 return None
-        devices = tuple(sorted({d for d, _, _ in pieces}))
-        return GpuAllocation(devices=devices, mig=tuple(sorted(pieces)))
+        return tuple(sorted(pieces))
 
     def _column(self, row: int, device: int) -> int:
         if 0 <= device < self.width and self.dev_index[row, device] == device:
@@ -679,38 +688,32 @@ class GpuInventory:
         """Give ``allocation`` back (the exact inverse of :meth:`allocate` for a fitting claim)."""
         self._apply(row, allocation, -1)
 
-    def allocation_of_bound(self, row: int, pod: PodInfo) -> GpuAllocation:
+    def allocation_of_bound(self, row: int, pod: PodInfo,
+                            devices: Sequence[int] | None = None) -> GpuAllocation:
         """What a pod already bound to node ``row`` holds.
 
-        Uses the pod's recorded devices (``berth.io/gpu-devices``) when present; otherwise assigns
-        devices deterministically, as :meth:`choose` would now, so that replaying the same bound
-        pods in the same order always yields the same layout. A recorded device the node does
-        not have is dropped (the node changed under the pod); an over-committed claim is kept.
+        Uses ``devices`` (default: the pod's recorded ``berth.io/gpu-devices``) when given;
+        otherwise assigns devices deterministically, as :meth:`choose` would now, so that
+        replaying the same bound pods in the same order always yields the same layout. A
+        recorded device the node does not have is dropped (the node changed under the pod); an
+        over-committed claim is kept. MIG slices are spread over the recorded devices the way
+        :meth:`choose` fills them (fullest first), so a decision replays to the same slices.
         """
         request = GpuRequest.of(pod)
         if not request.wants_gpu:
             return GpuAllocation()
-        known = set(int(d) for d in self.dev_index[row] if d >= 0)
-        devices = tuple(d for d in pod.gpu_devices if d in known)
-        if devices:
+        known = self.dev_index[row].tolist()
+        recorded = tuple(sorted(d for d in (pod.gpu_devices if devices is None else devices) if d in known))
+        if recorded:
             if request.whole:
-                return GpuAllocation(devices=devices, milli=MILLI)
+                return GpuAllocation(devices=recorded, milli=MILLI)
             if request.is_share:
                 milli, memory = self._share_need(request)
-                c = self._column(row, devices[0])
-                return GpuAllocation(devices=devices[:1], milli=int(milli[row, c]), memory_mib=int(memory[row, c]))
-            pieces = []
-            for profile, count in request.mig:
-                need = count
-                for device in devices:
-                    if profile not in self.mig_free:
-                        break
-                    have = int(self.mig_free[profile][row, self._column(row, device)])
-                    take = min(have, need)
-                    if take:
-                        pieces.append((device, profile, take))
-                        need -= take
-            return GpuAllocation(devices=devices, mig=tuple(sorted(pieces)))
+                c = self._column(row, recorded[0])
+                return GpuAllocation(devices=recorded[:1], milli=int(milli[row, c]), memory_mib=int(memory[row, c]))
+            allowed = [self._column(row, d) for d in recorded]
+            pieces = self._mig_pieces(row, request, allowed)
+            return GpuAllocation(devices=recorded, mig=pieces or ())
         chosen = self.choose(row, request)
         if chosen is not None:
             return chosen

@@ -187,3 +187,14 @@ def test_incremental_share_answers_match_a_fresh_computation() -> None:
             best_col, best_free = inv.share_choice(shape)
             assert np.array_equal(best_free, np.where(expected >= 0, inv.free_milli[np.arange(6), np.maximum(expected, 0)], 0))
             assert np.array_equal(inv.filter(shape)[0], fresh.any(axis=1)), step
+
+
+def test_a_recorded_mig_claim_replays_to_the_slices_that_were_chosen() -> None:
+    inv = GpuInventory.of([dgx(mig={6: {"1g.5gb": 7}, 7: {"1g.5gb": 7}})])
+    inv.allocate(0, GpuAllocation(devices=(7,), mig=((7, "1g.5gb", 5),)))
+    request = GpuRequest(mig=(("1g.5gb", 3),))
+    chosen = inv.choose(0, request)
+    assert chosen == GpuAllocation(devices=(6, 7), mig=((6, "1g.5gb", 1), (7, "1g.5gb", 2)))
+    bound = PodInfo(uid="m", namespace="default", name="m", node_name="a", requests={"nvidia.com/mig-1g.5gb": 3},
+                    creation_time=T0)
+    assert inv.allocation_of_bound(0, bound, chosen.devices) == chosen
