@@ -473,15 +473,30 @@ class GpuInventory:
             summary = _ShareSummary(best, self._free_at(np.arange(len(best)), best))
             self._summaries[key] = summary
         elif summary.dirty:
-            rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))
-            summary.dirty.clear()
             milli, memory = self._share_need(request)
-            fits = self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
-            masked = np.where(fits, self.free_milli[rows], np.iinfo(np.int64).max)
-            col = np.argmin(masked, axis=1) if self.width else np.zeros(len(rows), dtype=np.int64)
-            best = np.where(fits.any(axis=1), col, -1)
-            summary.best_col[rows] = best
-            summary.best_free[rows] = self._free_at(rows, best)
+            if len(summary.dirty) <= 16:
+                # A few changed nodes: plain Python over their devices beats numpy's overhead.
+                for row in summary.dirty:
+                    free = self.free_milli[row].tolist()
+                    mem = self.mem_free[row].tolist()
+                    use = self.usable[row].tolist()
+                    need = milli[row].tolist()
+                    need_mem = memory[row].tolist()
+                    best, best_free = -1, 0
+                    for c in range(self.width):
+                        if use[c] and free[c] >= need[c] and mem[c] >= need_mem[c] and (best < 0 or free[c] < best_free):
+                            best, best_free = c, free[c]
+                    summary.best_col[row] = best
+                    summary.best_free[row] = best_free
+            else:
+                rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))
+                fits = self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
+                masked = np.where(fits, self.free_milli[rows], np.iinfo(np.int64).max)
+                col = np.argmin(masked, axis=1) if self.width else np.zeros(len(rows), dtype=np.int64)
+                best = np.where(fits.any(axis=1), col, -1)
+                summary.best_col[rows] = best
+                summary.best_free[rows] = self._free_at(rows, best)
+            summary.dirty.clear()
         return summary
 
     def _free_at(self, rows: IntArray, cols: IntArray) -> IntArray:
