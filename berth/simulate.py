@@ -38,6 +38,7 @@ import yaml
 
 from berth.core import messages
 from berth.core.admission import QuotaLedger
+from berth.core.plugins.gpu_profile import GPU_PROFILE as _GPU_PROFILE
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
@@ -111,24 +112,8 @@ def _policy_events(bundle: ManifestBundle) -> list[PolicyObserved]:
     return events
 
 
-GPU_PROFILE: dict[str, Any] = {
-    "apiVersion": "berth.io/v1alpha1",
-    "kind": "BerthSchedulerConfiguration",
-    "profiles": [{
-        "schedulerName": "berth",
-        "plugins": {"multiPoint": {"enabled": [
-            {"name": "GpuDeviceFit"},
-            {"name": "GpuBinPack", "weight": 2},
-            {"name": "GpuTopologyFitness", "weight": 1},
-            {"name": "ModelCache", "weight": 1},
-            {"name": "DataLocality", "weight": 1},
-            {"name": "DefaultPreemption"},
-        ]}},
-    }],
-}
-"""What ``simulate`` runs without ``--config``: Berth's built-in profile plus the GPU device,
-GPU score and preemption plugins (a ``--config`` document is merged onto the built-in profile
-the same way, so it must list these itself to get them)."""
+# Re-exported: what ``simulate`` runs without ``--config`` (see berth.core.plugins.gpu_profile).
+GPU_PROFILE = _GPU_PROFILE
 
 
 def load_scheduler_config(path: Path | None) -> Any:

@@ -139,3 +139,9 @@ def test_custom_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     bad.write_text("apiVersion: berth.io/v1alpha1\nkind: BerthSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n  plugins:\n    score:\n      enabled: [{name: Nope}]\n")
     code, _, err = simulate(EXAMPLES / "gpu-sharing.yaml", capsys, "--config", str(bad))
     assert code == 2 and "unknown plugin 'Nope'" in err
+
+
+def test_shipped_config_runs_every_score_term(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, err = simulate(EXAMPLES / "gpu-sharing.yaml", capsys, "--config", str(EXAMPLES / "berth-config.yaml"))
+    assert code == 0, err
+    assert lines[-1]["summary"]["placed"] == 7
