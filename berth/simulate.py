@@ -199,18 +199,13 @@ class Session:
                     named.append(placed.pod.key)
                 self.state.remove_pod(uid)
             victims = tuple(sorted(named))
-            nominated = decision.nominated_node
+            # Only the nominated node changed, so the next attempt lands there.
             decision = self.scheduler.schedule(pod, self.state, self._profile(pod))
-            if decision.status != "placed" or decision.node != nominated:
-                # Evicting made room, so the next attempt lands there; anything else is a bug
-                # worth seeing rather than hiding.
-                return Outcome(pod.key, decision.node if decision.status == "placed" else None,
-                               tuple(decision.gpu_devices), decision.message, victims)
         if decision.status in ("placed", "held"):
             self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
             return Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", victims,
                            gpu_milli=decision.gpu_milli)
-        return Outcome(pod.key, None, (), decision.message)
+        return Outcome(pod.key, None, (), decision.message, victims)
 
     def place_gang(self, pods: Sequence[PodInfo], min_member: int) -> list[Outcome]:
         """Decide one gang atomically (see :mod:`berth.core.gangs`)."""
@@ -299,12 +294,14 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
     bound: list[PodManifest] = []
     pending: list[PodManifest] = []
     for item in bundle.pods:
+        if item.pod.phase in ("Succeeded", "Failed"):
+            continue  # finished pods hold nothing and are not scheduled
         if item.pod.node_name:
             if item.pod.node_name not in nodes:
                 raise ManifestError(f"Pod {item.pod.key}", "spec.nodeName",
                                     f"node {item.pod.node_name!r} is not defined in this file")
             bound.append(item)
-        elif item.pod.phase in ("Pending", "Unknown"):
+        else:
             pending.append(item)
     report = Report(running=len(bound), warnings=bundle.warnings)
 
