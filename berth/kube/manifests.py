@@ -880,6 +880,21 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
         price = _number(reader, annotations[ANNOTATION_PRICE], f"metadata.annotations.{ANNOTATION_PRICE}")
     if ANNOTATION_CARBON in annotations:
         carbon = _number(reader, annotations[ANNOTATION_CARBON], f"metadata.annotations.{ANNOTATION_CARBON}")
+    gpus = _gpu_devices(reader, labels, annotations, allocatable, notes)
+    # The device plugin advertises what the devices offer; a hand-written node that describes its
+    # devices (topology / MIG annotations) but leaves the counts out gets them filled in, so that
+    # NodeResourcesFit and the device plugins agree.
+    if gpus and GPU not in allocatable and GPU not in capacity:
+        allocatable[GPU] = sum(1 for d in gpus if d.healthy and not d.mig)
+    if ANNOTATION_GPU_MIG in annotations:
+        offered: dict[str, int] = {}
+        for device in gpus:
+            for piece in device.mig if device.healthy else ():
+                resource = f"{MIG_PREFIX}{piece.profile}"
+                offered[resource] = offered.get(resource, 0) + piece.count
+        for resource, count in sorted(offered.items()):
+            if resource not in allocatable and resource not in capacity:
+                allocatable[resource] = count
     return reader.build(
         "", NodeInfo,
         name=name,
@@ -890,7 +905,7 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
         unschedulable=unschedulable,
         capacity=capacity,
         allocatable=allocatable,
-        gpus=_gpu_devices(reader, labels, annotations, allocatable, notes),
+        gpus=gpus,
         capacity_type=capacity_type,
         price_per_hour=price,
         carbon_intensity=carbon,

@@ -287,3 +287,15 @@ def test_limit_range_defaults_apply_per_container_before_summing() -> None:
 def test_conversion_is_deterministic() -> None:
     docs = [gpu_node(), pod()]
     assert load_documents(docs) == load_documents(copy.deepcopy(docs))
+
+
+def test_counts_are_filled_in_from_described_devices() -> None:
+    manifest = gpu_node()
+    manifest["status"] = {"allocatable": {"cpu": "8", "memory": "64Gi"}}
+    manifest["metadata"]["labels"].pop("nvidia.com/gpu.memory")
+    manifest["metadata"]["annotations"] = {
+        "berth.io/gpu-topology": '{"devices": [{"index": 0}, {"index": 1, "healthy": false}, {"index": 2}]}',
+        "berth.io/gpu-mig": '{"2": {"1g.5gb": 3, "2g.10gb": 2}}'}
+    node = node_from_manifest(manifest)
+    assert node.allocatable == {"cpu": 8000, "memory": 64 * GiB, "nvidia.com/gpu": 1,
+                                "nvidia.com/mig-1g.5gb": 3, "nvidia.com/mig-2g.10gb": 2, "pods": 110}
