@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 _REQUEST = "GpuDeviceFit/request"
+_AUTO_REMEMBERED = 65_536
 
 
 class GpuDeviceExtension(StateExtension):
@@ -114,6 +115,10 @@ class GpuDeviceExtension(StateExtension):
             allocation = self.inventory.allocation_of_bound(slot, pod, devices)
             if not devices:
                 self._auto[pod.uid] = (slot, allocation)
+                if len(self._auto) > _AUTO_REMEMBERED:
+                    # Forget the oldest: a what-if re-adds a pod right after removing it, so only
+                    # recent entries matter, and a long-running cell must not grow without bound.
+                    del self._auto[next(iter(self._auto))]
         if not (allocation.devices or allocation.mig):
             return
         self.inventory.allocate(slot, allocation)
