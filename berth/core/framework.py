@@ -50,7 +50,7 @@ How a GPU device plugin plugs in (part 2):
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -338,6 +338,14 @@ class PreFilterPlugin(Plugin):
 
 
 class FilterPlugin(Plugin):
+    def filter_signature(self, cycle: CycleContext) -> Hashable | None:
+        """Opt-in memoisation (see :mod:`berth.core.memo`): a hashable value such that this
+        plugin's verdict on a node is a pure function of (signature, that node's state in the
+        ClusterState). The framework then re-asks only about nodes that changed since the
+        verdict was computed for an equal signature. Called after PreFilter. None (default):
+        no memo, every candidate is judged every cycle."""
+        return None
+
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
         """Judge every node in ``nodes`` (the candidates that passed the previous filters, in
         name order). Plugins run in configured order and a node leaves the candidates at its
@@ -362,6 +370,13 @@ class PreScorePlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    def score_signature(self, cycle: CycleContext) -> Hashable | None:
+        """Opt-in memoisation of *raw* scores, with the same contract as
+        :meth:`FilterPlugin.filter_signature` (the raw score of a node must depend on nothing
+        but the signature and that node's state — not on the other feasible nodes; normalisation
+        still sees all of them). Called after PreScore. None (default): no memo."""
+        return None
+
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         """Raw integer scores aligned with ``nodes`` (the feasible nodes, in name order)."""
         raise NotImplementedError

@@ -25,6 +25,7 @@ __all__ = [
     "digest_hex",
     "name_hash64",
     "object_digest",
+    "object_digest_of_bytes",
     "sha256_hex",
     "tie_break_keys",
 ]
@@ -51,9 +52,14 @@ def sha256_hex(data: bytes) -> str:
 def object_digest(kind: str, value: Any) -> int:
     """256-bit digest of one object of the snapshot; ``kind`` separates domains (a node and a
     pod with equal JSON must not cancel out)."""
+    return object_digest_of_bytes(kind, canonical_json(value))
+
+
+def object_digest_of_bytes(kind: str, data: bytes) -> int:
+    """:func:`object_digest` of an object whose canonical JSON is ``data``."""
     h = hashlib.blake2b(kind.encode(), digest_size=32)
     h.update(b"\0")
-    h.update(canonical_json(value))
+    h.update(data)
     return int.from_bytes(h.digest(), "big")
 
 

@@ -14,7 +14,7 @@ The cycle never mutates the state. The caller commits a placed (or held) decisio
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,7 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.hashing import canonical_json, sha256_hex, tie_break_keys
+from berth.core.memo import NodeMemo, membership, stale_nodes
 from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
@@ -140,7 +141,7 @@ class Framework:
             "pod_uid": pod.uid,
             "pod": pod.key,
             "profile": self.name,
-            "pod_hash": sha256_hex(canonical_json(pod)),
+            "pod_hash": sha256_hex(state.pod_json(pod)),
             "snapshot_hash": state.snapshot_hash(),
             "config_hash": self.config_hash,
         }
@@ -159,11 +160,7 @@ class Framework:
 
         scores = self.score(cycle, feasibility.feasible)
         ranked = self._rank(pod, state, scores)
-        top = tuple(
-            NodeScore(node=state.name_of(int(scores.nodes[i])), total=int(scores.total[i]),
-                      scores=tuple((name, int(values[i]))
-                                   for name, values in scores.per_plugin.items()))
-            for i in ranked[: self.keep_top_scores])
+        top = _top_scores(state, scores, ranked[: self.keep_top_scores])
         chosen = int(scores.nodes[ranked[0]])
         chosen_name = state.name_of(chosen)
 
@@ -209,10 +206,24 @@ class Framework:
                 cycle.skip_score.add(plugin.NAME)
         total = np.zeros(feasible.size, dtype=np.int64)
         per_plugin: dict[str, npt.NDArray[np.int64]] = {}
+        state = cycle.state
+        in_feasible: npt.NDArray[np.bool_] | None = None
         for plugin in self.score_plugins:
             if plugin.NAME in cycle.skip_score:
                 continue
-            raw = plugin.score(cycle, feasible)
+            signature = plugin.score_signature(cycle)
+            if signature is None:
+                raw = plugin.score(cycle, feasible)
+            else:
+                memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+                entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
+                if in_feasible is None:
+                    in_feasible = membership(feasible, state.capacity)
+                todo = stale_nodes(entry.versions, state.node_version, in_feasible)
+                if todo.size:
+                    entry.values[todo] = plugin.score(cycle, todo)
+                    entry.versions[todo] = state.node_version.take(todo)
+                raw = entry.values.take(feasible)
             normalized = plugin.normalize_score(cycle, feasible, raw)
             weighted = normalized.astype(np.int64, copy=False) * self.weights[plugin.NAME]
             per_plugin[plugin.NAME] = weighted
@@ -273,24 +284,59 @@ class Framework:
             codes[~inside] = table.intern(absent)
             positions = positions[inside]
         candidates = all_nodes[positions]
+        memo: NodeMemo | None = None
         for plugin in self.filter_plugins:
             if candidates.size == 0:
                 break
             if plugin.NAME in cycle.skip_filter:
                 continue
-            result = plugin.filter(cycle, candidates)
-            if result.codes is None:
-                continue
-            failed = result.codes >= 0
+            signature = plugin.filter_signature(cycle)
+            if signature is None:
+                result = plugin.filter(cycle, candidates)
+                if result.codes is None:
+                    continue
+                local, statuses = result.codes, result.statuses
+            else:
+                if memo is None:
+                    memo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+                local, statuses = self._memo_filter(memo, plugin, signature, cycle, candidates)
+            failed = local >= 0
             if not failed.any():
                 continue
-            mapping = np.array([table.intern(s.with_plugin(plugin.NAME))
-                                for s in result.statuses], dtype=np.int32)
-            codes[positions[failed]] = mapping[result.codes[failed]]
+            failed_local = local[failed]
+            # Intern only the statuses that occur, in order of first occurrence in node-name
+            # order, so the decision's groups never depend on how a plugin (or its memo)
+            # happened to number them.
+            used, first = np.unique(failed_local, return_index=True)
+            mapping = np.full(len(statuses), -1, dtype=np.int32)
+            for code in used[np.argsort(first, kind="stable")].tolist():
+                mapping[code] = table.intern(statuses[code].with_plugin(plugin.NAME))
+            codes[positions[failed]] = mapping[failed_local]
             keep = ~failed
             positions = positions[keep]
             candidates = candidates[keep]
         return Feasibility(candidates, Diagnosis(all_nodes, codes, tuple(table.statuses)))
+
+    def _memo_filter(self, memo: NodeMemo, plugin: FilterPlugin, signature: Hashable,
+                     cycle: CycleContext, candidates: NodeArray
+                     ) -> tuple[npt.NDArray[np.int32], Sequence[Status]]:
+        """A memoised Filter: ask the plugin only about candidates that changed since their
+        verdict for this signature was recorded."""
+        state = cycle.state
+        entry = memo.filter_entry((self.config_hash, self.name, plugin.NAME, signature))
+        todo = stale_nodes(entry.versions, state.node_version,
+                           membership(candidates, state.capacity))
+        if todo.size:
+            result = plugin.filter(cycle, todo)
+            if result.codes is None:
+                entry.codes[todo] = -1
+            else:
+                # Index -1 (passed) picks the trailing -1.
+                mapping = np.array([entry.intern(s) for s in result.statuses] + [-1],
+                                   dtype=np.int32)
+                entry.codes[todo] = mapping[result.codes]
+            entry.versions[todo] = state.node_version.take(todo)
+        return entry.codes.take(candidates), entry.statuses
 
     def _rank(self, pod: PodInfo, state: ClusterState, scores: Scores) -> npt.NDArray[np.intp]:
         """Positions into ``scores.nodes``, best first, at least ``keep_top_scores`` long
@@ -340,6 +386,18 @@ class Framework:
                         **base, **summary).sealed()
 
 
+def _top_scores(state: ClusterState, scores: Scores,
+                positions: npt.NDArray[np.intp]) -> tuple[NodeScore, ...]:
+    # One gather per plugin, then plain Python over at most keep_top_scores entries.
+    names = state.names_of(scores.nodes.take(positions).tolist())
+    totals = scores.total.take(positions).tolist()
+    columns = [(name, values.take(positions).tolist())
+               for name, values in scores.per_plugin.items()]
+    return tuple(NodeScore(node=names[k], total=totals[k],
+                           scores=tuple((name, values[k]) for name, values in columns))
+                 for k in range(len(names)))
+
+
 def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
     counts: dict[str, int] = {}
     rejected = diagnosis.node_codes[diagnosis.node_codes >= 0]
@@ -355,6 +413,8 @@ def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], tuple[
     codes = diagnosis.node_codes
     if codes.size == 0:
         return (), ()
+    if not diagnosis.statuses:  # nothing rejected (the common case): one run of feasible nodes
+        return (), ((-1, int(codes.size)),)
     per_status = np.bincount(codes[codes >= 0], minlength=len(diagnosis.statuses)).tolist()
     groups = tuple(RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name),
                                   reasons=s.reasons, count=count)

@@ -38,7 +38,14 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core.framework import StateExtension
-from berth.core.hashing import DIGEST_MODULUS, digest_hex, name_hash64, object_digest
+from berth.core.hashing import (
+    DIGEST_MODULUS,
+    canonical_json,
+    digest_hex,
+    name_hash64,
+    object_digest,
+    object_digest_of_bytes,
+)
 from berth.core.labels import CompiledSelector
 from berth.schemas._base import FrozenModel
 from berth.schemas.cluster import NodeInfo, PodInfo, Taint
@@ -141,6 +148,11 @@ class ClusterState:
         self.alive = np.zeros(self._capacity, dtype=bool)
         self.unschedulable = np.zeros(self._capacity, dtype=bool)
         self.name_hash = np.zeros(self._capacity, dtype=np.uint64)
+        self.node_version = np.zeros(self._capacity, dtype=np.int64)
+        """Per slot, a stamp that changes whenever anything about the node or what is placed on
+        it changes (strictly increasing over the state's life, never reused). Lets derived data
+        (e.g. the framework's score memo) recompute only the nodes that changed."""
+        self._version_clock = 0
         # --- resources
         self._resource_names: list[str] = list(FIXED_RESOURCES)
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
@@ -175,6 +187,7 @@ class ClusterState:
         self._pods_by_label: dict[tuple[str, str], dict[str, set[str]]] = {}
         self._pods_with_affinity: set[str] = set()
         self._pods_with_required_anti_affinity: set[str] = set()
+        self._pod_json_cache: dict[str, tuple[PodInfo, bytes]] = {}
         # --- namespaces and policies
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._namespace_digest: dict[str, int] = {}
@@ -217,6 +230,7 @@ class ClusterState:
         self.alive = grow_rows(self.alive, False)
         self.unschedulable = grow_rows(self.unschedulable, False)
         self.name_hash = grow_rows(self.name_hash, 0)
+        self.node_version = grow_rows(self.node_version, 0)
         self.allocatable = grow_rows(self.allocatable, 0)
         self.requested = grow_rows(self.requested, 0)
         self.nonzero_requested = grow_rows(self.nonzero_requested, 0)
@@ -394,6 +408,7 @@ class ClusterState:
         self._node_digest[node.name] = digest
         self._add_digest(digest)
         self._index_node(slot, node)
+        self._touch(slot)
         for extension in self._extensions.values():
             extension.node_upserted(slot, node, previous)
         if previous is None:
@@ -421,6 +436,7 @@ class ClusterState:
         heapq.heappush(self._free_slots, slot)
         self._order = None
         self._names_sorted = None
+        self._touch(slot)
         for extension in self._extensions.values():
             extension.node_removed(slot, node)
 
@@ -578,8 +594,7 @@ class ClusterState:
                 amounts.append(amount)
         columns.append(PODS)
         amounts.append(1)
-        digest = object_digest("pod", {"pod": pod, "node": node, "gpu_devices": gpu_devices,
-                                       "gpu_milli": gpu_milli})
+        digest = _pod_digest(self.pod_json(pod), node, gpu_devices, gpu_milli)
         placed = PlacedPod(
             pod=pod, node_name=node, gpu_devices=gpu_devices, gpu_milli=gpu_milli,
             assumed=assumed, request_columns=tuple(columns), request_amounts=tuple(amounts),
@@ -624,13 +639,30 @@ class ClusterState:
         for extension in self._extensions.values():
             extension.pod_removed(slot, placed)
 
+    def _touch(self, slot: int) -> None:
+        self._version_clock += 1
+        self.node_version[slot] = self._version_clock
+
     def _account(self, slot: int, placed: PlacedPod, sign: int) -> None:
+        self._touch(slot)
         row = self.requested[slot]
         for column, amount in zip(placed.request_columns, placed.request_amounts):
             row[column] += sign * amount
         nonzero = self.nonzero_requested[slot]
         nonzero[0] += sign * placed.nonzero_cpu
         nonzero[1] += sign * placed.nonzero_memory
+
+    def pod_json(self, pod: PodInfo) -> bytes:
+        """Canonical JSON of a pod, remembered for the last few pod objects (by identity) so
+        that scheduling a pod and then assuming it serialises it once. Pure cache."""
+        cached = self._pod_json_cache.get(pod.uid)
+        if cached is not None and cached[0] is pod:
+            return cached[1]
+        data = canonical_json(pod)
+        self._pod_json_cache[pod.uid] = (pod, data)
+        if len(self._pod_json_cache) > 16:
+            del self._pod_json_cache[next(iter(self._pod_json_cache))]
+        return data
 
     # ------------------------------------------------------------------ pod queries
 
@@ -723,6 +755,15 @@ class ClusterState:
 
     def extension(self, key: str) -> StateExtension | None:
         return self._extensions.get(key)
+
+
+def _pod_digest(pod_json: bytes, node: str, gpu_devices: tuple[int, ...],
+                gpu_milli: int | None) -> int:
+    """``object_digest("pod", {...})`` of a placement, reusing the pod's canonical JSON: the
+    bytes are exactly the canonical JSON of ``{"gpu_devices", "gpu_milli", "node", "pod"}``."""
+    head = canonical_json({"gpu_devices": list(gpu_devices), "gpu_milli": gpu_milli,
+                           "node": node})
+    return object_digest_of_bytes("pod", head[:-1] + b',"pod":' + pod_json + b"}")
 
 
 def _discard(index: dict[str, set[str]], key: str, uid: str) -> None:

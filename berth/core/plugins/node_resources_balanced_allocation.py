@@ -47,6 +47,10 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             return Status.skip()
         return Status.success()
 
+    def score_signature(self, cycle: CycleContext) -> tuple[tuple[str, int], ...]:
+        # A node's balance depends on the pod's requests and that node's row only.
+        return tuple(sorted(cycle.pod.requests.items()))
+
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         columns = requested_and_allocatable(cycle.state, cycle.pod, nodes, self._resources(),
                                             use_requested=True)

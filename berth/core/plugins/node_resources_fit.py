@@ -102,6 +102,11 @@ class NodeResourcesFitArgs(PluginArgs):
     """Berth: the strategy for pods requesting whole GPUs or MIG slices (None: the same)."""
 
 
+def _requests_key(pod: PodInfo) -> tuple[tuple[str, int], ...]:
+    """The pod's requests as a hashable value (the plugin's memo signature)."""
+    return tuple(sorted(pod.requests.items()))
+
+
 def requests_gpus(pod: PodInfo) -> bool:
     return any(amount and (name == GPU_RESOURCE or name.startswith(MIG_PREFIX))
                for name, amount in pod.requests.items())
@@ -203,6 +208,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]
         return Status.success(), None
 
+    def filter_signature(self, cycle: CycleContext) -> tuple[tuple[str, int], ...]:
+        # The verdict on a node depends on the pod's requests and that node's row only.
+        return _requests_key(cycle.pod)
+
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
         state = cycle.state
         demand: _Demand = cycle.data.get(NAME) or _Demand(cycle, self.args)  # type: ignore[arg-type]
@@ -240,6 +249,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         if args.gpu_scoring_strategy is not None and requests_gpus(pod):
             return args.gpu_scoring_strategy
         return args.scoring_strategy
+
+    def score_signature(self, cycle: CycleContext) -> tuple[tuple[str, int], ...]:
+        return _requests_key(cycle.pod)
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         strategy = self._strategy(cycle.pod)

@@ -151,3 +151,30 @@ def test_never_over_allocates(nodes, pods) -> None:
             requested = int(state.requested[slot, column])
             allocatable = int(state.allocatable[slot, column])
             assert requested <= allocatable, (name, resource, requested, allocatable)
+
+
+@PROPERTY_SETTINGS
+@given(nodes=nodes_strategy, pods=pods_strategy())
+def test_memoised_results_equal_fresh_computation(nodes, pods) -> None:
+    # One long-lived state (its node memo warm and updated incrementally) against a state
+    # rebuilt from scratch before every pod (cold memo): the decisions must be identical.
+    warm = ClusterState()
+    for n in nodes:
+        warm.upsert_node(n)
+    placed: list = []
+    for p in pods * 2:
+        p = p.model_copy(update={"uid": f"{p.uid}-{len(placed)}"})
+        cold = ClusterState()
+        for n in reversed(nodes):
+            cold.upsert_node(n)
+        for q, where in placed:
+            cold.assume(q, where)
+        a, b = SCHEDULER.schedule(p, warm), SCHEDULER.schedule(p, cold)
+        assert a.to_json() == b.to_json()
+        if a.status == "placed":
+            warm.assume(p, a.node)
+            placed.append((p, a.node))
+        # Churn: drop the oldest placement now and then (memo rows must be invalidated).
+        if len(placed) > 3 and len(placed) % 3 == 0:
+            gone, _ = placed.pop(0)
+            warm.remove_pod(gone.uid)

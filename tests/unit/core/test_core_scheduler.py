@@ -230,3 +230,15 @@ def test_scheduler_serves_several_profiles() -> None:
     scheduler = Scheduler(config)
     p = pod("p").model_copy(update={"scheduler_name": "other"})
     assert scheduler.schedule(p, state_of(node("a"))).profile == "other"
+
+
+def test_rejection_groups_do_not_depend_on_the_order_taints_were_first_seen() -> None:
+    nodes = [node("a", taints=(taint("x", "1"),)), node("b", taints=(taint("y", "2"),)),
+             node("c", taints=(taint("x", "1"),))]
+    forward, backward = state_of(*nodes), state_of(*reversed(nodes))
+    scheduler = default_scheduler()
+    first, second = scheduler.schedule(pod("p"), forward), scheduler.schedule(pod("p"), backward)
+    assert first.to_json() == second.to_json()
+    assert [g.reasons for g in first.rejections] == [("node(s) had untolerated taint {x: 1}",),
+                                                     ("node(s) had untolerated taint {y: 2}",)]
+    assert first.rejection_runs == ((0, 1), (1, 1), (0, 1))

@@ -1,0 +1,118 @@
+"""Per-node memo of plugin results, invalidated by the ClusterState's node versions.
+
+Many plugins judge a node from that node's row alone: NodeResourcesFit's filter and score depend
+only on the pod's requests and the node's allocatable/requested. Between two scheduling cycles
+usually one node changed (the one the last pod was assumed on), so recomputing every node is
+wasted work. A plugin opts in by returning a *signature* (see
+:meth:`berth.core.framework.FilterPlugin.filter_signature` /
+:meth:`~berth.core.framework.ScorePlugin.score_signature`): a hashable value such that its result
+for a node is a pure function of (signature, the node's state). The framework then keeps, per
+(plugin, signature), the last result and the node version it was computed at, and asks the
+plugin only about nodes whose version moved.
+
+This is derived data: results are bit-identical to recomputing, it is not part of the snapshot
+hash, and evicting entries (least recently used first, bounded) only costs time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core.framework import Status, StateExtension
+
+__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "membership", "stale_nodes"]
+
+_NEVER = 0
+# Rows start at version 0, the version of a slot no node ever used: unused slots never look
+# stale, while every live node (version >= 1) is stale until first computed.
+
+
+class ScoreMemoEntry:
+    __slots__ = ("values", "versions")
+
+    def __init__(self, capacity: int) -> None:
+        self.values = np.zeros(capacity, dtype=np.int64)
+        self.versions = np.full(capacity, _NEVER, dtype=np.int64)
+
+    def grow(self, capacity: int) -> None:
+        extra = capacity - self.values.size
+        if extra > 0:
+            self.values = np.concatenate([self.values, np.zeros(extra, dtype=np.int64)])
+            self.versions = np.concatenate([self.versions, np.full(extra, _NEVER, np.int64)])
+
+
+class FilterMemoEntry:
+    """Per slot: -1 (passed) or an index into ``statuses`` (interned, append-only)."""
+
+    __slots__ = ("codes", "versions", "statuses", "_index")
+
+    def __init__(self, capacity: int) -> None:
+        self.codes = np.full(capacity, -1, dtype=np.int32)
+        self.versions = np.full(capacity, _NEVER, dtype=np.int64)
+        self.statuses: list[Status] = []
+        self._index: dict[Status, int] = {}
+
+    def intern(self, status: Status) -> int:
+        index = self._index.get(status)
+        if index is None:
+            index = self._index[status] = len(self.statuses)
+            self.statuses.append(status)
+        return index
+
+    def grow(self, capacity: int) -> None:
+        extra = capacity - self.codes.size
+        if extra > 0:
+            self.codes = np.concatenate([self.codes, np.full(extra, -1, dtype=np.int32)])
+            self.versions = np.concatenate([self.versions, np.full(extra, _NEVER, np.int64)])
+
+
+class NodeMemo(StateExtension):
+    """The memo, attached to a ClusterState by the framework."""
+
+    KEY = "berth.core/node-memo"
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._capacity = 0
+        self._entries: OrderedDict[Hashable, ScoreMemoEntry | FilterMemoEntry] = OrderedDict()
+
+    def grow(self, capacity: int) -> None:
+        self._capacity = capacity
+        for entry in self._entries.values():
+            entry.grow(capacity)
+
+    def _get(self, key: Hashable, kind: type) -> ScoreMemoEntry | FilterMemoEntry:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = kind(self._capacity)
+            self._entries[key] = entry
+            if len(self._entries) > self.MAX_ENTRIES:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry
+
+    def score_entry(self, key: Hashable) -> ScoreMemoEntry:
+        return self._get(("score", key), ScoreMemoEntry)  # type: ignore[return-value]
+
+    def filter_entry(self, key: Hashable) -> FilterMemoEntry:
+        return self._get(("filter", key), FilterMemoEntry)  # type: ignore[return-value]
+
+
+def membership(nodes: npt.NDArray[np.intp], capacity: int) -> npt.NDArray[np.bool_]:
+    """A mask over slots: True for the slots in ``nodes``."""
+    mask = np.zeros(capacity, dtype=bool)
+    mask[nodes] = True
+    return mask
+
+
+def stale_nodes(versions: npt.NDArray[np.int64], current: npt.NDArray[np.int64],
+                in_nodes: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+    """Slots among ``in_nodes`` whose memoised result is older than the node. Compares whole
+    contiguous arrays (cheap) and keeps the few changed slots that matter."""
+    changed = np.flatnonzero(versions != current)
+    return changed[in_nodes[changed]]
