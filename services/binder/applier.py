@@ -100,8 +100,8 @@ class Binder:
         self._clock = clock
         self._remember = remember
         self._done: OrderedDict[str, Verdict] = OrderedDict()
-        """Recent verdicts by command id: a duplicate record of a command gets the same answer
-        without touching the cluster again."""
+        """Recent final verdicts (applied, conflict) by command id: a duplicate record of a
+        command gets the same answer without touching the cluster again."""
 
     async def apply(self, command: Any) -> Verdict:
         known = self._done.get(command.command_id)
@@ -128,9 +128,10 @@ class Binder:
         else:  # the contract's Command union has exactly the four types above
             raise TypeError(f"not a command: {type(command).__name__}")
         verdict = self._verdict(command, steps, status, note)
-        self._done[command.command_id] = verdict
-        if len(self._done) > self._remember:
-            self._done.popitem(last=False)
+        if status != "failed":  # a failed command may succeed when it comes again
+            self._done[command.command_id] = verdict
+            if len(self._done) > self._remember:
+                self._done.popitem(last=False)
         COMMANDS_BY_RESULT.labels(command_label(command), verdict.result.status).inc()
         self._log(command, verdict, time.perf_counter() - started)
         return verdict
@@ -224,7 +225,7 @@ class Binder:
     def _verdict(self, command: Any, steps: Sequence[_Step], status: str, note: str) -> Verdict:
         if status == "applied":
             # Worth keeping even on success: "already bound", "already gone" (a re-application).
-            reason = "; ".join(sorted({s.outcome.reason for s in steps if s.outcome.reason}))
+            reason = "; ".join(s.describe() for s in steps if s.outcome.reason)
         else:
             reason = "; ".join(s.describe() for s in steps if not s.outcome.is_applied)
             if note:

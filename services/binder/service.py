@@ -63,7 +63,9 @@ class Outputs(Protocol):
     cells: frozenset[int] | None
     """The partitions of the decision-input topic (None: not known, accept any cell)."""
 
-    async def result(self, result: CommandResult, cell: int) -> None: ...
+    async def result(self, result: CommandResult, cell: int | None) -> None:
+        """To the results topic, and to partition ``cell`` of the decision-input topic (unless None)."""
+        ...
 
     async def dead_letter(self, letter: DeadLetter) -> None: ...
 
@@ -78,8 +80,10 @@ class KafkaOutputs:
         self.cells = cells
         self._in_flight: list[asyncio.Future[Any]] = []
 
-    async def result(self, result: CommandResult, cell: int) -> None:
+    async def result(self, result: CommandResult, cell: int | None) -> None:
         self._in_flight.append(await self._producer.send(result, event_id=result.command_id))
+        if cell is None:
+            return
         record = encode(result, source=SOURCE, event_id=result.command_id)
         self._in_flight.append(await self._producer.raw.send(
             DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=cell))
@@ -104,7 +108,8 @@ class CommandHandler:
 
     async def handle(self, command: Any, source: SourceRecord) -> Verdict:
         cells = self.outputs.cells
-        if cells is not None and command.cell not in cells:
+        known_cell = cells is None or command.cell in cells
+        if not known_cell:
             # The issuing cell could never learn the outcome, so its view of the cluster would
             # drift from the cluster's: refuse rather than apply.
             verdict = self.binder.refuse(command, f"cell {command.cell} is not a partition of "
@@ -112,8 +117,7 @@ class CommandHandler:
         else:
             async with self._slots:
                 verdict = await self.binder.apply(command)
-        if cells is None or command.cell in cells:
-            await self.outputs.result(verdict.result, command.cell)
+        await self.outputs.result(verdict.result, command.cell if known_cell else None)
         if verdict.dead_letter_reason is not None:
             await self.outputs.dead_letter(dead_letter_for(
                 topic=source.topic, partition=source.partition, offset=source.offset, key=source.key,

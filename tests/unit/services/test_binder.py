@@ -74,7 +74,7 @@ async def test_reapplying_a_bind_to_the_same_node_is_applied():
     await binder(fake).apply(place(("p1", "node-a")))
     # A fresh binder (a restart) sees the same command again: applied, nothing changes.
     again = await binder(fake).apply(place(("p1", "node-a")))
-    assert again.result.status == "applied" and again.result.reason == "already bound"
+    assert again.result.status == "applied" and again.result.reason == "ml/p1: already bound"
     assert fake.pods["ml/p1"].node == "node-a"
 
 
@@ -121,6 +121,14 @@ async def test_retries_are_bounded_then_failed_and_dead_lettered():
         ("berth.scheduler.commands.v1", 2, 7)
     assert base64.b64decode(letter.value_b64) == b'{"body": 1}' and letter.consumer == "binder"
     assert "place-pods failed: ml/p1: gave up after 3 attempts" in letter.reason
+
+
+async def test_a_failed_command_is_tried_again_when_it_comes_again():
+    fake = cluster("p1")
+    fake.fail("bind", [Outcome.permanent("webhook denied the request")])
+    b = binder(fake)
+    assert (await b.apply(place(("p1", "node-a")))).result.status == "failed"
+    assert (await b.apply(place(("p1", "node-a")))).result.status == "applied"
 
 
 async def test_permanent_errors_are_not_retried():
@@ -202,7 +210,7 @@ async def test_evict_scale_and_cordon():
     evict = EvictPod(command_id="e", decision_id="d", issued_at=T0, pod_uid="uid-p1", namespace="ml", name="p1")
     assert (await b.apply(evict)).result.status == "applied" and "ml/p1" not in fake.pods
     again = await binder(fake).apply(evict)
-    assert again.result.status == "applied" and again.result.reason == "already gone"
+    assert again.result.status == "applied" and again.result.reason == "ml/p1: already gone"
     fake.add_pod("ml", "p1", uid="uid-new")
     recreated = await binder(fake).apply(evict)
     assert recreated.result.status == "conflict" and "ml/p1" in fake.pods
@@ -236,7 +244,8 @@ async def test_a_command_for_an_unknown_cell_is_refused_and_dead_lettered():
     outputs = RecordingOutputs(cells=frozenset({0, 1}))
     verdict = await CommandHandler(binder(fake), outputs).handle(place(("p1", "node-a"), cell=5), source())
     assert verdict.result.status == "failed" and "cell 5 is not a partition" in verdict.result.reason
-    assert fake.calls == [] and outputs.results == [] and len(outputs.dead_letters) == 1
+    assert fake.calls == [] and len(outputs.dead_letters) == 1
+    assert [(cell, r.status) for cell, r in outputs.results] == [(None, "failed")]  # results topic only
 
 
 async def test_commands_for_the_same_pod_apply_in_log_order():
