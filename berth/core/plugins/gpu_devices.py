@@ -105,6 +105,8 @@ class GpuDeviceExtension(StateExtension):
     def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
         if slot is None:
             return
+        # Any pod changes the node's free CPU, which fragmentation scores read too.
+        self.inventory.touch(slot)
         pod = placed.pod
         # An assumed pod carries its devices in the placement; a bound one in its PodInfo.
         devices = placed.gpu_devices or pod.gpu_devices
@@ -126,6 +128,8 @@ class GpuDeviceExtension(StateExtension):
         self._by_slot.setdefault(slot, {})[pod.uid] = allocation
 
     def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        if slot is not None:
+            self.inventory.touch(slot)
         entry = self.held.pop(placed.pod.uid, None)
         if entry is None:
             return
@@ -322,19 +326,27 @@ class GpuFragmentation(_GpuScore):
         return Status.success() if (request.whole or request.is_share) else Status.skip()
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
-        from berth.core.gpu import PodRequest, score_placements
+        from berth.core.gpu import INFEASIBLE, PodRequest, score_placements
 
         inv = gpu_inventory(cycle.state)
         request = _request(cycle)
-        rows = np.asarray(nodes)
-        free = inv.free_matrix()[rows]
-        cpu = _free_cpu(cycle.state, rows)
-        pod = PodRequest(cpu_milli=0, num_gpu=request.whole or 1,
+        state = cycle.state
+        cpu_request = cycle.pod.requests.get("cpu", 0)
+        pod = PodRequest(cpu_milli=cpu_request, num_gpu=request.whole or 1,
                          gpu_milli=MILLI if request.whole else max(1, request.milli))
-        access = np.ones((len(rows), self._workload.size), dtype=bool)
-        result = score_placements(free, cpu, access, pod, self._workload)
-        increase = np.where(result.fits, result.increase, np.iinfo(np.int64).max)
-        return -np.minimum(increase, np.iinfo(np.int64).max // 4)
+        workload = self._workload
+
+        def compute(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+            # A node's fragmentation change depends on that node alone (its free GPU milli per
+            # device and free CPU), so it is cached per slot and per pod shape.
+            free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
+            access = np.ones((len(rows), workload.size), dtype=bool)
+            result = score_placements(free, _free_cpu(state, rows), access, pod, workload)
+            increase = np.where(result.fits, result.increase, INFEASIBLE)
+            return -np.minimum(increase, INFEASIBLE // 4)
+
+        key = (self.NAME, request.whole, request.milli, request.memory_mib, cpu_request)
+        return inv.per_slot(key, compute).take(nodes)
 
     def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
                         scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -350,4 +362,4 @@ def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np
     """Free CPU millicores of node slots, from the ClusterState's resource arrays."""
     from berth.core.state import CPU
 
-    return (state.allocatable[rows, CPU] - state.requested[rows, CPU]).astype(np.int64)
+    return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)

@@ -524,6 +524,12 @@ class GpuInventory:
             cache.values[rows] = compute(rows)
         return cache.values
 
+    def touch(self, row: int) -> None:
+        """Mark ``row`` changed for every per-slot cache, e.g. because something outside the
+        GPU state that a cached value also reads (free CPU) changed on that node."""
+        for cache in self._row_caches.values():
+            cache.dirty.add(row)
+
     def share_choice(self, request: GpuRequest) -> tuple[IntArray, IntArray]:
         """Per slot: the column bin-packing gives the share (-1: none fits) and that device's
         free milli now. Read-only views of cached arrays: do not modify."""
