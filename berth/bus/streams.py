@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -46,6 +46,9 @@ def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
         "broker": [f"kafka://{host.strip()}" for host in kafka.bootstrap.split(",") if host.strip()],
         "broker_client_id": kafka.client_id,
         "topic_replication_factor": kafka.replication_factor,
+        # faust sends its buffer one record at a time; a few ms of linger lets aiokafka batch
+        # them (measured ~1.6x events/s on the token-lag service, as EventProducer's 5 ms).
+        "producer_linger": 0.005,
     }
     client = kafka.client_options()  # builds the SSL context once, with the CA and client cert
     context = client.get("ssl_context")
@@ -244,12 +247,47 @@ def default_data_dir(service: str) -> Path:
     return Path(base) / "berth" / service
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A fresh current event loop: faust's worker takes the current one, and an earlier
-    ``asyncio.run`` (e.g. creating topics) leaves none behind."""
+class StartupError(RuntimeError):
+    """The service cannot start; the message says why and what to check."""
+
+
+def serve(
+    service: str,
+    build: Callable[[dict[str, int], dict[str, Any]], faust.App],
+    *,
+    kafka: KafkaSettings,
+    topics: Iterable[str],
+    log_level: str,
+    metrics_port: int | None,
+    data_dir: Path | None,
+    store: str,
+) -> None:
+    """Run a faust service: create Berth's topics, read the partition counts of ``topics`` from
+    the brokers, ``build(counts, app_options)`` the app, and run it until SIGTERM/SIGINT.
+
+    Raises :class:`StartupError` when Kafka cannot be reached or a topic is missing.
+    """
+    from .topics_admin import ensure_topics
+
+    directory = data_dir or default_data_dir(service)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    async def read_counts() -> dict[str, int]:
+        await ensure_topics(kafka)
+        return await partition_counts(kafka, topics)
+
+    # faust's worker runs on the thread's current loop; the set-up runs on the same one.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    return loop
+    try:
+        counts = loop.run_until_complete(read_counts())
+    except Exception as exc:  # aiokafka raises several connection and metadata errors
+        loop.close()
+        raise StartupError(f"cannot prepare Kafka topics at {kafka.bootstrap}: {exc}") from exc
+    log.info("starting", kafka=kafka.bootstrap, partitions=counts, store=store, data_dir=str(directory))
+    app = build(counts, {**faust_app_options(kafka), "store": store, "datadir": str(directory)})
+    run_worker(app, loop=loop, log_level=log_level, metrics_port=metrics_port)
+    log.info("stopped")
 
 
 class _ServiceWorker(faust.Worker):

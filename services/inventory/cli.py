@@ -15,7 +15,8 @@ app = typer.Typer(help="Keep the per-node GPU inventory and route cluster facts 
 def run(
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers, host:port[,host:port].")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus /metrics on this port.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        help="Serve Prometheus /metrics on this port once the worker is ready.")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(
         help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/inventory).")] = None,
     store: Annotated[str, typer.Option(
@@ -24,9 +25,8 @@ def run(
 ) -> None:
     """Consume pods, nodes, policies, GPU telemetry and spot notices; publish node inventories
     (berth.inventory.state.v1) and each cell's inputs (berth.scheduler.inputs.v1). Stops on SIGTERM."""
-    from berth.bus import ensure_topics
-    from berth.bus.streams import default_data_dir, faust_app_options, new_event_loop, partition_counts, run_worker
-    from berth.logs import configure_logging, get_logger
+    from berth.bus.streams import StartupError, serve
+    from berth.logs import configure_logging
     from berth.schemas.topics import DECISION_INPUTS, NODES, PODS
     from berth.settings import load_settings
 
@@ -34,23 +34,16 @@ def run(
 
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="inventory")
-    log = get_logger(__name__)
-    directory = data_dir or default_data_dir("inventory")
-    directory.mkdir(parents=True, exist_ok=True)
 
-    async def read_layout() -> Layout:
-        await ensure_topics(settings.kafka)
-        counts = await partition_counts(settings.kafka, [DECISION_INPUTS.name, PODS.name, NODES.name])
-        return Layout(cells=counts[DECISION_INPUTS.name], pod_partitions=counts[PODS.name],
-                      node_partitions=counts[NODES.name])
+    def build(partitions: dict[str, int], options: dict) -> object:
+        layout = Layout(cells=partitions[DECISION_INPUTS.name], pod_partitions=partitions[PODS.name],
+                        node_partitions=partitions[NODES.name])
+        return create_app(layout, app_options=options).app
 
-    loop = new_event_loop()
-    layout = loop.run_until_complete(read_layout())
-    log.info("starting", kafka=settings.kafka.bootstrap, cells=layout.cells,
-             pod_partitions=layout.pod_partitions, node_partitions=layout.node_partitions,
-             store=store, data_dir=str(directory))
-    options = {**faust_app_options(settings.kafka), "store": store, "datadir": str(directory)}
-    service = create_app(layout, app_options=options)
-    run_worker(service.app, loop=loop, log_level=settings.log_level,
-               metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
-    log.info("stopped")
+    try:
+        serve("inventory", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, PODS.name, NODES.name],
+              log_level=settings.log_level, data_dir=data_dir, store=store,
+              metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
+    except StartupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc

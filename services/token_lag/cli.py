@@ -27,7 +27,8 @@ def run(
         help=f"Ceiling of expected TTFT, reported for stalled pools [default: {DEFAULT_MAX_TTFT_MS:g}].")] = None,
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers, host:port[,host:port].")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve Prometheus /metrics on this port.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        help="Serve Prometheus /metrics on this port once the worker is ready.")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(
         help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/token-lag).")] = None,
     store: Annotated[str, typer.Option(
@@ -36,8 +37,7 @@ def run(
 ) -> None:
     """Consume berth.inference.queue.v1; publish each pool's lag state to
     berth.inference.lag-state.v1 and to its cell of berth.scheduler.inputs.v1. Stops on SIGTERM."""
-    from berth.bus import ensure_topics
-    from berth.bus.streams import default_data_dir, faust_app_options, new_event_loop, partition_counts, run_worker
+    from berth.bus.streams import StartupError, serve
     from berth.logs import configure_logging, get_logger
     from berth.schemas.topics import DECISION_INPUTS, QUEUE_LAG
     from berth.settings import load_settings
@@ -54,22 +54,18 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--pools") from exc
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="token-lag")
-    log = get_logger(__name__)
-    directory = data_dir or default_data_dir("token-lag")
-    directory.mkdir(parents=True, exist_ok=True)
 
-    async def read_layout() -> Layout:
-        await ensure_topics(settings.kafka)
-        counts = await partition_counts(settings.kafka, [DECISION_INPUTS.name, QUEUE_LAG.name])
-        return Layout(cells=counts[DECISION_INPUTS.name], queue_partitions=counts[QUEUE_LAG.name])
+    def build(partitions: dict[str, int], options: dict) -> object:
+        get_logger(__name__).info(
+            "lag settings", half_life_seconds=lag_settings.half_life_seconds, max_ttft_ms=lag_settings.max_ttft_ms,
+            default_model_load_seconds=lag_settings.default_model_load_seconds, pools=sorted(lag_settings.pools))
+        layout = Layout(cells=partitions[DECISION_INPUTS.name], queue_partitions=partitions[QUEUE_LAG.name])
+        return create_app(layout, lag_settings, app_options=options).app
 
-    loop = new_event_loop()
-    layout = loop.run_until_complete(read_layout())
-    log.info("starting", kafka=settings.kafka.bootstrap, cells=layout.cells, queue_partitions=layout.queue_partitions,
-             half_life_seconds=lag_settings.half_life_seconds, pools_configured=len(lag_settings.pools),
-             store=store, data_dir=str(directory))
-    options = {**faust_app_options(settings.kafka), "store": store, "datadir": str(directory)}
-    service = create_app(layout, lag_settings, app_options=options)
-    run_worker(service.app, loop=loop, log_level=settings.log_level,
-               metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
-    log.info("stopped")
+    try:
+        serve("token-lag", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, QUEUE_LAG.name],
+              log_level=settings.log_level, data_dir=data_dir, store=store,
+              metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
+    except StartupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
