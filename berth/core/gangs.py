@@ -115,8 +115,6 @@ def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int,
     return GangResult(messages={pod.uid: failed.get(pod.uid, together) for pod in pods})
 
 
-
-
 class StateGangHost:
     """:class:`GangHost` over the core's :class:`~berth.core.scheduler.Scheduler` and a
     :class:`~berth.core.state.ClusterState`: members are scheduled by the normal profile and
