@@ -388,10 +388,10 @@ def _sync_cell(state: NodeState, at: datetime, cells: int, outputs: list[Output]
     if node is None or state.removed:
         return state
     cell = cell_of_node(node, cells)
-    moved = state.forwarded_cell is not None and state.forwarded_cell != cell
-    if moved:
-        outputs.append(ToCell(state.forwarded_cell, NodeRemoved(name=node.name, observed_at=at)))  # type: ignore[arg-type]
-    first_time_here = state.forwarded_cell != cell
+    previous = state.forwarded_cell
+    if previous is not None and previous != cell:
+        outputs.append(ToCell(previous, NodeRemoved(name=node.name, observed_at=at)))
+    first_time_here = previous != cell
     if first_time_here or node != state.forwarded:
         outputs.append(ToCell(cell, NodeObserved(node=node, resource_version=state.resource_version, observed_at=at)))
     state = state.model_copy(update={"forwarded": node, "forwarded_cell": cell})

@@ -9,7 +9,9 @@ seconds carries half the weight, whatever the reporting interval, and bursts of 
 together count no more than one report over the same span. The first observation of a pool sets
 the average to its rate. Two observations with the same timestamp leave the average unchanged (no
 time passed) while the queue and session counts follow the newer one. An observation older than
-the pool's latest is stale (reports from several gateways interleave) and is ignored entirely.
+the pool's latest is stale (reports from several gateways interleave) and is ignored entirely, and
+so is a repeat of the latest (Kafka redelivers after a restart: at-least-once), so that
+``observations`` counts distinct reports.
 
 Expected TTFT (how long a request arriving now waits for its first token), in milliseconds:
 
@@ -125,15 +127,23 @@ def is_stalled(state: PoolLagState) -> bool:
     return state.tokens_in_queue > 0 and state.smoothed_token_rate == 0
 
 
+def _repeats(observation: QueueLagObserved, state: PoolLagState) -> bool:
+    """The observation is the one ``state`` already holds (a redelivery after a restart)."""
+    return (observation.tokens_in_queue, observation.token_rate, observation.active_sessions,
+            observation.ready_replicas) == (state.tokens_in_queue, state.token_rate, state.active_sessions,
+                                            state.ready_replicas)
+
+
 def fold_queue_lag(previous: PoolLagState | None, observation: QueueLagObserved,
                    settings: LagSettings) -> PoolLagState | None:
-    """The pool's new lag state, or None when ``observation`` is stale (older than ``previous``)."""
+    """The pool's new lag state, or None when ``observation`` brings nothing: it is older than
+    ``previous`` (stale) or the very observation ``previous`` came from (redelivered)."""
     if previous is None:
         smoothed = observation.token_rate
         observations = 1
     else:
         dt = (observation.observed_at - previous.updated_at).total_seconds()
-        if dt < 0:
+        if dt < 0 or (dt == 0 and _repeats(observation, previous)):
             return None
         alpha = smoothing_factor(dt, settings.half_life_seconds)
         smoothed = previous.smoothed_token_rate + alpha * (observation.token_rate - previous.smoothed_token_rate)

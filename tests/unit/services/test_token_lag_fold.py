@@ -67,6 +67,7 @@ def test_stale_observations_are_ignored_and_simultaneous_ones_update_counts_only
     same_time = fold_queue_lag(state, observe(10, 800, 50), SETTINGS)
     assert same_time.smoothed_token_rate == state.smoothed_token_rate
     assert same_time.tokens_in_queue == 800
+    assert fold_queue_lag(state, observe(10, 500, 200), SETTINGS) is None  # redelivered: not counted again
 
 
 @pytest.mark.parametrize(("tokens", "rate", "busy", "ready", "expected"), [
