@@ -35,7 +35,7 @@ def _canonical(data: Any) -> str:
 
 def default_scheduler_document() -> dict[str, Any]:
     """What the decision service runs without ``--config``: the same profile as ``berth simulate``."""
-    from berth.simulate import GPU_PROFILE  # one definition of Berth's default GPU profile
+    from berth.core.plugins.gpu_profile import GPU_PROFILE
 
     return json.loads(json.dumps(GPU_PROFILE))
 
