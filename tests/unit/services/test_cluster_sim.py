@@ -280,3 +280,70 @@ async def test_player_waits_for_simulated_time_at_speed():
     assert player.arrived == 2
     player.stop()
     await task
+
+
+# --- the outbox, the clock, the command line -----------------------------------------------------
+
+
+class _SlowAckProducer:
+    """Acknowledges sends in reverse order, to show the outbox still publishes in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.acks: list[asyncio.Future[None]] = []
+
+    async def send(self, event):
+        self.sent.append(event.name)
+        ack = asyncio.get_running_loop().create_future()
+        self.acks.append(ack)
+        return ack
+
+
+async def test_outbox_sends_in_emit_order_and_resolves_once_acknowledged():
+    from berth.services.cluster_sim.outbox import KafkaOutbox
+
+    producer = _SlowAckProducer()
+    outbox = KafkaOutbox(producer)  # type: ignore[arg-type]
+    runner = asyncio.create_task(outbox.run())
+    first = outbox.emit([NodeRemoved(name="a", observed_at=T0), NodeRemoved(name="b", observed_at=T0)])
+    second = outbox.emit([NodeRemoved(name="c", observed_at=T0)])
+    while len(producer.acks) < 3:
+        await asyncio.sleep(0)
+    assert producer.sent == ["a", "b", "c"] and not first.done() and not second.done()
+    for ack in reversed(producer.acks):
+        ack.set_result(None)
+    await asyncio.wait_for(asyncio.gather(first, second), timeout=1)
+    await outbox.drain()
+    assert outbox.published == 3
+    runner.cancel()
+
+
+async def test_clock_maps_simulated_seconds_to_event_time():
+    ticks = [100.0]
+    clock = SimClock(10.0, start=T0, monotonic=lambda: ticks[0])
+    ticks[0] = 101.5
+    assert clock.seconds() == 15.0 and clock.now() == T0 + timedelta(seconds=15)
+    fast = SimClock(None, start=T0)
+    assert await fast.wait_until(42.0, asyncio.Event()) and fast.seconds() == 42.0
+    with pytest.raises(ValueError):
+        SimClock(0)
+
+
+def test_cli_generate_writes_loadable_manifests_and_pools(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from berth.services.cluster_sim.cli import app
+    from berth.workloads import load_workload
+
+    out, pools = tmp_path / "bench.yaml", tmp_path / "pools.yaml"
+    result = CliRunner().invoke(app, ["generate", "bench:3", "--out", str(out), "--nodes", "4", "--pods", "10",
+                                      "--rate", "5", "--pools-out", str(pools)])
+    assert result.exit_code == 0, result.output
+    workload = load_workload(out)
+    assert len(workload.nodes) == 4 and len(workload.pods) == 10 and workload.pods[-1].at_s == pytest.approx(1.8)
+    assert yaml.safe_load(pools.read_text()) == {"pools": {}}
+    both = CliRunner().invoke(app, ["run", "--workload", str(out), "--generate", "demo"])
+    assert both.exit_code == 2 and "exactly one of --workload" in both.output
+    bad = CliRunner().invoke(app, ["run", "--generate", "chaos"])
+    assert bad.exit_code == 2 and "unknown generator" in bad.output
