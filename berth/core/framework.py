@@ -297,12 +297,15 @@ class CycleContext:
     Filter/Score, keyed by plugin name. It lives for one cycle only.
     """
 
-    __slots__ = ("pod", "state", "profile", "data", "skip_filter", "skip_score")
+    __slots__ = ("pod", "state", "profile", "framework", "data", "skip_filter", "skip_score")
 
-    def __init__(self, pod: PodInfo, state: ClusterState, profile: str) -> None:
+    def __init__(self, pod: PodInfo, state: ClusterState, profile: str,
+                 framework: Any = None) -> None:
         self.pod = pod
         self.state = state
         self.profile = profile
+        self.framework = framework
+        """The Framework running this cycle (kube's Handle), or None outside one."""
         self.data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()
         self.skip_score: set[str] = set()
@@ -322,6 +325,14 @@ class Plugin:
 
     def __init__(self, args: PluginArgs | None = None) -> None:
         self.args = args if args is not None else self.Args()
+
+    def bind_framework(self, framework: Any) -> None:
+        """Called once by the :class:`~berth.core.scheduler.Framework` that owns this instance,
+        right after construction (kube passes its ``framework.Handle`` to the constructor).
+        A plugin that needs to run the profile itself — e.g. preemption re-running the filters
+        on a what-if state through ``framework.find_feasible`` — keeps this reference; it must
+        not keep anything else across cycles. The same framework is also available per cycle as
+        :attr:`CycleContext.framework`. Default: ignore it."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.args!r})"

@@ -109,6 +109,8 @@ class Framework:
         instances = {name: registry[name](resolved.args.get(name))
                      for name in resolved.plugin_names()}
         self.plugins: Mapping[str, Plugin] = instances
+        for plugin in instances.values():
+            plugin.bind_framework(self)
 
         def at(point: str) -> list:
             return [instances[name] for name in resolved.points.get(point, ())]
@@ -136,7 +138,7 @@ class Framework:
         """One scheduling cycle for ``pod`` on ``state`` → a sealed :class:`Decision`.
         The state is not modified (extensions may be attached on first use)."""
         self.prepare(state)
-        cycle = CycleContext(pod, state, self.name)
+        cycle = CycleContext(pod, state, self.name, self)
         base = {
             "pod_uid": pod.uid,
             "pod": pod.key,
@@ -196,7 +198,7 @@ class Framework:
         named nodes (others are ignored, not reported). For preemption's what-ifs: remove the
         victims from the state, call this, add them back."""
         self.prepare(state)
-        return self._find_feasible(CycleContext(pod, state, self.name), nodes)
+        return self._find_feasible(CycleContext(pod, state, self.name, self), nodes)
 
     def score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
         """PreScore + Score + NormalizeScore + weights over ``feasible`` (name order)."""

@@ -12,6 +12,7 @@ from berth.core.scheduler import Framework, Scheduler
 from berth.core.state import ClusterState
 from berth.schemas.cluster import (
     Affinity,
+    GpuDevice,
     LabelSelector,
     LabelSelectorRequirement,
     NodeAffinity,
@@ -37,15 +38,19 @@ ZONE = "topology.kubernetes.io/zone"
 
 def node(name: str, *, cpu: int = 4000, memory: int = 32 * GI, pods: int = 110,
          labels: Mapping[str, str] | None = None, taints: Iterable[Taint] = (),
-         unschedulable: bool = False, hostname: bool = True, **extra: int) -> NodeInfo:
-    """A node; ``extra`` are more allocatable resources with ``_`` for ``/`` and ``.`` kept,
-    e.g. ``node("n", gpu=8)`` gives ``nvidia.com/gpu: 8``."""
+         unschedulable: bool = False, hostname: bool = True, devices: bool = True,
+         **extra: int) -> NodeInfo:
+    """A node; ``extra`` are more allocatable resources, ``__`` standing for ``/``, e.g.
+    ``node("n", vendor__fpga=1)``; ``gpu=8`` gives ``nvidia.com/gpu: 8`` and (``devices``)
+    eight GPU devices for Berth's device-level plugins."""
     allocatable: dict[str, int] = {"cpu": cpu, "memory": memory, "pods": pods}
     for key, amount in extra.items():
         allocatable["nvidia.com/gpu" if key == "gpu" else key.replace("__", "/")] = amount
     all_labels = {HOST: name} if hostname else {}
     all_labels.update(labels or {})
-    return NodeInfo(name=name, labels=all_labels, taints=tuple(taints),
+    gpus = tuple(GpuDevice(index=i) for i in range(allocatable.get("nvidia.com/gpu", 0))
+                 if devices)
+    return NodeInfo(name=name, labels=all_labels, taints=tuple(taints), gpus=gpus,
                     unschedulable=unschedulable, allocatable=allocatable, capacity=allocatable)
 
 

@@ -17,14 +17,18 @@ def _load(body: str):
 
 def test_default_profile_follows_kube_order_and_weights() -> None:
     profile = default_config().profile("berth")
-    assert profile.points["filter"] == (
-        "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit",
-        "PodTopologySpread", "InterPodAffinity")
-    assert profile.points["preFilter"] == (
+    kube_filters = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity",
+                    "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity")
+    assert profile.points["filter"][: len(kube_filters)] == kube_filters
+    assert profile.points["preFilter"][:4] == (
         "NodeAffinity", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity")
-    assert dict(profile.weights) == {
-        "TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "PodTopologySpread": 2,
-        "InterPodAffinity": 2, "NodeResourcesBalancedAllocation": 1}
+    kube_weights = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
+                    "PodTopologySpread": 2, "InterPodAffinity": 2,
+                    "NodeResourcesBalancedAllocation": 1}
+    assert {k: v for k, v in profile.weights.items() if k in kube_weights} == kube_weights
+    # Berth's GPU, locality and preemption plugins come after kube's.
+    assert "GpuDeviceFit" in profile.points["filter"] and "GpuDeviceFit" in profile.points["reserve"]
+    assert profile.points["postFilter"] == ("DefaultPreemption",)
     assert profile.keep_top_scores == 10
     fit = profile.args["NodeResourcesFit"]
     assert fit.gpu_scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]
@@ -59,6 +63,7 @@ def test_score_weight_override_replaces_the_default_in_place() -> None:
         """)
     profile = config.profile()
     assert profile.weights["NodeResourcesBalancedAllocation"] == 5
+    assert profile.weights["GpuBinPack"] == 2
     # Explicit entries of a point come first, then multiPoint's (kube's expansion order).
     assert profile.points["score"][0] == "NodeResourcesBalancedAllocation"
     assert config.hash != default_config().hash

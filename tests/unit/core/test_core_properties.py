@@ -82,8 +82,8 @@ def _run(nodes, pods, *, node_order=None, seed_pods=()):
     state = ClusterState()
     for n in node_order if node_order is not None else nodes:
         state.upsert_node(n)
-    for p, where in seed_pods:
-        state.assume(p, where)
+    for p, where, devices in seed_pods:
+        state.assume(p, where, devices)
     out = []
     for p in pods:
         decision = SCHEDULER.schedule(p, state)
@@ -93,7 +93,7 @@ def _run(nodes, pods, *, node_order=None, seed_pods=()):
     return out, state
 
 
-PROPERTY_SETTINGS = settings(max_examples=40, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=int(__import__("os").environ.get("BERTH_CORE_EXAMPLES", "40")), deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -112,8 +112,8 @@ def test_node_and_pod_insertion_order_does_not_matter(nodes, pods, data) -> None
     # Seed the cluster with the first pods' placements, in two different orders.
     seeded, rest = pods[: len(pods) // 2], pods[len(pods) // 2:]
     decisions, state = _run(nodes, seeded)
-    placements = [(p, state.placed_pod(p.uid).node_name) for p in seeded
-                  if state.placed_pod(p.uid) is not None]
+    placements = [(p, state.placed_pod(p.uid).node_name, state.placed_pod(p.uid).gpu_devices)
+                  for p in seeded if state.placed_pod(p.uid) is not None]
     shuffled_nodes = data.draw(st.permutations(nodes))
     shuffled_seed = data.draw(st.permutations(placements))
     a, state_a = _run(nodes, rest, seed_pods=placements)
@@ -135,7 +135,7 @@ def test_scores_stay_within_bounds(nodes, pods) -> None:
                 assert 0 <= value <= MAX_NODE_SCORE * WEIGHTS[plugin], (plugin, value)
             assert entry.total == sum(v for _, v in entry.scores)
         if decision.status == "placed":
-            state.assume(p, decision.node)
+            state.assume(p, decision.node, decision.gpu_devices)
 
 
 @PROPERTY_SETTINGS
@@ -167,14 +167,14 @@ def test_memoised_results_equal_fresh_computation(nodes, pods) -> None:
         cold = ClusterState()
         for n in reversed(nodes):
             cold.upsert_node(n)
-        for q, where in placed:
-            cold.assume(q, where)
+        for q, where, devices in placed:
+            cold.assume(q, where, devices)
         a, b = SCHEDULER.schedule(p, warm), SCHEDULER.schedule(p, cold)
         assert a.to_json() == b.to_json()
         if a.status == "placed":
-            warm.assume(p, a.node)
-            placed.append((p, a.node))
+            warm.assume(p, a.node, a.gpu_devices)
+            placed.append((p, a.node, a.gpu_devices))
         # Churn: drop the oldest placement now and then (memo rows must be invalidated).
         if len(placed) > 3 and len(placed) % 3 == 0:
-            gone, _ = placed.pop(0)
+            gone, _, _ = placed.pop(0)
             warm.remove_pod(gone.uid)

@@ -43,8 +43,9 @@ def test_unschedulable_decision_carries_kube_message_and_compressed_verdicts() -
                      *(node(f"n{i}") for i in range(3)))
     decision = default_scheduler().schedule(pod("p", requests={"nvidia.com/gpu": 1}), state)
     assert decision.status == "unschedulable"
-    assert decision.message == ("0/5 nodes are available: 2 node(s) had untolerated taint "
-                                "{dedicated: gpu}, 3 Insufficient nvidia.com/gpu.")
+    assert decision.message.startswith(
+        "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}, "
+        "3 Insufficient nvidia.com/gpu. preemption: ")
     groups = {g.reasons: (g.plugin, g.code, g.count) for g in decision.rejections}
     assert groups == {
         ("Insufficient nvidia.com/gpu",): ("NodeResourcesFit", "UnschedulableAndUnresolvable", 3),
@@ -97,7 +98,9 @@ def test_profile_chosen_by_scheduler_name_and_unknown_profile_is_an_error_value(
 def test_empty_cluster() -> None:
     decision = default_scheduler().schedule(pod("p"), state_of())
     assert decision.status == "unschedulable"
-    assert decision.message == "0/0 nodes are available:"
+    assert decision.message.startswith("0/0 nodes are available: preemption:")
+    kube_only = profile({"multiPoint": ["NodeResourcesFit"]})
+    assert kube_only.schedule(pod("p"), state_of()).message == "0/0 nodes are available:"
 
 
 # --- extension points with test plugins -----------------------------------------------------------
