@@ -185,3 +185,39 @@ async def test_restart_rebuilds_node_and_pod_state_from_the_changelogs(kafka, su
     [deleted] = await wait_for(kafka, DECISION_INPUTS.name,
                                lambda e: e.type == "io.berth.cluster.pod-deleted.v1" and e.uid == first.uid)
     assert deleted.partition == CELL
+
+
+async def test_two_workers_share_the_nodes_and_one_takes_over_when_the_other_leaves(kafka, supervisor, tmp_path):
+    from berth.devstack import procs
+    from berth.supervisor import ServiceProcess
+
+    start_inventory(supervisor, tmp_path / "a")
+    # A second member of the group (the supervisor keys services by name, so start it by hand).
+    [port] = procs.free_ports(1)
+    second = ServiceProcess("inventory", ["run", "--data-dir", str(tmp_path / "b")], tmp_path / "b.log",
+                            supervisor.env, port)
+    try:
+        second.start()
+        second.wait_ready(90)
+        names = [unique("node") for _ in range(16)]
+        t = now()
+
+        async def bind_everywhere(device: int) -> None:
+            events: list[Any] = [NodeObserved(node=gpu_node(name), observed_at=t) for name in names if device == 0]
+            events += [PodObserved(pod=bound_pod(f"p{device}", name, devices=(device,)),
+                                   observed_at=t + timedelta(seconds=device + 1)) for name in names]
+            await publish(kafka, *events)
+            found = await wait_for(kafka, INVENTORY_STATE.name,
+                                   lambda e: e.node.name in names and len(e.allocations) == device + 1,
+                                   count=len(names), timeout=90)
+            assert {item.event.node.name for item in found} == set(names)
+
+        await bind_everywhere(0)
+        routed_by_second = second.log_path.read_text().count('"node routed"')
+        assert 0 < routed_by_second < len(names), "both members should own some nodes"
+        second.stop()
+        assert second.popen.returncode == 0
+        # The first worker now owns every partition, its nodes' state restored from the changelogs.
+        await bind_everywhere(1)
+    finally:
+        second.stop()
