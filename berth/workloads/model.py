@@ -9,7 +9,7 @@ generator seed always yields equal workloads.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Union
 
@@ -180,17 +180,11 @@ class Workload:
         if pods_per_second <= 0:
             raise WorkloadError(f"rate must be positive, got {pods_per_second}")
         pods = tuple(TimedPod(t.pod, i / pods_per_second, t.run_s) for i, t in enumerate(self.pods))
-        return _replace(self, pods=pods)
+        return replace(self, pods=pods)
 
     def limited(self, max_pods: int) -> Workload:
         """The workload's first ``max_pods`` pods (in arrival order), everything else unchanged."""
-        return _replace(self, pods=self.pods[:max_pods])
-
-
-def _replace(workload: Workload, **changes: Any) -> Workload:
-    from dataclasses import replace
-
-    return replace(workload, **changes)
+        return replace(self, pods=self.pods[:max_pods])
 
 
 def sort_pods(pods: list[TimedPod]) -> tuple[TimedPod, ...]:

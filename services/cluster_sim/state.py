@@ -220,7 +220,8 @@ class ClusterState:
     def create_pod_from_manifest(self, manifest: Mapping[str, Any], namespace: str, now: datetime) -> ApiResult:
         manifest = {**manifest, "metadata": {**(manifest.get("metadata") or {}), "namespace": namespace}}
         classes = {p.name: p for p in self.policies if isinstance(p, PriorityClassInfo)}
-        ranges = [p for p in self.policies if isinstance(p, LimitRangeInfo) and p.namespace == namespace]
+        ranges = sorted((p for p in self.policies if isinstance(p, LimitRangeInfo) and p.namespace == namespace),
+                        key=lambda r: r.name)
         try:
             converted = pod_from_manifest(manifest, priority_classes=classes, limit_ranges=ranges)
         except ManifestError as exc:
