@@ -129,9 +129,11 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
                                help="node name → everything the inventory knows about the node")
 
-    def emit(outputs: tuple[Output, ...], origin: str) -> None:
+    def emit(outputs: tuple[Output, ...], origin: str, stage: str) -> None:
+        """Send a fold's outputs in order. Ids derive from the input's first position and the
+        stage that emitted them (one input may reach the stages of two nodes)."""
         for index, output in enumerate(outputs):
-            event_id = derived_event_id(CONSUMER, origin, index)
+            event_id = derived_event_id(f"{CONSUMER}/{stage}", origin, index)
             if isinstance(output, ToCell):
                 sink.publish(DECISION_INPUTS.name, output.event, partition=output.cell, event_id=event_id)
                 _log_routed(output)
@@ -154,7 +156,7 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             folded = fold_pod_event(route, event, layout.cells)
             if folded.state != route:
                 pod_routes.put(uid, folded.state)
-            emit(folded.outputs, origin_of(record))
+            emit(folded.outputs, origin_of(record), "pods")
 
     agents = {"pods": route_pods}
     for topic in NODE_FACT_TOPICS:
@@ -165,7 +167,7 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
         async for record in stream.events():
             decoded = accept(POLICIES, record, consumer=CONSUMER, outbox=sink)
             if decoded is not None:
-                emit(route_policy(decoded.event, layout.cells), origin_of(record))
+                emit(route_policy(decoded.event, layout.cells), origin_of(record), "policies")
 
     @app.agent(node_inputs, name="node-stage")
     async def fold_nodes(stream: Any) -> None:
@@ -179,9 +181,11 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
                     key=message.key, value=message.value, headers=list(message.headers or ()),
                     consumer=CONSUMER, reason=f"not a node input: {exc}"), outbox=sink)
                 continue
-            folded = fold_node_input(nodes.get(item.node), item, layout.cells)
-            nodes.put(item.node, folded.state)
-            emit(folded.outputs, item.origin or origin_of(record))
+            state = nodes.get(item.node)
+            folded = fold_node_input(state, item, layout.cells)
+            if folded.state != state:
+                nodes.put(item.node, folded.state)
+            emit(folded.outputs, item.origin or origin_of(record), f"node/{item.node}")
 
     agents.update({"policies": route_policies, "node-stage": fold_nodes})
     track_consumer_lag(app, consumer=CONSUMER, topics=[topic.name for topic in SOURCE_TOPICS] + [NODE_INPUTS])
@@ -196,7 +200,7 @@ def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emi
             decoded = accept(topic, record, consumer=CONSUMER, outbox=sink)
             if decoded is not None:
                 origin = origin_of(record)
-                emit((ToNode(NodeInput.of(decoded.event, origin=origin)),), origin)
+                emit((ToNode(NodeInput.of(decoded.event, origin=origin)),), origin, "ingress")
 
     return app.agent(channel, name=topic.name.removeprefix("berth.").rsplit(".", 1)[0])(forward)
 
