@@ -48,6 +48,8 @@ class PlacePods(_Command):
     pod_group: str | None = None
     victims: tuple[str, ...] = ()
     """Pods (``namespace/name``) preempted to make room; evicted before binding."""
+    victim_uids: tuple[str, ...] = ()
+    """The victims' UIDs, aligned with ``victims``: the eviction's precondition."""
 
     @property
     def partition_key(self) -> str:

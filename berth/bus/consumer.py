@@ -62,6 +62,7 @@ class EventConsumer:
         max_poll_records: int = 500,
         on_assign: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        **consumer_options: Any,
     ) -> None:
         self._topics = {t.name: t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
         self._name = name
@@ -74,6 +75,7 @@ class EventConsumer:
             auto_offset_reset=auto_offset_reset,
             isolation_level=isolation_level,
             max_poll_records=max_poll_records,
+            **consumer_options,
         )
         self._dead_letters = EventProducer(kafka, source=f"berth/{name}")
         self.dead_lettered = 0

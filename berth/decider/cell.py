@@ -29,7 +29,6 @@ from berth.schemas import (
     CommandResult,
     CordonNode,
     DecisionRecord,
-    EvictPod,
     InputPosition,
     NodeObserved,
     NodeRemoved,
@@ -87,6 +86,11 @@ class CellDecider:
         """uid → id of the PlacePods command whose binding is not confirmed yet."""
         self._in_flight: dict[str, tuple[str, ...]] = {}
         """command id → pod UIDs it places."""
+        self._evicting: dict[str, tuple[PodInfo, str]] = {}
+        """victim uid → (the victim, the preempting command): its capacity is promised to the
+        preemptor, so a late "still bound" echo of the victim must not bring it back."""
+        self._group_bound: dict[tuple[str, str], set[str]] = {}
+        """gang → members bound in the cluster (they count towards minMember, as in kube)."""
         self._pod_groups: dict[tuple[str, str], int] = {}
         self._nodes: dict[str, Any] = {}
         self._cordoned: set[str] = set()
@@ -125,6 +129,9 @@ class CellDecider:
             cluster_changed = self._on_pod(event.pod, position)
         elif isinstance(event, PodDeleted):
             self._forget_pod(event.uid)
+            self._evicting.pop(event.uid, None)
+            for members in self._group_bound.values():
+                members.discard(event.uid)
             self.engine.remove_pod(event.uid)
             cluster_changed = True
         elif isinstance(event, PolicyObserved):
@@ -156,10 +163,14 @@ class CellDecider:
 
     def _on_pod(self, pod: PodInfo, position: InputPosition) -> bool:
         if pod.node_name:
+            if pod.uid in self._evicting:
+                return False  # on its way out: its room already belongs to the preemptor
             # Bound (by us, confirmed; or by anyone else): it holds capacity for real now.
             self._assumed.pop(pod.uid, None)
             self._forget_pod(pod.uid)
             self.engine.upsert_bound_pod(pod)
+            if pod.pod_group:
+                self._group_bound.setdefault((pod.namespace, pod.pod_group), set()).add(pod.uid)
             return False
         if pod.scheduler_name != self.scheduler_name or pod.phase != "Pending":
             return False
@@ -180,6 +191,11 @@ class CellDecider:
         if result.status == "applied":
             return False
         released = False
+        for victim, command_id in [v for v in self._evicting.values() if v[1] == result.command_id]:
+            # The preemption did not happen as planned: the victim holds its place again until
+            # the cluster says it is gone.
+            del self._evicting[victim.uid]
+            self.engine.upsert_bound_pod(victim)
         for uid in uids:
             if self._assumed.get(uid) == result.command_id:
                 del self._assumed[uid]
@@ -282,9 +298,11 @@ class CellDecider:
                          key=_queue_key)
         subject = f"{namespace}/{name}"
         min_member = self._pod_groups.get(group)
-        if min_member is None or len(members) < min_member:
+        bound = len(self._group_bound.get(group, ()))
+        if min_member is None or len(members) + bound < min_member:
             message = (f'pod group "{subject}" not found' if min_member is None else
-                       f"waiting for gang {subject}: {len(members)}/{min_member} members pending")
+                       f"waiting for gang {subject}: {len(members) + bound}/{min_member} members "
+                       f"pending or running")
             for entry in members:
                 self._unschedulable.add(entry.pod.uid)
                 self._drop_from_active(entry)
@@ -297,7 +315,7 @@ class CellDecider:
         for entry in members:
             self._drop_from_active(entry)
         snapshot = self.engine.snapshot_hash()
-        outcome = self.engine.place([entry.pod for entry in members], min_member=min_member)
+        outcome = self.engine.place([entry.pod for entry in members], min_member=max(1, min_member - bound))
         return self._conclude(members, outcome, position, now, subject=subject, pod_group=name,
                               snapshot=snapshot)
 
@@ -327,19 +345,16 @@ class CellDecider:
             verdicts=outcome.verdicts, snapshot=snapshot,
             message=("preempting " + ", ".join(v.key for v in outcome.victims)) if outcome.victims else "",
         )
-        commands: list[Any] = []
-        for index, victim in enumerate(outcome.victims):
-            commands.append(EvictPod(
-                command_id=_digest(record.decision_id, "evict", index), decision_id=record.decision_id,
-                cell=self.cell, issued_at=now, pod_uid=victim.uid, namespace=victim.namespace,
-                name=victim.name, node=victim.node_name, reason=f"preempted by {subject}"))
+        # Victims travel inside the placement: the binder evicts them first, in order, which
+        # separate EvictPod commands (other partitions) could not guarantee.
         command_id = _digest(record.decision_id, "place")
-        commands.append(PlacePods(
+        commands: list[Any] = [PlacePods(
             command_id=command_id, decision_id=record.decision_id, cell=self.cell, issued_at=now,
             pod_group=pod_group, victims=tuple(v.key for v in outcome.victims),
+            victim_uids=tuple(v.uid for v in outcome.victims),
             placements=tuple(PodPlacement(pod_uid=p.pod.uid, namespace=p.pod.namespace, name=p.pod.name,
                                           node=p.node, gpu_devices=p.gpu_devices, gpu_milli=p.gpu_milli)
-                             for p in outcome.placements)))
+                             for p in outcome.placements))]
         self._in_flight[command_id] = tuple(p.pod.uid for p in outcome.placements)
         for placement in outcome.placements:
             # The pod stays pending, marked in flight, until the cluster confirms the binding
@@ -352,6 +367,7 @@ class CellDecider:
                 entry.in_flight = command_id
         for victim in outcome.victims:
             self._forget_pod(victim.uid)
+            self._evicting[victim.uid] = (victim, command_id)
         return CellDecision(record, tuple(commands))
 
     # -- records --------------------------------------------------------------------------------

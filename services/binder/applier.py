@@ -151,12 +151,14 @@ class Binder:
     async def _place(self, command: PlacePods) -> tuple[list[_Step], str, str]:
         """Steps, status, and a note naming gang members bound although the gang did not apply."""
         steps: list[_Step] = []
-        # Victims first: the preemptor's room exists only once they are gone. The cell also
-        # emits EvictPod commands for them, possibly on other partitions; evicting twice is fine.
-        for victim in command.victims:
+        # Victims first: the preemptor's room exists only once they are gone. With their UIDs
+        # (the UID is the precondition), a same-named newer pod is never evicted by mistake.
+        uids = command.victim_uids if len(command.victim_uids) == len(command.victims) else ()
+        for index, victim in enumerate(command.victims):
             namespace, _, name = victim.partition("/")
+            uid = uids[index] if uids else None
             step = await self._call("evict", f"victim {victim}",
-                                    lambda: self.backend.evict(namespace, name, None))
+                                    lambda: self.backend.evict(namespace, name, uid))
             steps.append(step)
             if step.failed:
                 return steps, "failed", ""

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from berth.bus import EventConsumer, ensure_topics
 from berth.decider import CellDecider, CellDecision, PlacementEngine
@@ -38,6 +39,10 @@ log = get_logger(__name__)
 GROUP = "berth-decision"
 SOURCE = "berth/decision"
 _RESULTS = {"placed": "scheduled", "unschedulable": "unschedulable"}
+CHUNK = 200
+"""Records decided between yields to the event loop. Deciding is CPU work on the loop's thread;
+aiokafka's heartbeats need the loop too, and a member that misses them for a session timeout
+is thrown out of the group (its cells move, its open transaction is fenced)."""
 
 
 @dataclass
@@ -49,9 +54,13 @@ class CellWorker:
     producer: AIOKafkaProducer
     announced: bool = False
     decided: int = field(default=0)
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a transaction is open: revocation waits for it instead of closing the producer
+    under a batch in flight."""
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        async with self.busy:
+            await self.producer.stop()
 
 
 async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, until: int) -> int:
@@ -80,6 +89,8 @@ async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, un
                     continue  # dead-lettered when it was first consumed
                 decider.handle(event, InputPosition(topic=tp.topic, partition=partition, offset=record.offset))
                 folded += 1
+                if folded % CHUNK == 0:
+                    await asyncio.sleep(0)
             position = await reader.position(tp)
     finally:
         await reader.stop()
@@ -97,7 +108,8 @@ class DecisionService:
         self.workers: dict[int, CellWorker] = {}
         self.consumer = EventConsumer(
             settings.kafka, [DECISION_INPUTS], group_id=GROUP, name="decision",
-            on_assign=self._on_assign, on_revoke=self._on_revoke, max_poll_records=2000,
+            on_assign=self._on_assign, on_revoke=self._on_revoke, max_poll_records=CHUNK,
+            session_timeout_ms=30_000, heartbeat_interval_ms=3_000,
         )
 
     async def _on_assign(self, assigned: set[TopicPartition]) -> None:
@@ -129,7 +141,7 @@ class DecisionService:
         await self.consumer.start()
         try:
             while not stop.is_set():
-                batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=2000)
+                batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=CHUNK)
                 for tp in sorted(batches, key=lambda t: t.partition):
                     worker = self.workers.get(tp.partition)
                     if worker is not None and batches[tp]:
@@ -142,6 +154,27 @@ class DecisionService:
             self.workers.clear()
 
     async def _process(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
+        if self.workers.get(tp.partition) is not worker:
+            return  # the cell moved while this batch was fetched; its new owner decides it
+        try:
+            async with worker.busy:
+                await self._decide_batch(worker, tp, records)
+        except KafkaError as exc:
+            # The transaction was aborted, but the decider already folded the batch: its state
+            # is ahead of what was committed. Throw it away and rebuild from the committed
+            # offset, if this worker still owns the cell (re-initialising the transactional id
+            # otherwise would fence the rightful owner).
+            log.warning("batch aborted; rebuilding the cell", cell=tp.partition, error=repr(exc))
+            self.workers.pop(tp.partition, None)
+            try:
+                await worker.producer.stop()
+            except KafkaError:
+                pass
+            if tp in self.consumer.raw.assignment():
+                await self._on_assign({tp})
+                self.consumer.raw.seek(tp, await self.consumer.raw.committed(tp) or 0)
+
+    async def _decide_batch(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
         outputs: list[tuple[CellDecision, float]] = []
         for record in records:
             consumed = await self.consumer.accept(record)  # bad records → dead-letter topic

@@ -124,7 +124,7 @@ def test_gangs_wait_for_min_member_then_go_as_one_command():
                         observed_at=T0))
     held = feed(pod("t0", gpus=2, group="train"))
     assert held[0].record.outcome == "held" and "1/3" in held[0].record.message
-    assert feed(pod("t1", gpus=2, group="train"))[0].record.message.endswith("2/3 members pending")
+    assert feed(pod("t1", gpus=2, group="train"))[0].record.message.endswith("2/3 members pending or running")
     [decision] = feed(pod("t2", gpus=2, group="train"))
     [command] = decision.commands
     assert decision.record.subject == "ml/train" and command.pod_group == "train"

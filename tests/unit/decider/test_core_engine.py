@@ -77,3 +77,45 @@ def test_replay_from_the_announced_document_gives_identical_decisions():
     one = [json.dumps(d.record.model_dump(mode="json"), sort_keys=True) for d in _run(_events(), first)]
     two = [json.dumps(d.record.model_dump(mode="json"), sort_keys=True) for d in _run(_events(), again)]
     assert one == two and len(one) >= 5
+
+
+def _bound(name, node, devices, *, priority=0, group=None):
+    pod = _pod(name, gpus=len(devices), priority=priority, group=group)
+    return PodObserved(pod=pod.model_copy(update={"node_name": node, "gpu_devices": devices,
+                                                  "phase": "Running"}), observed_at=T0)
+
+
+def test_a_victims_late_bound_echo_does_not_give_its_gpus_to_a_second_preemptor():
+    # Regression: a victim still reported bound (eviction under way) came back into the
+    # snapshot, and the next preemptor was given the same GPUs, "evicting" the same victims.
+    events = [NodeObserved(node=h100_node("gpu-0"), observed_at=T0),
+              _bound("low-a", "gpu-0", (0, 1, 2, 3)), _bound("low-b", "gpu-0", (4, 5, 6, 7)),
+              PodObserved(pod=_pod("urgent-1", gpus=4, priority=1000), observed_at=T0)]
+    engine = CoreEngine(default_scheduler_document())
+    cell = CellDecider(0, engine)
+    decisions = []
+    for offset, event in enumerate(events):
+        decisions.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
+    [command] = [c for d in decisions for c in d.commands]
+    assert len(command.victims) == 1 and command.victim_uids == (f"uid-{command.victims[0].split('/')[1]}",)
+    victim = command.victims[0].split("/")[1]
+    devices = (0, 1, 2, 3) if victim == "low-a" else (4, 5, 6, 7)
+    later = [_bound(victim, "gpu-0", devices),
+             PodObserved(pod=_pod("urgent-2", gpus=4, priority=1000), observed_at=T0)]
+    second = []
+    for offset, event in enumerate(later, start=len(events)):
+        second.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
+    placements = [c for d in second for c in d.commands]
+    assert len(placements) == 1
+    assert set(placements[0].victims).isdisjoint(command.victims), "the same victim was preempted twice"
+    assert set(placements[0].placements[0].gpu_devices).isdisjoint(command.placements[0].gpu_devices)
+
+
+def test_gang_members_already_running_count_towards_min_member():
+    events = [NodeObserved(node=h100_node("gpu-0"), observed_at=T0),
+              PolicyObserved(kind="PodGroup", observed_at=T0,
+                             pod_group=PodGroupInfo(namespace="ml", name="train", min_member=3)),
+              _bound("g-0", "gpu-0", (0, 1), group="train"), _bound("g-1", "gpu-0", (2, 3), group="train"),
+              PodObserved(pod=_pod("g-2", gpus=2, group="train"), observed_at=T0)]
+    placed = _placements(_run(events))
+    assert "g-2" in placed and len(placed["g-2"][1]) == 2
