@@ -1,4 +1,4 @@
-"""``python -m bench.engine --case scheduling-basic|gpu-mixed``: placement engine throughput.
+"""``python -m bench.engine --case scheduling-basic|constraints|gpu-mixed``: engine throughput.
 
 Prints a readable summary, then as the LAST line one JSON object with the figures
 (``case, nodes, pods, pods_per_s, p50_us, p99_us, peak_rss_mib``, plus case extras). Progress
@@ -34,7 +34,15 @@ def _gpu_mixed(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-CASES = {"scheduling-basic": _scheduling_basic, "gpu-mixed": _gpu_mixed}
+def _constraints(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.engine import constraints
+
+    return constraints.run(nodes=args.nodes or constraints.NODES,
+                           pods=args.pods or constraints.PODS)
+
+
+CASES = {"scheduling-basic": _scheduling_basic, "gpu-mixed": _gpu_mixed,
+         "constraints": _constraints}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,12 @@ A :class:`Decision` is self-describing and small even at 5,000 nodes:
 
 - ``rejections``: one :class:`RejectionGroup` per distinct (plugin, code, reasons) with the number
   of nodes it rejected — exactly the histogram behind kube's FitError message;
-- ``rejection_runs``: which node got which group, as run lengths over the cluster's nodes in
-  ascending name order (``(group index or -1 for feasible, run length)``); with the node list of
-  the snapshot (same ``snapshot_hash``) :meth:`Decision.node_reasons` expands it per node;
+- ``node_groups``: which node got which group — per node of the snapshot in ascending name
+  order, its group index, packed one byte per node (two, little-endian, when there are 255
+  groups or more: ``node_group_width``) with the all-ones value for "feasible", base64-encoded;
+  empty when no node was rejected. About 6.7 KB at 5,000 nodes whatever the pattern of
+  rejections; with the snapshot's node list (same ``snapshot_hash``)
+  :meth:`Decision.node_reasons` expands it per node;
 - ``top_scores``: the best ``N`` feasible nodes (configurable, default 10) with per-plugin
   weighted scores and totals, best first.
 
@@ -18,13 +21,17 @@ byte-identical :meth:`Decision.to_json` output.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from berth.core.hashing import canonical_json, sha256_hex
 
-__all__ = ["Decision", "DecisionStatus", "NodeScore", "RejectionGroup"]
+__all__ = ["Decision", "DecisionStatus", "NodeScore", "RejectionGroup", "pack_node_groups"]
 
 DecisionStatus = Literal["placed", "unschedulable", "preempting", "held", "error"]
 """``placed``: assume it on ``node``; ``unschedulable``: no node fits (``message`` says why);
@@ -74,7 +81,8 @@ class Decision:
     nodes_total: int = 0
     feasible_nodes: int = 0
     rejections: tuple[RejectionGroup, ...] = ()
-    rejection_runs: tuple[tuple[int, int], ...] = ()
+    node_groups: str = ""
+    node_group_width: int = 1
     top_scores: tuple[NodeScore, ...] = ()
     nominated_node: str | None = None
     victims: tuple[str, ...] = ()
@@ -102,7 +110,8 @@ class Decision:
             "nodes_total": self.nodes_total,
             "feasible_nodes": self.feasible_nodes,
             "rejections": [group.to_dict() for group in self.rejections],
-            "rejection_runs": [list(run) for run in self.rejection_runs],
+            "node_groups": self.node_groups,
+            "node_group_width": self.node_group_width,
             "top_scores": [score.to_dict() for score in self.top_scores],
             "nominated_node": self.nominated_node,
             "victims": list(self.victims),
@@ -124,14 +133,19 @@ class Decision:
 
         return replace(self, decision_hash=sha256_hex(canonical_json(self.payload())))
 
+    def group_indices(self) -> npt.NDArray[np.int64]:
+        """Per node (ascending name order): its rejection group index, or -1 if feasible."""
+        if not self.node_groups:
+            return np.full(self.nodes_total, -1, dtype=np.int64)
+        dtype = np.uint8 if self.node_group_width == 1 else np.dtype("<u2")
+        raw = np.frombuffer(base64.b64decode(self.node_groups), dtype=dtype).astype(np.int64)
+        return np.where(raw == np.iinfo(dtype).max, -1, raw)
+
     def node_reasons(self, node_names: Sequence[str]) -> Iterator[tuple[str, RejectionGroup | None]]:
         """``(node, group)`` for every node (None: feasible), given the sorted node names of the
         snapshot the decision was made on."""
-        names = iter(node_names)
-        for group_index, length in self.rejection_runs:
-            group = None if group_index < 0 else self.rejections[group_index]
-            for _ in range(length):
-                yield next(names), group
+        for name, index in zip(node_names, self.group_indices().tolist()):
+            yield name, (None if index < 0 else self.rejections[index])
 
     def reason_counts(self) -> Mapping[str, int]:
         """kube's reason histogram: each node counts once per reason it has."""
@@ -140,3 +154,13 @@ class Decision:
             for reason in group.reasons:
                 counts[reason] = counts.get(reason, 0) + group.count
         return counts
+
+
+def pack_node_groups(codes: npt.NDArray[np.integer[Any]], groups: int) -> tuple[str, int]:
+    """``(node_groups, node_group_width)`` for per-node group indices (-1: feasible)."""
+    if codes.size == 0 or not (codes >= 0).any():
+        return "", 1
+    width = 1 if groups < 255 else 2
+    dtype = np.uint8 if width == 1 else np.dtype("<u2")
+    packed = np.where(codes < 0, np.iinfo(dtype).max, codes).astype(dtype)
+    return base64.b64encode(packed.tobytes()).decode("ascii"), width

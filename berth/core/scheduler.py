@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from berth.core import messages
 from berth.core.config import DEFAULT_PROFILE, SchedulerConfig
-from berth.core.decision import Decision, NodeScore, RejectionGroup
+from berth.core.decision import Decision, NodeScore, RejectionGroup, pack_node_groups
 from berth.core.framework import (
     Code,
     CycleContext,
@@ -149,10 +149,11 @@ class Framework:
         }
         feasibility = self._find_feasible(cycle, None)
         diagnosis = feasibility.diagnosis
-        rejections, runs = _summarise(diagnosis)
+        rejections, node_groups, width = _summarise(diagnosis)
         summary = {"nodes_total": int(diagnosis.nodes.size),
                    "feasible_nodes": int(feasibility.feasible.size),
-                   "rejections": rejections, "rejection_runs": runs}
+                   "rejections": rejections, "node_groups": node_groups,
+                   "node_group_width": width}
         error = next((s for s in diagnosis.statuses if s.code is Code.ERROR), None)
         if error is not None:
             return Decision(status="error", message=f"{error.plugin}: {error.message}",
@@ -411,20 +412,17 @@ def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
     return counts
 
 
-def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], tuple[tuple[int, int], ...]]:
+def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], str, int]:
+    """Rejection groups (one per status, with its node count) and the packed per-node index."""
     codes = diagnosis.node_codes
-    if codes.size == 0:
-        return (), ()
-    if not diagnosis.statuses:  # nothing rejected (the common case): one run of feasible nodes
-        return (), ((-1, int(codes.size)),)
+    if not diagnosis.statuses:  # nothing rejected (the common case)
+        return (), "", 1
     per_status = np.bincount(codes[codes >= 0], minlength=len(diagnosis.statuses)).tolist()
     groups = tuple(RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name),
                                   reasons=s.reasons, count=count)
                    for s, count in zip(diagnosis.statuses, per_status))
-    starts = np.flatnonzero(np.diff(codes)) + 1
-    bounds = np.concatenate(([0], starts, [codes.size]))
-    runs = tuple(zip(codes[bounds[:-1]].tolist(), np.diff(bounds).tolist()))
-    return groups, runs
+    packed, width = pack_node_groups(codes, len(groups))
+    return groups, packed, width
 
 
 class Scheduler:

@@ -144,21 +144,85 @@ def compile_terms(pod: PodInfo) -> PodTerms:
     )
 
 
+_KINDS = ("required_affinity", "required_anti_affinity", "preferred_affinity",
+          "preferred_anti_affinity")
+
+
 class PlacedPodTerms(StateExtension):
-    """Compiled affinity terms of placed pods that have any, by UID (kept by the state)."""
+    """Placed pods' affinity terms, compiled once and grouped: for every distinct term (pods of
+    one workload share theirs), how many placed pods carry it on each node slot.
+
+    A cycle then tests each *distinct* term against the incoming pod once and turns the slots
+    of the matching ones into topology domains with array operations, instead of visiting every
+    placed pod with affinity in Python. Pods on a node the state does not know (yet) count
+    nowhere, as in kube, and are counted again when the node arrives (the state re-adds them).
+    """
 
     KEY = NAME
 
     def __init__(self) -> None:
         self.terms: dict[str, PodTerms] = {}
+        self._counted_at: dict[str, int] = {}
+        """uid → slot its terms are counted at (absent: not counted)."""
+        self._uids_at: dict[int, set[str]] = {}
+        self.by_term: dict[str, dict[AffinityTerm, dict[int, int]]] = {k: {} for k in _KINDS}
+        """kind → term → {slot: number of placed pods there carrying the term}."""
+
+    def _count(self, uid: str, slot: int, sign: int) -> None:
+        terms = self.terms[uid]
+        for kind in _KINDS:
+            groups = self.by_term[kind]
+            for term in getattr(terms, kind):
+                per_slot = groups.setdefault(term, {})
+                count = per_slot.get(slot, 0) + sign
+                if count:
+                    per_slot[slot] = count
+                else:
+                    del per_slot[slot]
+                    if not per_slot:
+                        del groups[term]
+
+    def _uncount(self, uid: str) -> None:
+        slot = self._counted_at.pop(uid, None)
+        if slot is not None:
+            self._count(uid, slot, -1)
+            self._uids_at[slot].discard(uid)
 
     def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
-        terms = compile_terms(placed.pod)
-        if not terms.empty:
-            self.terms[placed.uid] = terms
+        uid = placed.uid
+        if uid in self.terms:
+            self._uncount(uid)  # re-added (its node came back): count it afresh
+        else:
+            terms = compile_terms(placed.pod)
+            if terms.empty:
+                return
+            self.terms[uid] = terms
+        if slot is not None:
+            self._count(uid, slot, +1)
+            self._counted_at[uid] = slot
+            self._uids_at.setdefault(slot, set()).add(uid)
 
     def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
-        self.terms.pop(placed.uid, None)
+        if placed.uid in self.terms:
+            self._uncount(placed.uid)
+            del self.terms[placed.uid]
+
+    def node_removed(self, slot: int, node: object) -> None:
+        for uid in sorted(self._uids_at.pop(slot, ())):
+            self._counted_at.pop(uid, None)
+            self._count(uid, slot, -1)
+
+    def matching(self, kind: str, pod: PodInfo, namespace_labels: Mapping[str, str]
+                 ) -> list[tuple[AffinityTerm, npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
+        """``(term, slots, counts)`` for every distinct placed term of ``kind`` that ``pod``
+        falls under."""
+        out = []
+        for term, per_slot in self.by_term[kind].items():
+            if term.matches(pod, namespace_labels):
+                slots = np.fromiter(per_slot.keys(), dtype=np.intp, count=len(per_slot))
+                counts = np.fromiter(per_slot.values(), dtype=np.int64, count=len(per_slot))
+                out.append((term, slots, counts))
+        return out
 
 
 class InterPodAffinityArgs(PluginArgs):
@@ -168,37 +232,49 @@ class InterPodAffinityArgs(PluginArgs):
 
 
 class _DomainCounts:
-    """Counts per (topology key, label code), as kube's ``topologyToMatchedTermCount``."""
+    """Sums per (topology key, label code), as kube's ``topologyToMatchedTermCount`` /
+    ``scoreMap``: one int64 table per key, indexed by the state's label codes of that key."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("state", "tables", "touched")
 
-    def __init__(self) -> None:
-        self.counts: dict[str, dict[int, int]] = {}
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.tables: dict[str, npt.NDArray[np.int64]] = {}
+        self.touched = False
+        """Whether anything was ever added (kube: the map is non-empty)."""
 
-    def add(self, key: str, code: int, amount: int) -> None:
-        if code <= 0:
-            return  # the node lacks the key: kube counts nothing
-        per_key = self.counts.setdefault(key, {})
-        per_key[code] = per_key.get(code, 0) + amount
+    def add_slots(self, key: str, slots: npt.NDArray[np.intp],
+                  amounts: npt.NDArray[np.int64] | int) -> None:
+        """Add ``amounts`` for the nodes in ``slots``, in their domain of ``key``; nodes lacking
+        the key count nothing (kube)."""
+        if slots.size == 0:
+            return
+        codes = self.state.label_codes(key)[slots]
+        keep = codes > 0
+        if not keep.any():
+            return
+        table = self.tables.get(key)
+        if table is None:
+            table = self.tables[key] = np.zeros(self.state.label_domain_count(key), np.int64)
+        values = np.broadcast_to(np.asarray(amounts, dtype=np.int64), codes.shape)
+        np.add.at(table, codes[keep], values[keep])
+        self.touched = True
 
     def __bool__(self) -> bool:
-        return any(self.counts.values())
+        return self.touched
 
-    def positive_codes(self, key: str) -> npt.NDArray[np.int32]:
-        return np.array(sorted(c for c, n in self.counts.get(key, {}).items() if n > 0),
-                        dtype=np.int32)
+    def positive_codes(self, key: str) -> npt.NDArray[np.intp]:
+        table = self.tables.get(key)
+        return np.empty(0, dtype=np.intp) if table is None else np.flatnonzero(table > 0)
 
-    def lookup(self, state: ClusterState, key: str) -> npt.NDArray[np.int64]:
-        """Per label code of ``key``: the count (0 for codes never counted)."""
-        table = np.zeros(state.label_domain_count(key), dtype=np.int64)
-        for code, count in self.counts.get(key, {}).items():
-            table[code] = count
-        return table
+    def keys(self) -> list[str]:
+        return sorted(self.tables)
 
 
-def _node_code(state: ClusterState, placed: PlacedPod, key: str) -> int:
-    slot = state.pod_slot(placed)
-    return 0 if slot is None else int(state.label_codes(key)[slot])
+def _slots(state: ClusterState, pods: list[PlacedPod]) -> npt.NDArray[np.intp]:
+    """Slots of the nodes the pods are on (pods on unknown nodes are left out)."""
+    slots = [state.pod_slot(p) for p in pods]
+    return np.array([s for s in slots if s is not None], dtype=np.intp)
 
 
 @dataclass(slots=True)
@@ -223,31 +299,30 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if (not terms.required_affinity and not terms.required_anti_affinity
                 and not state.has_pods_with_required_anti_affinity):
             return Status.skip(), None
-        namespace_labels = state.namespace_labels(pod.namespace)
-        existing = _DomainCounts()
         placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
-        for placed in state.pods_with_required_anti_affinity():
-            for term in placed_terms.terms[placed.uid].required_anti_affinity:
-                if term.matches(pod, namespace_labels):
-                    existing.add(term.topology_key, _node_code(state, placed, term.topology_key), 1)
+        existing = _DomainCounts(state)
+        namespace_labels = state.namespace_labels(pod.namespace)
+        for term, slots, counts in placed_terms.matching("required_anti_affinity", pod,
+                                                         namespace_labels):
+            existing.add_slots(term.topology_key, slots, counts)
         required = tuple(t.resolved(state) for t in terms.required_affinity)
         repelling = tuple(t.resolved(state) for t in terms.required_anti_affinity)
         if not existing and not required and not repelling:
             return Status.skip(), None
 
-        affinity = _DomainCounts()
+        affinity = _DomainCounts(state)
         if required:
             first = required[0]
-            for placed in state.pods_matching(first.namespace_scope(), first.selector):
-                # A placed pod counts for the affinity only if it matches every term.
-                if all(t.matches(placed.pod, {}) for t in required):
-                    for t in required:
-                        affinity.add(t.topology_key, _node_code(state, placed, t.topology_key), 1)
-        anti_affinity = _DomainCounts()
+            # A placed pod counts for the affinity only if it matches every term.
+            attracted = [p for p in state.pods_matching(first.namespace_scope(), first.selector)
+                         if all(t.matches(p.pod, {}) for t in required)]
+            slots = _slots(state, attracted)
+            for t in required:
+                affinity.add_slots(t.topology_key, slots, 1)
+        anti_affinity = _DomainCounts(state)
         for term in repelling:
-            for placed in state.pods_matching(term.namespace_scope(), term.selector):
-                anti_affinity.add(term.topology_key,
-                                  _node_code(state, placed, term.topology_key), 1)
+            slots = _slots(state, state.pods_matching(term.namespace_scope(), term.selector))
+            anti_affinity.add_slots(term.topology_key, slots, 1)
         own = bool(required) and all(t.matches(pod, {}) for t in required)
         cycle.data[NAME] = _FilterState(PodTerms(required, repelling), affinity, anti_affinity,
                                         existing, own)
@@ -281,7 +356,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # 3. placed pods' required anti-affinity against this pod
         if data.existing_anti_affinity:
             violated = np.zeros(nodes.size, dtype=bool)
-            for key in sorted(data.existing_anti_affinity.counts):
+            for key in data.existing_anti_affinity.keys():
                 node_codes = state.label_codes(key)[nodes]
                 violated |= np.isin(node_codes, data.existing_anti_affinity.positive_codes(key))
             codes[(codes < 0) & violated] = 2
@@ -304,33 +379,24 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if not preferred and (args.ignore_preferred_terms_of_existing_pods
                               or not state.has_pods_with_affinity):
             return Status.skip()
-        scores = _DomainCounts()
-        touched = False
+        scores = _DomainCounts(state)
         # The incoming pod's preferred terms against every placed pod they select.
         for term, sign in preferred:
-            for placed in state.pods_matching(term.namespace_scope(), term.selector):
-                code = _node_code(state, placed, term.topology_key)
-                if code > 0:
-                    scores.add(term.topology_key, code, sign * term.weight)
-                    touched = True
+            slots = _slots(state, state.pods_matching(term.namespace_scope(), term.selector))
+            scores.add_slots(term.topology_key, slots, sign * term.weight)
         # Placed pods' terms against the incoming pod (symmetry).
         if not args.ignore_preferred_terms_of_existing_pods or preferred:
             namespace_labels = state.namespace_labels(pod.namespace)
             placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
             hard_weight = args.hard_pod_affinity_weight
-            for placed in state.pods_with_affinity():
-                theirs = placed_terms.terms[placed.uid]
-                contributions = [(t, hard_weight) for t in theirs.required_affinity
-                                 if hard_weight > 0]
-                contributions += [(t, t.weight) for t in theirs.preferred_affinity]
-                contributions += [(t, -t.weight) for t in theirs.preferred_anti_affinity]
-                for term, amount in contributions:
-                    if term.matches(pod, namespace_labels):
-                        code = _node_code(state, placed, term.topology_key)
-                        if code > 0:
-                            scores.add(term.topology_key, code, amount)
-                            touched = True
-        if not touched:
+            if hard_weight > 0:
+                for term, slots, counts in placed_terms.matching("required_affinity", pod,
+                                                                 namespace_labels):
+                    scores.add_slots(term.topology_key, slots, counts * hard_weight)
+            for kind, sign in (("preferred_affinity", +1), ("preferred_anti_affinity", -1)):
+                for term, slots, counts in placed_terms.matching(kind, pod, namespace_labels):
+                    scores.add_slots(term.topology_key, slots, counts * (sign * term.weight))
+        if not scores:
             return Status.skip()
         cycle.data[NAME + "/score"] = scores
         return Status.success()
@@ -339,8 +405,11 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         scores: _DomainCounts = cycle.data[NAME + "/score"]
         state = cycle.state
         total = np.zeros(nodes.size, dtype=np.int64)
-        for key in sorted(scores.counts):
-            total += scores.lookup(state, key)[state.label_codes(key)[nodes]]
+        for key in scores.keys():
+            table = scores.tables[key]
+            node_codes = state.label_codes(key)[nodes]
+            # Codes newer than the table (none within one cycle) would count 0.
+            total += table[np.minimum(node_codes, table.size - 1)] * (node_codes < table.size)
         return total
 
     def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
@@ -352,4 +421,3 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             return np.zeros(scores.shape, dtype=np.int64)
         # float64(MaxNodeScore) * (float64(score-min) / float64(max-min)), truncated.
         return (float(MAX_NODE_SCORE) * ((scores - low) / float(high - low))).astype(np.int64)
-
