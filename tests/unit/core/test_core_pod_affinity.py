@@ -145,3 +145,17 @@ def test_preferred_terms_and_symmetry_score() -> None:
         "a": 0, "b": 100, "c": 0, "d": 0}
     # No terms anywhere: the plugin is skipped.
     assert scores(framework, pod("plain"), _zoned_state(), "InterPodAffinity") == {}
+
+
+def test_placed_terms_follow_nodes_leaving_and_returning() -> None:
+    loner = pod("loner", labels=DB, affinity=pod_affinity(anti_required=[pod_term(WEB, HOST)]))
+    state = _zoned_state((loner, "b"))
+    framework = filters("InterPodAffinity")
+    web = pod("w", labels=WEB)
+    assert "b" in rejections(framework, web, state)
+    state.remove_node("b")  # its pods hold nothing while the node is unknown
+    assert rejections(framework, web, state) == {}
+    state.upsert_node(node("b", labels={ZONE: "z1"}))
+    assert rejections(framework, web, state) == {"b": (messages.EXISTING_ANTI_AFFINITY_NOT_MATCH,)}
+    state.remove_pod(loner.uid)
+    assert rejections(framework, web, state) == {}

@@ -246,3 +246,19 @@ def test_rejection_groups_do_not_depend_on_the_order_taints_were_first_seen() ->
     assert [g.reasons for g in first.rejections] == [("node(s) had untolerated taint {x: 1}",),
                                                      ("node(s) had untolerated taint {y: 2}",)]
     assert first.group_indices().tolist() == [0, 1, 0]
+
+
+def test_node_groups_round_trip_with_many_groups() -> None:
+    from berth.core.decision import Decision, RejectionGroup, pack_node_groups
+
+    codes = np.array([-1, 0, 299, 5, -1], dtype=np.int32)
+    packed, width = pack_node_groups(codes, 300)
+    assert width == 2
+    groups = tuple(RejectionGroup("P", "Unschedulable", (f"r{i}",), 1) for i in range(300))
+    decision = Decision(pod_uid="u", pod="ns/p", profile="berth", status="unschedulable",
+                        nodes_total=5, rejections=groups, node_groups=packed,
+                        node_group_width=width)
+    assert decision.group_indices().tolist() == [-1, 0, 299, 5, -1]
+    assert [g and g.reasons for _, g in decision.node_reasons("abcde")] == [
+        None, ("r0",), ("r299",), ("r5",), None]
+    assert pack_node_groups(np.array([-1, -1]), 0) == ("", 1)
