@@ -24,6 +24,7 @@ from berth.core import messages
 from berth.core.config import DEFAULT_PROFILE, SchedulerConfig
 from berth.core.decision import Decision, NodeScore, RejectionGroup, pack_node_groups
 from berth.core.framework import (
+    MAX_NODE_SCORE,
     Code,
     CycleContext,
     Diagnosis,
@@ -71,6 +72,9 @@ class Scores:
     nodes: NodeArray
     total: npt.NDArray[np.int64]
     per_plugin: Mapping[str, npt.NDArray[np.int64]]
+    error: Status | None = None
+    """Set when a PreScore failed or a plugin broke the score contract; the cycle then ends
+    with an ``error`` decision, as kube fails the attempt."""
 
 
 class _StatusTable:
@@ -123,6 +127,11 @@ class Framework:
         self.weights: Mapping[str, int] = dict(resolved.weights)
         self.reserve_plugins: list[ReservePlugin] = at("reserve")
         self.permit_plugins: list[PermitPlugin] = at("permit")
+        # Selection packs (total, tie-break hash) into one int64: totals must stay below 2**22.
+        top_total = MAX_NODE_SCORE * sum(self.weights.values())
+        if top_total >= 1 << (63 - _HASH_BITS - 1):
+            raise ValueError(f"profile {self.name!r}: score weights sum to "
+                             f"{sum(self.weights.values())}, too large to rank exactly")
         self._extension_factories = tuple(
             {ext.KEY: ext for plugin in instances.values()
              for ext in plugin.STATE_EXTENSIONS}.values())
@@ -162,6 +171,10 @@ class Framework:
             return self._unschedulable(cycle, diagnosis, base, summary)
 
         scores = self.score(cycle, feasibility.feasible)
+        if scores.error is not None:
+            return Decision(status="error", message=f"{scores.error.plugin}: "
+                                                    f"{scores.error.message}",
+                            **base, **summary).sealed()
         ranked = self._rank(pod, state, scores)
         top = _top_scores(state, scores, ranked[: self.keep_top_scores])
         chosen = int(scores.nodes[ranked[0]])
@@ -203,11 +216,13 @@ class Framework:
 
     def score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
         """PreScore + Score + NormalizeScore + weights over ``feasible`` (name order)."""
+        total = np.zeros(feasible.size, dtype=np.int64)
         for plugin in self.pre_score_plugins:
             status = plugin.pre_score(cycle, feasible)
             if status.is_skip:
                 cycle.skip_score.add(plugin.NAME)
-        total = np.zeros(feasible.size, dtype=np.int64)
+            elif not status.is_success:
+                return Scores(feasible, total, {}, status.with_plugin(plugin.NAME))
         per_plugin: dict[str, npt.NDArray[np.int64]] = {}
         state = cycle.state
         in_feasible: npt.NDArray[np.bool_] | None = None
@@ -227,8 +242,14 @@ class Framework:
                     entry.values[todo] = plugin.score(cycle, todo)
                     entry.versions[todo] = state.node_version.take(todo)
                 raw = entry.values.take(feasible)
-            normalized = plugin.normalize_score(cycle, feasible, raw)
-            weighted = normalized.astype(np.int64, copy=False) * self.weights[plugin.NAME]
+            normalized = plugin.normalize_score(cycle, feasible, raw).astype(np.int64, copy=False)
+            # One unsigned reduction catches both ends: negatives wrap to huge values.
+            if normalized.size and int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:
+                bad = int(normalized[(normalized < 0) | (normalized > MAX_NODE_SCORE)][0])
+                return Scores(feasible, total, per_plugin, Status.error(
+                    f"plugin {plugin.NAME!r} returns an invalid score {bad}, it should in the "
+                    f"range of [0, {MAX_NODE_SCORE}] after normalizing", plugin=plugin.NAME))
+            weighted = normalized * self.weights[plugin.NAME]
             per_plugin[plugin.NAME] = weighted
             total += weighted
         return Scores(nodes=feasible, total=total, per_plugin=per_plugin)

@@ -262,3 +262,18 @@ def test_node_groups_round_trip_with_many_groups() -> None:
     assert [g and g.reasons for _, g in decision.node_reasons("abcde")] == [
         None, ("r0",), ("r299",), ("r5",), None]
     assert pack_node_groups(np.array([-1, -1]), 0) == ("", 1)
+
+
+class OutOfRange(ScorePlugin):
+    NAME = "OutOfRange"
+
+    def score(self, cycle: CycleContext, nodes):
+        return np.full(nodes.size, 150, dtype=np.int64)
+
+
+def test_scores_outside_0_100_fail_the_attempt_like_kube() -> None:
+    framework = profile({"score": [("OutOfRange", 1)]}, registry=with_plugins(OutOfRange))
+    decision = framework.schedule(pod("p"), state_of(node("a")))
+    assert decision.status == "error"
+    assert decision.message == ("OutOfRange: plugin 'OutOfRange' returns an invalid score 150, "
+                                "it should in the range of [0, 100] after normalizing")
