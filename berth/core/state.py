@@ -29,6 +29,7 @@ state is not thread-safe: one decision cell owns one state.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,8 +143,11 @@ class ClusterState:
         self._slot_by_name: dict[str, int] = {}
         self._nodes: list[NodeInfo | None] = [None] * self._capacity
         self._free_slots: list[int] = list(range(self._capacity))  # a heap: lowest slot first
+        # Node names in ascending order and their slots, kept sorted incrementally (a bisect
+        # and one array insert/delete per node added or removed: O(nodes), no re-sort).
+        self._names_sorted: list[str] = []
+        self._order_list: list[int] = []
         self._order: npt.NDArray[np.intp] | None = np.empty(0, dtype=np.intp)
-        self._names_sorted: list[str] | None = []
         self._node_digest: dict[str, int] = {}
         self.alive = np.zeros(self._capacity, dtype=bool)
         self.unschedulable = np.zeros(self._capacity, dtype=bool)
@@ -289,20 +293,16 @@ class ClusterState:
         return len(self._slot_by_name)
 
     def order(self) -> npt.NDArray[np.intp]:
-        """Live node slots in ascending node-name order (cached until the node set changes).
-        Read-only: callers must not modify it."""
+        """Live node slots in ascending node-name order (rebuilt from the sorted list after the
+        node set changed). Read-only: callers must not modify it."""
         if self._order is None:
-            names = self.node_names()
-            order = np.fromiter((self._slot_by_name[n] for n in names), dtype=np.intp,
-                                count=len(names))
+            order = np.array(self._order_list, dtype=np.intp)
             order.flags.writeable = False
             self._order = order
         return self._order
 
     def node_names(self) -> Sequence[str]:
-        """All node names, sorted."""
-        if self._names_sorted is None:
-            self._names_sorted = sorted(self._slot_by_name)
+        """All node names, sorted (a read-only view; do not modify)."""
         return self._names_sorted
 
     def slot_of(self, name: str) -> int | None:
@@ -396,8 +396,10 @@ class ClusterState:
                 self._grow()
             slot = heapq.heappop(self._free_slots)
             self._slot_by_name[node.name] = slot
+            at = bisect.bisect_left(self._names_sorted, node.name)
+            self._names_sorted.insert(at, node.name)
+            self._order_list.insert(at, slot)
             self._order = None
-            self._names_sorted = None
             self.alive[slot] = True
             self.name_hash[slot] = name_hash64(node.name)
         else:
@@ -434,8 +436,10 @@ class ClusterState:
         self.requested[slot] = 0
         self.nonzero_requested[slot] = 0
         heapq.heappush(self._free_slots, slot)
+        at = bisect.bisect_left(self._names_sorted, name)
+        del self._names_sorted[at]
+        del self._order_list[at]
         self._order = None
-        self._names_sorted = None
         self._touch(slot)
         for extension in self._extensions.values():
             extension.node_removed(slot, node)
