@@ -1,7 +1,7 @@
 """Every user-visible reason string of the scheduling core, worded as kube-scheduler v1.34 words it.
 
 Users grep for these strings and tools parse them (cluster-autoscaler, dashboards), so they must
-match kube-scheduler's exactly; ``tests/unit/core/test_messages.py`` pins each one. The kube
+match kube-scheduler's exactly; ``tests/unit/core/test_core_messages.py`` pins each one. The kube
 source of each string is named next to it. Plugins must take their reasons from here, never
 format their own.
 """

@@ -35,6 +35,14 @@ from berth.core import messages
     (messages.plugin_not_satisfied("NodeAffinity"), "node(s) didn't satisfy plugin NodeAffinity"),
     (messages.plugins_not_satisfied_simultaneously(["B", "A"]),
      "node(s) didn't satisfy plugin(s) [A B] simultaneously"),
+    # DefaultPreemption (kube's words; the plugin itself is part 2's).
+    (messages.PREEMPTION_NO_VICTIMS, "No preemption victims found for incoming pod"),
+    (messages.PREEMPTION_NOT_HELPFUL, "Preemption is not helpful for scheduling"),
+    (messages.PREEMPTION_NOT_ELIGIBLE_NEVER,
+     "preemption: not eligible due to preemptionPolicy=Never."),
+    (messages.preemption_failed("0/3 nodes are available: 3 No preemption victims found for "
+                                "incoming pod."),
+     "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."),
 ])
 def test_reason_strings_are_kubes(actual: str, expected: str) -> None:
     assert actual == expected
@@ -68,3 +76,34 @@ def test_fit_error_appends_postfilter_message() -> None:
 
 def test_fit_error_without_nodes() -> None:
     assert messages.fit_error(0, {}) == "0/0 nodes are available:"
+
+
+def test_full_message_with_preemption_ends_in_two_dots_like_kube() -> None:
+    inner = messages.fit_error(2, {messages.PREEMPTION_NO_VICTIMS: 2})
+    outer = messages.fit_error(2, {"Insufficient cpu": 2},
+                               postfilter_message=messages.preemption_failed(inner))
+    assert outer == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
+                     "available: 2 No preemption victims found for incoming pod..")
+
+
+def test_every_public_string_of_the_module_is_pinned_here() -> None:
+    # A new reason must come with its golden test: list the constants this file checks.
+    import inspect
+
+    pinned = {"NODE_UNSCHEDULABLE", "NODE_NAME_NOT_MATCH", "NODE_AFFINITY_NOT_MATCH",
+              "NODE_AFFINITY_ENFORCED_NOT_MATCH", "AFFINITY_CONFLICT", "TOO_MANY_PODS",
+              "POD_AFFINITY_NOT_MATCH", "POD_ANTI_AFFINITY_NOT_MATCH",
+              "EXISTING_ANTI_AFFINITY_NOT_MATCH", "TOPOLOGY_SPREAD_NOT_MATCH",
+              "TOPOLOGY_SPREAD_MISSING_LABEL", "PREEMPTION_NO_VICTIMS", "PREEMPTION_NOT_HELPFUL",
+              "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE"}
+    constants = {name for name, value in vars(messages).items()
+                 if name.isupper() and isinstance(value, str) and not name.startswith("_")}
+    assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"
+    berths_own = {"gpu_no_share", "gpu_no_nvlink_set", "gpu_no_socket_set", "gang_waiting",
+                  "gang_not_found", "gang_failed"}  # Berth's own GPU and gang wording (part 2)
+    functions = {name for name, value in vars(messages).items()
+                 if inspect.isfunction(value) and not name.startswith("_")}
+    assert functions - berths_own <= {"fit_error", "insufficient", "untolerated_taint",
+                                      "plugins_not_satisfied", "plugin_not_satisfied",
+                                      "plugins_not_satisfied_simultaneously",
+                                      "preemption_failed"}
