@@ -205,7 +205,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
     Args = NodeResourcesFitArgs
 
     def pre_filter(self, cycle: CycleContext) -> tuple[Status, PreFilterResult | None]:
-        cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]
+        # kube computes the pod's request here; Berth resolves it lazily in Filter, which the
+        # node memo often does not need to call at all.
         return Status.success(), None
 
     def filter_signature(self, cycle: CycleContext) -> tuple[tuple[str, int], ...]:
@@ -214,7 +215,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
         state = cycle.state
-        demand: _Demand = cycle.data.get(NAME) or _Demand(cycle, self.args)  # type: ignore[arg-type]
+        demand: _Demand | None = cycle.data.get(NAME)
+        if demand is None:
+            demand = cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]
         n = nodes.size
         too_many = state.requested_of(PODS, nodes) >= state.allocatable_of(PODS, nodes)
         # Bit 0: too many pods; bit k: check k-1 failed; a parallel mask marks "exceeds the
