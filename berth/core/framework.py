@@ -30,7 +30,8 @@ Contracts every plugin obeys:
   alignment (result ``i`` belongs to ``nodes[i]``) and must not depend on slot numbers themselves.
 - **Scores** are integers; after NormalizeScore every score lies in ``0..MAX_NODE_SCORE``.
 
-How a GPU device plugin plugs in (part 2):
+How a GPU device plugin plugs in (part 2 did it this way, see
+:mod:`berth.core.plugins.gpu_devices`):
 
 1. It declares ``STATE_EXTENSIONS = (GpuDeviceExtension,)``; :class:`Framework` attaches one
    instance of each to the ClusterState (replaying existing nodes and pods once) before the first
@@ -45,6 +46,13 @@ How a GPU device plugin plugs in (part 2):
 5. Reserve picks the concrete devices on the chosen node and returns
    ``ReserveResult(gpu_devices=(...))``; the framework puts them into the :class:`Decision`, and
    the caller passes them to :meth:`ClusterState.assume`, which hands them to the extension.
+
+Plugins whose verdict or raw score for a node depends only on the pod and that node's row may
+opt into the framework's per-node memo (:meth:`FilterPlugin.filter_signature`,
+:meth:`ScorePlugin.score_signature`, :mod:`berth.core.memo`): between two cycles usually one node
+changed, and only that node is recomputed. A plugin that needs the framework itself (preemption
+re-running the filters on a what-if state) receives it through :meth:`Plugin.bind_framework`
+and :attr:`CycleContext.framework` — kube's ``Handle``.
 """
 
 from __future__ import annotations
