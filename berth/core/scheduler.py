@@ -369,8 +369,13 @@ class Framework:
         key = (scores.total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
         wanted = max(1, self.keep_top_scores)
         if wanted < key.size:
-            top = np.argpartition(-key, wanted - 1)[:wanted]
-            # argpartition's order among equal keys is unspecified: sort by (key desc, position).
+            # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
+            # collision between equal totals) by position, so the choice never depends on how
+            # a partition algorithm orders equal values.
+            kth = key[np.argpartition(-key, wanted - 1)[wanted - 1]]
+            better = np.flatnonzero(key > kth)
+            equal = np.flatnonzero(key == kth)[: wanted - better.size]
+            top = np.concatenate([better, equal])
             return top[np.lexsort((top, -key[top]))]
         return np.argsort(-key, kind="stable")
 

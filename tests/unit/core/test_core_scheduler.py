@@ -277,3 +277,18 @@ def test_scores_outside_0_100_fail_the_attempt_like_kube() -> None:
     assert decision.status == "error"
     assert decision.message == ("OutOfRange: plugin 'OutOfRange' returns an invalid score 150, "
                                 "it should in the range of [0, 100] after normalizing")
+
+
+def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
+    from berth.core.hashing import tie_break_keys
+    from berth.core.scheduler import Scores
+
+    framework = default_scheduler().frameworks["berth"]
+    state = state_of(*(node(f"n{i:02d}") for i in range(40)))
+    for seed in range(20):
+        total = np.random.RandomState(seed).randint(0, 4, 40).astype(np.int64)
+        p = pod(f"p{seed}")
+        ranked = framework._rank(p, state, Scores(state.order(), total, {}))
+        tie = tie_break_keys(p.uid, state.name_hash[state.order()]) >> np.uint64(24)
+        key = (total << 40) | ((1 << 40) - 1 - tie.astype(np.int64))
+        assert ranked.tolist() == np.argsort(-key, kind="stable")[:10].tolist()
