@@ -21,6 +21,8 @@ Imports are lazy so that importing a leaf module (e.g. ``berth.core.gpu``) stays
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["ClusterState", "ConfigError", "Decision", "Framework", "Scheduler",
            "SchedulerConfig", "default_config", "load_config"]
 
-_WHERE = {
+_WHERE = MappingProxyType({
     "ClusterState": "berth.core.state",
     "ConfigError": "berth.core.config",
     "SchedulerConfig": "berth.core.config",
@@ -41,7 +43,7 @@ _WHERE = {
     "Decision": "berth.core.decision",
     "Framework": "berth.core.scheduler",
     "Scheduler": "berth.core.scheduler",
-}
+})
 
 
 def __getattr__(name: str) -> Any:

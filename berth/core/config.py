@@ -27,6 +27,8 @@ version: two documents that resolve to the same plugins, weights and args have t
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -57,13 +59,13 @@ MAX_WEIGHT = 1000
 :mod:`berth.core.scheduler`); kube's own defaults use 1..3."""
 MAX_KEEP_TOP_SCORES = 1000
 
-_UNSUPPORTED_POINTS = {
+_UNSUPPORTED_POINTS = MappingProxyType({
     "queueSort": "the decision cell orders its queue itself",
     "preEnqueue": "the decision cell decides what to attempt",
     "preBind": "binding is the binder service's job",
     "bind": "binding is the binder service's job",
     "postBind": "binding is the binder service's job",
-}
+})
 # KubeSchedulerConfiguration keys that mean nothing to a pure core; accepted so that a kube
 # configuration file can be reused, and ignored.
 _IGNORED_TOP_LEVEL = frozenset({

@@ -14,6 +14,8 @@ The cycle never mutates the state. The caller commits a placed (or held) decisio
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,11 +49,11 @@ from berth.schemas.cluster import PodInfo
 
 __all__ = ["Feasibility", "Framework", "Scheduler", "Scores"]
 
-_CODE_NAMES = {
+_CODE_NAMES = MappingProxyType({
     Code.UNSCHEDULABLE: "Unschedulable",
     Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
     Code.ERROR: "Error",
-}
+})
 _HASH_BITS = 40
 """Low bits of the selection key taken by the tie-break hash; totals use the bits above (a
 total is at most MAX_NODE_SCORE × MAX_WEIGHT × plugins, far below 2**23)."""
