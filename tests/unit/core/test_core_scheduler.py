@@ -292,3 +292,79 @@ def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
         tie = tie_break_keys(p.uid, state.name_hash[state.order()]) >> np.uint64(24)
         key = (total << 40) | ((1 << 40) - 1 - tie.astype(np.int64))
         assert ranked.tolist() == np.argsort(-key, kind="stable")[:10].tolist()
+
+
+class PinA(FilterPlugin):
+    NAME = "PinA"
+
+    def pre_filter(self, cycle):
+        from berth.core.framework import PreFilterResult
+
+        return Status.success(), PreFilterResult(node_names=frozenset({"n0", "n1"}))
+
+    def filter(self, cycle, nodes):
+        return FilterResult.all_pass()
+
+
+class PinB(FilterPlugin):
+    NAME = "PinB"
+
+    def pre_filter(self, cycle):
+        from berth.core.framework import PreFilterResult
+
+        return Status.success(), PreFilterResult(node_names=frozenset({"n2"}))
+
+    def filter(self, cycle, nodes):
+        return FilterResult.all_pass()
+
+
+class SoftReject(FilterPlugin):
+    NAME = "SoftReject"
+    ran_after: list[str] = []
+
+    def pre_filter(self, cycle):
+        return Status.unschedulable("not now"), None
+
+    def filter(self, cycle, nodes):
+        return FilterResult.all_pass()
+
+
+class Witness(FilterPlugin):
+    NAME = "Witness"
+
+    def pre_filter(self, cycle):
+        SoftReject.ran_after.append(cycle.pod.name)
+        return Status.success(), None
+
+    def filter(self, cycle, nodes):
+        return FilterResult.all_pass()
+
+
+def _prefilter_framework(*names):
+    from berth.core.framework import PreFilterPlugin
+
+    classes = []
+    for cls in (PinA, PinB, SoftReject, Witness):
+        # Make the test classes PreFilter plugins too, without repeating the boilerplate.
+        classes.append(type(cls.__name__, (cls, PreFilterPlugin), {}))
+    registry = with_plugins(*classes)
+    return profile({"preFilter": list(names), "filter": list(names)}, registry=registry)
+
+
+def test_prefilter_results_intersect_and_name_the_plugins() -> None:
+    state = state_of(node("n0"), node("n1"), node("n2"))
+    one = _prefilter_framework("PinA").schedule(pod("p"), state)
+    assert one.status == "placed" and one.node in ("n0", "n1")
+    assert [g.reasons for g in one.rejections] == [("node(s) didn't satisfy plugin(s) [PinA]",)]
+    both = _prefilter_framework("PinB", "PinA").schedule(pod("p"), state)
+    assert both.message == ("0/3 nodes are available: node(s) didn't satisfy plugin(s) "
+                            "[PinA PinB] simultaneously.")
+
+
+def test_unschedulable_prefilter_still_runs_the_others() -> None:
+    SoftReject.ran_after.clear()
+    state = state_of(node("n0"))
+    decision = _prefilter_framework("SoftReject", "Witness").schedule(pod("p"), state)
+    assert decision.status == "unschedulable"
+    assert decision.message == "0/1 nodes are available: not now."
+    assert SoftReject.ran_after == ["p"]  # kube keeps going for preemption's sake
