@@ -167,13 +167,21 @@ class PlacedPodTerms(StateExtension):
         self._uids_at: dict[int, set[str]] = {}
         self.by_term: dict[str, dict[AffinityTerm, dict[int, int]]] = {k: {} for k in _KINDS}
         """kind → term → {slot: number of placed pods there carrying the term}."""
+        # Which terms an incoming pod could possibly fall under, by one label it must carry
+        # (the term selector's most selective ``In``): a pod is tested only against terms
+        # hinted by its own labels plus those without such a requirement.
+        self._hinted: dict[str, dict[tuple[str, str], set[AffinityTerm]]] = {k: {} for k in _KINDS}
+        self._unhinted: dict[str, set[AffinityTerm]] = {k: set() for k in _KINDS}
 
     def _count(self, uid: str, slot: int, sign: int) -> None:
         terms = self.terms[uid]
         for kind in _KINDS:
             groups = self.by_term[kind]
             for term in getattr(terms, kind):
-                per_slot = groups.setdefault(term, {})
+                per_slot = groups.get(term)
+                if per_slot is None:
+                    per_slot = groups[term] = {}
+                    self._index(kind, term, add=True)
                 count = per_slot.get(slot, 0) + sign
                 if count:
                     per_slot[slot] = count
@@ -181,6 +189,23 @@ class PlacedPodTerms(StateExtension):
                     del per_slot[slot]
                     if not per_slot:
                         del groups[term]
+                        self._index(kind, term, add=False)
+
+    def _index(self, kind: str, term: AffinityTerm, *, add: bool) -> None:
+        if term.selector.nothing:
+            return  # matches no pod: never a candidate
+        hint = term.selector.index_hint()
+        if hint is None or hint[1] is None:
+            buckets = [self._unhinted[kind]]
+        else:
+            key, values = hint
+            hinted = self._hinted[kind]
+            buckets = [hinted.setdefault((key, value), set()) for value in values]
+        for bucket in buckets:
+            if add:
+                bucket.add(term)
+            else:
+                bucket.discard(term)
 
     def _uncount(self, uid: str) -> None:
         slot = self._counted_at.pop(uid, None)
@@ -216,8 +241,17 @@ class PlacedPodTerms(StateExtension):
                  ) -> list[tuple[AffinityTerm, npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
         """``(term, slots, counts)`` for every distinct placed term of ``kind`` that ``pod``
         falls under."""
+        candidates = set(self._unhinted[kind])
+        hinted = self._hinted[kind]
+        for item in pod.labels.items():
+            bucket = hinted.get(item)
+            if bucket:
+                candidates |= bucket
+        groups = self.by_term[kind]
         out = []
-        for term, per_slot in self.by_term[kind].items():
+        # Contributions are summed, so the (hash-dependent) order of the set does not matter.
+        for term in candidates:
+            per_slot = groups[term]
             if term.matches(pod, namespace_labels):
                 slots = np.fromiter(per_slot.keys(), dtype=np.intp, count=len(per_slot))
                 counts = np.fromiter(per_slot.values(), dtype=np.int64, count=len(per_slot))

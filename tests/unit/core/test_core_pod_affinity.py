@@ -159,3 +159,18 @@ def test_placed_terms_follow_nodes_leaving_and_returning() -> None:
     assert rejections(framework, web, state) == {"b": (messages.EXISTING_ANTI_AFFINITY_NOT_MATCH,)}
     state.remove_pod(loner.uid)
     assert rejections(framework, web, state) == {}
+
+
+def test_existing_terms_with_and_without_an_in_requirement_are_all_checked() -> None:
+    by_value = pod("v", labels=DB, affinity=pod_affinity(anti_required=[
+        pod_term(None, HOST).model_copy(update={"label_selector": selector(
+            None, ("app", "In", ("web", "api")))})]))
+    by_key = pod("k", labels=DB, affinity=pod_affinity(anti_required=[
+        pod_term(None, HOST).model_copy(update={"label_selector": selector(
+            None, ("tier", "Exists", ()))})]))
+    state = _zoned_state((by_value, "a"), (by_key, "c"))
+    framework = filters("InterPodAffinity")
+    assert sorted(rejections(framework, pod("w", labels=WEB), state)) == ["a"]
+    assert sorted(rejections(framework, pod("x", labels={"app": "api", "tier": "1"}), state)) == [
+        "a", "c"]
+    assert rejections(framework, pod("y", labels={"app": "other"}), state) == {}
