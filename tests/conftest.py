@@ -170,3 +170,46 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses: ``test.<test name>.<random hex>`` (Kafka-legal chars)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:100].strip("-.")
     return f"test.{readable}.{uuid.uuid4().hex[:12]}"
+
+
+# --- Kubernetes (DESIGN.md §6): BERTH_KUBECONFIG -> our own etcd + kube-apiserver -> fail/skip ---
+
+KUBECONFIG_ENV = "BERTH_KUBECONFIG"
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(request: pytest.FixtureRequest):  # -> berth.devstack.kube.KubeConnection
+    """A kube-apiserver 1.34 for this session, as a ``KubeConnection`` (kubeconfig path, server,
+    token, ``api_client()``; ``control_plane`` is set only when the session started it itself).
+
+    Order: ``BERTH_KUBECONFIG`` (an existing cluster, e.g. from ``berth dev up --with-kubernetes``)
+    -> our own etcd + kube-apiserver from :mod:`berth.devstack.kube`, building the binaries first
+    if needed (10-25 minutes the first time on a 2-core machine; the progress is shown) -> with
+    ``CI=true`` a failure saying what to do, otherwise a skip. There is no container option.
+    """
+    from berth.devstack.kube import KubeConnection
+
+    from_env = os.environ.get(KUBECONFIG_ENV, "").strip()
+    if from_env:
+        return KubeConnection.from_kubeconfig(from_env)
+
+    try:
+        from berth.devstack.gobuild import COLD_BUILD_NOTE, ensure_kubernetes_binaries, kubernetes_binaries_present
+        from berth.devstack.kube import KubeControlPlane
+
+        if not kubernetes_binaries_present():
+            with _uncaptured(request):
+                print(f"\nkube_apiserver: building kube-apiserver, kube-scheduler and etcd. {COLD_BUILD_NOTE}", flush=True)
+                ensure_kubernetes_binaries()
+        plane = KubeControlPlane().start()
+    except Exception as exc:  # noqa: BLE001 - reported below
+        message = (
+            f"No kube-apiserver available for integration tests.\n- own process: {exc}\n"
+            f"Fix that (`python -m berth.devstack build-kubernetes` builds the binaries), or set {KUBECONFIG_ENV} "
+            "to the kubeconfig of a running cluster (`export $(python -m berth.devstack up --with-kubernetes)`)."
+        )
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    request.addfinalizer(plane.stop)
+    return plane.connection()

@@ -1,5 +1,8 @@
 """Kafka and Postgres together: in-process (:class:`DevStack`) or in the background (``up``/``down``).
 
+With ``with_kubernetes=True`` (``berth dev up --with-kubernetes``) the stack also runs etcd and
+kube-apiserver (:class:`~berth.devstack.kube.KubeControlPlane`) and exports ``BERTH_KUBECONFIG``.
+
 In-process, for tests and scripts::
 
     with DevStack() as stack:
@@ -25,13 +28,16 @@ from rich.console import Console
 
 from berth.devstack import procs
 from berth.devstack.cache import repo_root
+from berth.devstack.gobuild import ensure_kubernetes_binaries
 from berth.devstack.kafka import KafkaProcess
+from berth.devstack.kube import KubeControlPlane
 from berth.devstack.postgres import PostgresProcess
 from berth.devstack.procs import DevStackError
 
 STATE_FORMAT = 1
 ENV_KAFKA = "BERTH_KAFKA_BOOTSTRAP"
 ENV_DATABASE = "BERTH_DATABASE_URL"
+ENV_KUBECONFIG = "BERTH_KUBECONFIG"
 
 #: Progress and diagnostics; stdout is kept for output meant to be parsed (the env lines).
 err_console = Console(stderr=True)
@@ -48,22 +54,33 @@ def state_file() -> Path:
 
 
 class DevStack:
-    """Kafka and Postgres started together; both stop together.
+    """Kafka and Postgres (and, with ``with_kubernetes``, etcd + kube-apiserver) started together;
+    all stop together.
 
-    :meth:`start` boots Postgres while the Kafka JVM warms up, so the pair is ready in about
-    the time Kafka alone needs. If either fails, both are stopped before the error propagates.
+    :meth:`start` boots Postgres (and the control plane) while the Kafka JVM warms up, so the
+    stack is ready in about the time its slowest member needs. If one fails, all are stopped
+    before the error propagates. Kubernetes binaries missing from the cache are built first,
+    before anything starts (many minutes the first time).
     """
 
-    def __init__(self, *, detached: bool = False,
-                 kafka: KafkaProcess | None = None, postgres: PostgresProcess | None = None) -> None:
+    def __init__(self, *, detached: bool = False, with_kubernetes: bool = False,
+                 kafka: KafkaProcess | None = None, postgres: PostgresProcess | None = None,
+                 kube: KubeControlPlane | None = None) -> None:
         self.kafka = kafka or KafkaProcess(detached=detached)
         self.postgres = postgres or PostgresProcess(detached=detached)
+        self.kube = kube or (KubeControlPlane(detached=detached) if with_kubernetes else None)
 
     def start(self) -> DevStack:
+        if self.kube is not None and self.kube.binaries is None:
+            self.kube.binaries = ensure_kubernetes_binaries()
         try:
             self.kafka.launch()
             self.postgres.launch()
+            if self.kube is not None:
+                self.kube.launch()
             self.postgres.wait_until_ready()
+            if self.kube is not None:
+                self.kube.wait_until_ready()
             self.kafka.wait_until_ready()
         except BaseException:
             self.stop()
@@ -71,29 +88,41 @@ class DevStack:
         return self
 
     def stop(self) -> None:
-        """Stop both services (each stop is attempted even if the other fails)."""
+        """Stop every service (each stop is attempted even if another fails)."""
         try:
             self.kafka.stop()
         finally:
-            self.postgres.stop()
+            try:
+                self.postgres.stop()
+            finally:
+                if self.kube is not None:
+                    self.kube.stop()
 
     def env(self) -> dict[str, str]:
         """The environment variables through which Berth's code and tests find these services."""
-        return {ENV_KAFKA: self.kafka.bootstrap_servers, ENV_DATABASE: self.postgres.url}
+        env = {ENV_KAFKA: self.kafka.bootstrap_servers, ENV_DATABASE: self.postgres.url}
+        if self.kube is not None:
+            env[ENV_KUBECONFIG] = str(self.kube.kubeconfig_path)
+        return env
 
     def to_state(self) -> dict[str, Any]:
-        return {
+        state = {
             "format": STATE_FORMAT,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "env": self.env(),
             "kafka": self.kafka.to_state(),
             "postgres": self.postgres.to_state(),
         }
+        if self.kube is not None:
+            state["kubernetes"] = self.kube.to_state()
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DevStack:
+        kube_state = state.get("kubernetes")
         return cls(kafka=KafkaProcess.from_state(state.get("kafka") or {}),
-                   postgres=PostgresProcess.from_state(state.get("postgres") or {}))
+                   postgres=PostgresProcess.from_state(state.get("postgres") or {}),
+                   kube=KubeControlPlane.from_state(kube_state) if kube_state else None)
 
     def __enter__(self) -> DevStack:
         return self.start()
@@ -134,7 +163,7 @@ def _print_env(env: dict[str, str], out: TextIO) -> None:
     out.flush()
 
 
-def up(*, out: TextIO | None = None) -> dict[str, str]:
+def up(*, out: TextIO | None = None, with_kubernetes: bool = False) -> dict[str, str]:
     """Start Kafka and Postgres in the background and record them in :func:`state_file`.
 
     Prints ``BERTH_KAFKA_BOOTSTRAP=...`` and ``BERTH_DATABASE_URL=...`` lines on ``out``
@@ -142,33 +171,77 @@ def up(*, out: TextIO | None = None) -> dict[str, str]:
     them as a dict. If a recorded stack is already running and answering, it is reused; a
     half-dead one is stopped and replaced. Raises :class:`DevStackError` if a service cannot start
     (nothing is left running then).
+
+    ``with_kubernetes``: also etcd + kube-apiserver (building them first if the cache lacks them:
+    many minutes the first time), and a ``BERTH_KUBECONFIG=...`` line. A running stack without
+    Kubernetes gets a control plane added to it.
     """
     out = out or sys.stdout
     state = _read_state()
     if state is not None:
         current = status(quiet=True)
         if current.healthy:
+            if with_kubernetes and not state.get("kubernetes"):
+                return _add_kubernetes(state, out)
             err_console.print("[green]Dev stack already running[/green] (berth dev status for details)")
             _print_env(state["env"], out)
             return dict(state["env"])
         err_console.print("[yellow]Recorded dev stack is not healthy; replacing it.[/yellow]")
         down(quiet=True)
 
-    stack = DevStack(detached=True)
-    with err_console.status("Starting Kafka and Postgres in the background…"):
+    stack = DevStack(detached=True, with_kubernetes=with_kubernetes)
+    if stack.kube is not None:
+        stack.kube.binaries = ensure_kubernetes_binaries()  # before the spinner: it shows its own progress
+    what = "Kafka, Postgres and Kubernetes" if with_kubernetes else "Kafka and Postgres"
+    with err_console.status(f"Starting {what} in the background…"):
         stack.start()
     try:
         _write_state(stack.to_state())
     except BaseException:
         stack.stop()
         raise
+    kube_note = ""
+    if stack.kube is not None:
+        kube_note = f", kube-apiserver {stack.kube.binaries.kubernetes_version} (pid {stack.kube.apiserver_pid})"  # type: ignore[union-attr]
     err_console.print(
-        f"[green]✓[/green] Kafka {stack.kafka.version} (pid {stack.kafka.pid}) and "
+        f"[green]✓[/green] Kafka {stack.kafka.version} (pid {stack.kafka.pid}){kube_note} and "
         f"Postgres (pid {stack.postgres.pid}) running; state in {state_file()}. Stop with: berth dev down"
     )
     env = stack.env()
     _print_env(env, out)
     return env
+
+
+def _add_kubernetes(state: dict[str, Any], out: TextIO) -> dict[str, str]:
+    """Start a detached control plane next to a running stack and record it in the same state file."""
+    kube = KubeControlPlane(detached=True)
+    kube.binaries = ensure_kubernetes_binaries()
+    with err_console.status("Starting etcd and kube-apiserver in the background…"):
+        kube.start()
+    try:
+        state["kubernetes"] = kube.to_state()
+        state["env"] = {**state["env"], ENV_KUBECONFIG: str(kube.kubeconfig_path)}
+        _write_state(state)
+    except BaseException:
+        kube.stop()
+        raise
+    err_console.print(f"[green]✓[/green] kube-apiserver (pid {kube.apiserver_pid}) added to the running dev stack. "
+                      "Stop everything with: berth dev down")
+    _print_env(state["env"], out)
+    return dict(state["env"])
+
+
+def recorded_kubeconfig() -> Path:
+    """The kubeconfig of the background stack's control plane (``berth dev up --with-kubernetes``).
+
+    Raises :class:`DevStackError` when no stack with Kubernetes is recorded.
+    """
+    state = _read_state()
+    kube_state = (state or {}).get("kubernetes") or {}
+    if not kube_state.get("kubeconfig"):
+        raise DevStackError(f"no Kubernetes control plane recorded in {state_file()}; "
+                            "start one with: berth dev up --with-kubernetes")
+    return Path(kube_state["kubeconfig"])
 
 
 @dataclass(frozen=True)
@@ -207,18 +280,20 @@ def status(*, quiet: bool = False, out: TextIO | None = None) -> StackStatus:
         stack = DevStack.from_state(state)
         kafka, postgres = stack.kafka, stack.postgres
         kafka_alive, postgres_alive = kafka.is_alive(), postgres.is_alive()
-        result = StackStatus(
-            recorded=True,
-            state_file=state_file(),
-            env=dict(state.get("env", {})),
-            services=[
-                ServiceStatus("kafka", kafka.pid, kafka_alive, kafka_alive and kafka.is_answering(timeout=3.0),
-                              state["kafka"].get("bootstrap_servers"), state["kafka"].get("data_dir")),
-                ServiceStatus("postgres", postgres.pid, postgres_alive,
-                              postgres_alive and postgres.is_answering(timeout=3.0),
-                              state["postgres"].get("url"), state["postgres"].get("base_dir")),
-            ],
-        )
+        services = [
+            ServiceStatus("kafka", kafka.pid, kafka_alive, kafka_alive and kafka.is_answering(timeout=3.0),
+                          state["kafka"].get("bootstrap_servers"), state["kafka"].get("data_dir")),
+            ServiceStatus("postgres", postgres.pid, postgres_alive,
+                          postgres_alive and postgres.is_answering(timeout=3.0),
+                          state["postgres"].get("url"), state["postgres"].get("base_dir")),
+        ]
+        if stack.kube is not None:
+            kube_alive = stack.kube.is_alive()  # etcd and kube-apiserver both
+            services.append(ServiceStatus(
+                "kubernetes", stack.kube.apiserver_pid, kube_alive, kube_alive and stack.kube.is_answering(timeout=3.0),
+                state["kubernetes"].get("server"), state["kubernetes"].get("data_dir")))
+        result = StackStatus(recorded=True, state_file=state_file(), env=dict(state.get("env", {})),
+                             services=services)
     if not quiet:
         _render_status(result, out or sys.stdout)
     return result
@@ -255,7 +330,10 @@ def down(*, quiet: bool = False, out: TextIO | None = None) -> list[str]:
             print(f"No dev stack recorded ({state_file()}); nothing to stop.", file=out or sys.stdout)
         return []
     stack = DevStack.from_state(state)
-    running = [name for name, service in (("kafka", stack.kafka), ("postgres", stack.postgres)) if service.is_alive()]
+    services: list[tuple[str, Any]] = [("kafka", stack.kafka), ("postgres", stack.postgres)]
+    if stack.kube is not None:
+        services.append(("kubernetes", stack.kube))
+    running = [name for name, service in services if service.is_alive()]
     stack.stop()
     state_file().unlink(missing_ok=True)
     procs.sweep_stale_dirs()
