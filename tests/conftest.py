@@ -184,7 +184,7 @@ def kube_apiserver(request: pytest.FixtureRequest):  # -> berth.devstack.kube.Ku
 
     Order: ``BERTH_KUBECONFIG`` (an existing cluster, e.g. from ``berth dev up --with-kubernetes``)
     -> our own etcd + kube-apiserver from :mod:`berth.devstack.kube`, building the binaries first
-    if needed (10-25 minutes the first time on a 2-core machine; the progress is shown) -> with
+    if needed (~10 minutes the first time on a 2-core machine; the progress is shown) -> with
     ``CI=true`` a failure saying what to do, otherwise a skip. There is no container option.
     """
     from berth.devstack.kube import KubeConnection

@@ -1,7 +1,7 @@
 """A real kube-apiserver (our own etcd + apiserver, or BERTH_KUBECONFIG), fake GPU nodes, and the
 stock kube-scheduler binding plain pods on them.
 
-The first run builds the binaries (10-25 minutes on 2 cores, see berth.devstack.gobuild); after
+The first run builds the binaries (~10 minutes on 2 cores, see berth.devstack.gobuild); after
 that a control plane starts in ~5-15 s. Tests that start control planes of their own (clean stop,
 SIGKILLed parent, ``up --with-kubernetes``) need the cached binaries: skipped without them, failed
 in CI.
@@ -33,7 +33,9 @@ from berth.devstack.fakenodes import (
 )
 from berth.devstack.gobuild import kubernetes_binaries_present
 from berth.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
-from berth.devstack.procs import is_running, pids_mentioning
+from berth.devstack.kafka import find_java
+from berth.devstack.postgres import find_pg_bin
+from berth.devstack.procs import DevStackError, is_running, pids_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +51,18 @@ def cached_binaries() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+@pytest.fixture
+def local_binaries() -> None:
+    """``dev up`` also starts Kafka and Postgres: skip (fail in CI) without java or Postgres."""
+    try:
+        find_java()
+        find_pg_bin()
+    except DevStackError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -270,7 +284,7 @@ def test_control_plane_dies_when_its_parent_is_killed() -> None:
         parent.stderr.close()
 
 
-@pytest.mark.usefixtures("cached_binaries")
+@pytest.mark.usefixtures("cached_binaries", "local_binaries")
 def test_cli_up_with_kubernetes_nodes_down(tmp_path: Path) -> None:
     env = {**os.environ, "BERTH_RUN_DIR": str(tmp_path)}
     env.pop("BERTH_KUBECONFIG", None)
