@@ -331,11 +331,19 @@ def schemas_export(
 
 
 @app.command("demo")
-def demo() -> None:
-    """Berth's main job: start Kafka and Postgres, run the local stack end to end, stop everything."""
+def demo(
+    speed: Annotated[float, typer.Option(help="Simulated seconds per real second.")] = 20.0,
+    keep_logs: Annotated[Optional[Path], typer.Option(
+        file_okay=False, help="Keep the services' logs and the workload in this folder.")] = None,
+) -> None:
+    """Berth's main job: Kafka, Postgres and every service on a 1,000-pod GPU workload, then replay."""
     from berth.demo import main as demo_main
+    from berth.supervisor import ServiceFailed
 
-    demo_main()
+    try:
+        demo_main(speed=speed, keep_logs=keep_logs)
+    except ServiceFailed as exc:
+        raise fail(str(exc)) from exc
 
 
 @app.command("version")

@@ -1,10 +1,16 @@
 """``berth demo``: Berth's main job on the local stack, start to finish, with nothing left behind.
 
-Stages (each reports progress; any failure stops everything started so far):
-1. start Kafka 3.9.1 and Postgres 15 (berth.devstack), migrate the audit store, create topics;
-2. the contract round trip: publish one event of every type plus malformed records, read them
-   back through the contract, and show that the malformed ones reached the dead-letter topic;
-3. shut down cleanly. The last line of output is one JSON object with the figures.
+1. Start Kafka 3.9.1 and Postgres 15 (:mod:`berth.devstack`), migrate the audit store, create
+   the topics.
+2. Start every service as its own process (:mod:`berth.supervisor`): inventory, token-lag,
+   decision, binder, audit, and the cluster simulator playing the generated demo workload —
+   ≥ 100 GPU nodes, ≥ 1,000 pods (whole, multi-GPU, fractional, MIG, CPU-only, gangs, pods that
+   fit nowhere), spot notices and queue-lag bursts for two inference pools.
+3. Midway, publish a malformed record: it must land in the dead-letter topic while the rest
+   carries on.
+4. When every pod is bound or known unschedulable and the audit has caught up, replay every
+   decision from Postgres alone and count mismatches.
+5. Print a summary and, as the very last line, one JSON object; stop everything.
 """
 
 from __future__ import annotations
@@ -13,94 +19,248 @@ import asyncio
 import json
 import os
 import time
-from collections import Counter
+import urllib.request
+from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import func, select
 
 from berth.audit import db
-from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.audit.models import DecisionRow
+from berth.bus import ensure_topics
+from berth.devstack.procs import free_ports
 from berth.devstack.stack import DevStack
-from berth.schemas import ALL_TOPICS, encode
-from berth.schemas.samples import one_of_each
-from berth.schemas.topics import DEAD_LETTER, QUEUE_LAG
-from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
+from berth.settings import BerthSettings, DatabaseSettings
+from berth.supervisor import ServiceFailed, Supervisor
 
 console = Console(stderr=True)
+DEFAULT_SPEED = 20.0
+"""Simulated seconds per real second: the 700 s demo timeline plays in about 35 s."""
 
 
-def run_demo() -> dict[str, Any]:
-    """Run the demo; returns the summary printed as the last line."""
-    started = time.monotonic()
-    with console.status("starting Kafka 3.9.1 (KRaft) and Postgres 15 …"):
-        stack = DevStack().start()
+def _recorded_stack() -> dict[str, str] | None:
+    """The endpoints of a running `berth dev up` stack, if there is one that answers."""
+    from berth.devstack import stack as devstack
+
+    state = devstack.status(quiet=True)
+    if not state.healthy:
+        return None
+    env = state.env
+    engine = db.make_engine(DatabaseSettings(url=env["BERTH_DATABASE_URL"]))
     try:
-        env = stack.env()
-        console.print(f"[green]✓[/] Kafka at {env['BERTH_KAFKA_BOOTSTRAP']}, Postgres at "
-                      f"{DatabaseSettings(url=env['BERTH_DATABASE_URL']).redacted_url()}")
-        os.environ.update(env)
-        settings = BerthSettings()
-        db.upgrade(settings.database)
-        console.print("[green]✓[/] audit store migrated")
-        summary = asyncio.run(_contract_round_trip(settings.kafka))
+        db.upgrade(DatabaseSettings(url=env["BERTH_DATABASE_URL"]))
+        with engine.connect() as connection:
+            if connection.scalar(select(func.count()).select_from(DecisionRow)):
+                raise ServiceFailed("the running dev stack already holds a demo run; for a fresh one: "
+                                    "berth dev down && berth dev up (or stop it to let the demo start its own)")
     finally:
-        with console.status("stopping Kafka and Postgres …"):
-            stack.stop()
-        console.print("[green]✓[/] stopped everything the demo started")
+        engine.dispose()
+    return env
+
+
+def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 900.0,
+             keep_logs: Path | None = None) -> dict[str, Any]:
+    """Run the demo; returns the summary printed as the last line.
+
+    With a `berth dev up` stack running, the demo uses it and leaves it up (so that
+    ``berth audit explain`` can answer questions about the run); otherwise it starts its own
+    Kafka and Postgres and stops them at the end.
+    """
+    started = time.monotonic()
+    with TemporaryDirectory(prefix="berth-demo-") as scratch:
+        work = keep_logs or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        existing = _recorded_stack()
+        stack = None
+        if existing is None:
+            with console.status("starting Kafka 3.9.1 (KRaft) and Postgres 15 …"):
+                stack = DevStack().start()
+        try:
+            env = existing or stack.env()  # type: ignore[union-attr]
+            console.print(f"[green]✓[/] Kafka at {env['BERTH_KAFKA_BOOTSTRAP']}, Postgres at "
+                          f"{DatabaseSettings(url=env['BERTH_DATABASE_URL']).redacted_url()}")
+            os.environ.update(env)
+            settings = BerthSettings()
+            db.upgrade(settings.database)
+            asyncio.run(ensure_topics(settings.kafka))
+            console.print("[green]✓[/] audit store migrated, topics created")
+            summary = _run_pipeline(settings, env, work, speed=speed, seed=seed, timeout_s=timeout_s)
+        finally:
+            if stack is not None:
+                with console.status("stopping Kafka and Postgres …"):
+                    stack.stop()
+            console.print("[green]✓[/] stopped everything the demo started"
+                          + ("; the dev stack stays up" if existing else "")
+                          + (f"; service logs in {work}" if keep_logs else ""))
     summary["elapsed_s"] = round(time.monotonic() - started, 1)
     return summary
 
 
-async def _contract_round_trip(kafka: KafkaSettings) -> dict[str, Any]:
-    created = await ensure_topics(kafka)
-    console.print(f"[green]✓[/] {len(ALL_TOPICS)} topics ready ({len(created)} created)")
-    events = one_of_each()
-    lag = next(e for e in events if e.type in QUEUE_LAG.event_types)
-    valid = encode(lag, source="berth/demo")
-    negative_queue = json.dumps(json.loads(valid.value) | {"tokens_in_queue": -1}).encode()
-    async with EventProducer(kafka, source="berth/demo") as producer:
-        for event in events:
-            await producer.send_and_wait(event)
-        # Two records a careless producer might send: a negative queue and a non-CloudEvent.
-        await producer.raw.send_and_wait(QUEUE_LAG.name, negative_queue, key=valid.key,
-                                         headers=valid.headers)
-        await producer.raw.send_and_wait(QUEUE_LAG.name, b"tokens=lots", key=valid.key)
-    console.print(f"[green]✓[/] published {len(events)} events of {len({e.type for e in events})} "
-                  "types and 2 malformed records")
+def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, speed: float,
+                  seed: int, timeout_s: float) -> dict[str, Any]:
+    import yaml
 
-    seen: Counter[str] = Counter()
-    async with EventConsumer(kafka, [t for t in ALL_TOPICS if t is not DEAD_LETTER], group_id=None,
-                             name="demo-reader") as consumer:
-        async for item in consumer.events(idle_timeout_s=3):
-            seen[item.decoded.type] += 1
-    refused: list[Any] = []
-    async with EventConsumer(kafka, [DEAD_LETTER], group_id=None, name="demo-dlq") as consumer:
-        async for item in consumer.events(idle_timeout_s=2):
-            seen[item.decoded.type] += 1
-            if item.event.consumer == "demo-reader":
-                refused.append(item.event)
+    from berth.workloads import from_documents, generated_documents, pool_policies, write_documents
 
-    table = Table(title="read back through the contract")
-    table.add_column("event type", no_wrap=True)
-    table.add_column("records", justify="right")
-    for event_type in sorted(seen):
-        table.add_row(event_type, str(seen[event_type]))
-    console.print(table)
-    for letter in refused:
-        console.print(f"[yellow]dead-lettered[/] {letter.source_topic} offset {letter.source_offset}: "
-                      f"{letter.reason}")
-    expected = {e.type for e in events}
-    return {
-        "event_types": len(expected),
-        "events_published": len(events),
-        "events_read": sum(seen.values()),
-        "types_read": len(set(seen) & expected),
-        "malformed_published": 2,
-        "dead_lettered": len(refused),
+    documents = generated_documents(f"demo:{seed}")
+    workload, pools = work / "demo-workload.yaml", work / "pools.yaml"
+    write_documents(documents, workload)
+    pools.write_text(yaml.safe_dump(pool_policies(from_documents(documents, name="demo")), sort_keys=False))
+    [sim_port] = free_ports(1)
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    with Supervisor(work / "logs", {**env, "BERTH_LOG_LEVEL": "info"}) as services:
+        with console.status("starting the services …"):
+            services.start("audit")
+            services.start("inventory")
+            services.start("token-lag")
+            services.start("decision", ["run", "--pools", str(pools)])
+            services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
+            services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", str(speed),
+                                           "--port", str(sim_port), "--no-progress"])
+        console.print("[green]✓[/] services running: " + ", ".join(
+            f"{name} (pid {service.pid})" for name, service in services.services.items()))
+        status = _follow(services, sim_url, timeout_s=timeout_s, malformed_at=0.5)
+        decisions = _wait_for_audit(settings, expected=status["decisions_seen"])
+        with console.status("replaying every decision from Postgres alone …"):
+            report = _replay(settings)
+        dead_letters = asyncio.run(_count_dead_letters(settings))
+    pods = status["pods"]
+    summary = {
+        "pods": pods["workload"] + pods["created"],
+        "placed": pods["bound_total"],
+        "unschedulable": pods["unschedulable"],
+        "decisions_audited": decisions,
+        "replay_mismatches": len(report.mismatches),
+        "overcommitted_binds": status["overcommitted_binds"],
+        "spot_notices": status["spot_notices"],
+        "pool_scale_events": status["api"]["scales"],
+        "dead_lettered": dead_letters,
     }
+    _print_summary(summary, status, report)
+    return summary
 
 
-def main() -> None:
-    summary = run_demo()
+def _status(sim_url: str) -> dict[str, Any] | None:
+    """The simulator's /status, or None while its API is not listening yet."""
+    try:
+        with urllib.request.urlopen(f"{sim_url}/status", timeout=5) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_at: float) -> dict[str, Any]:
+    """Show progress until every pod is decided; inject one malformed record on the way."""
+    deadline = time.monotonic() + timeout_s
+    injected = False
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        arrived = progress.add_task("pods arrived", total=None, detail="")
+        decided = progress.add_task("pods decided", total=None, detail="")
+        while True:
+            services.check_alive()
+            if time.monotonic() > deadline:
+                raise ServiceFailed(f"the demo did not finish within {timeout_s:.0f} s")
+            status = _status(sim_url)
+            if status is None:
+                time.sleep(0.5)
+                continue
+            pods = status["pods"]
+            total = pods["workload"] + pods["created"]
+            progress.update(arrived, completed=pods["arrived"] + pods["created"], total=total,
+                            detail=f"sim time {status['sim_seconds']:.0f}s")
+            progress.update(decided, completed=pods["bound_total"] + pods["unschedulable"], total=total,
+                            detail=f"bound {pods['bound']} unschedulable {pods['unschedulable']} "
+                                   f"deleted {pods['deleted']}")
+            if not injected and pods["arrived"] >= malformed_at * pods["workload"]:
+                asyncio.run(_publish_malformed())
+                injected = True
+            if status["all_decided"]:
+                return status
+            time.sleep(0.5)
+
+
+async def _publish_malformed() -> None:
+    """A pod event a buggy producer might send: no CloudEvents headers, a negative request."""
+    from aiokafka import AIOKafkaProducer
+
+    from berth.schemas.topics import PODS
+
+    producer = AIOKafkaProducer(bootstrap_servers=os.environ["BERTH_KAFKA_BOOTSTRAP"])
+    await producer.start()
+    try:
+        await producer.send_and_wait(PODS.name, b'{"pod": {"requests": {"cpu": -1}}}', key=b"broken")
+    finally:
+        await producer.stop()
+    console.print("[yellow]![/] published a malformed pod record (it must be dead-lettered)")
+
+
+async def _count_dead_letters(settings: BerthSettings) -> int:
+    from berth.bus import EventConsumer
+    from berth.schemas.topics import DEAD_LETTER
+
+    count = 0
+    async with EventConsumer(settings.kafka, [DEAD_LETTER], group_id=None, name="demo-dlq") as consumer:
+        async for _ in consumer.events(idle_timeout_s=2):
+            count += 1
+    return count
+
+
+def _wait_for_audit(settings: BerthSettings, *, expected: int, timeout_s: float = 60.0) -> int:
+    """Wait until Postgres holds as many decisions as the decision topic carried (and is stable)."""
+    engine = db.make_engine(settings.database)
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    try:
+        with console.status("waiting for the audit store to catch up …"):
+            while True:
+                with engine.connect() as connection:
+                    count = connection.scalar(select(func.count()).select_from(DecisionRow)) or 0
+                if (count >= expected and count == last) or time.monotonic() > deadline:
+                    return count
+                last = count
+                time.sleep(1.0)
+    finally:
+        engine.dispose()
+
+
+def _replay(settings: BerthSettings) -> Any:
+    from berth.services.audit.replay import replay
+
+    engine = db.make_engine(settings.database)
+    try:
+        return replay(engine)
+    finally:
+        engine.dispose()
+
+
+def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any) -> None:
+    table = Table(title="Berth demo", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows = [
+        ("nodes (GPU nodes carry 8 devices)", status["nodes"]),
+        ("pods in the workload (+ pool replicas)", summary["pods"]),
+        ("placed and bound", summary["placed"]),
+        ("unschedulable (kube-style reason recorded)", summary["unschedulable"]),
+        ("spot notices → nodes cordoned", summary["spot_notices"]),
+        ("pool scale commands applied", summary["pool_scale_events"]),
+        ("decisions in the audit store", summary["decisions_audited"]),
+        ("replayed from Postgres", f"{report.compared} compared, {len(report.mismatches)} mismatched"),
+        ("records dead-lettered", summary["dead_lettered"]),
+        ("overcommitted binds (must be 0)", summary["overcommitted_binds"]),
+    ]
+    for label, value in rows:
+        table.add_row(label, str(value))
+    console.print(table)
+    console.print("Ask why: [bold]berth audit explain NAMESPACE/POD[/] (with the stack up: berth dev up)")
+
+
+def main(speed: float = DEFAULT_SPEED, keep_logs: Path | None = None) -> None:
+    summary = run_demo(speed=speed, keep_logs=keep_logs)
     print(json.dumps(summary))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -58,6 +58,22 @@ DnsLabel = Annotated[
 NonNegativeInt = Annotated[int, Field(ge=0)]
 Milli = Annotated[int, Field(ge=0, le=1000)]
 """Thousandths of one GPU: 1000 is a whole device."""
+
+
+def _sorted_keys(value: dict[str, Any]) -> dict[str, Any]:
+    # JSON objects are unordered: Postgres JSONB, for one, gives keys back in its own order. A
+    # model must not depend on the order a producer wrote them in, or a decision replayed from
+    # the audit store could differ from the one made live (it did, before this).
+    return dict(sorted(value.items()))
+
+
+StrMap = Annotated[dict[str, str], AfterValidator(_sorted_keys)]
+"""Labels, annotations, selectors: a mapping whose keys are kept sorted."""
+
+Quantities = Annotated[dict[str, NonNegativeInt], AfterValidator(_sorted_keys)]
+"""Resource amounts in canonical units, keys sorted."""
+
+IntMap = Annotated[dict[str, int], AfterValidator(_sorted_keys)]
 
 
 def utc_now() -> datetime:

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, UtcDatetime
+from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, Quantities, StrMap, UtcDatetime
 
 # --- label selectors -------------------------------------------------------------------------
 
@@ -36,7 +36,7 @@ class LabelSelectorRequirement(FrozenModel):
 class LabelSelector(FrozenModel):
     """metav1.LabelSelector: all of ``match_labels`` and ``match_expressions`` must hold."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_labels: StrMap = Field(default_factory=dict)
     match_expressions: tuple[LabelSelectorRequirement, ...] = ()
 
 
@@ -172,17 +172,17 @@ class PodInfo(FrozenModel):
     uid: str = Field(min_length=1)
     namespace: DnsLabel
     name: DnsLabel
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: StrMap = Field(default_factory=dict)
+    annotations: StrMap = Field(default_factory=dict)
     scheduler_name: str = "default-scheduler"
     priority: int = 0
     priority_class_name: str | None = None
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
-    requests: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    requests: Quantities = Field(default_factory=dict)
     gpu_fraction_milli: Annotated[int, Field(ge=1, le=1000)] | None = None
     gpu_memory_mib: NonNegativeInt | None = None
     gpu_locality: GpuLocality = "any"
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: StrMap = Field(default_factory=dict)
     affinity: Affinity | None = None
     tolerations: tuple[Toleration, ...] = ()
     topology_spread_constraints: tuple[TopologySpreadConstraint, ...] = ()
@@ -241,12 +241,12 @@ class NodeInfo(FrozenModel):
 
     name: DnsLabel
     uid: str = ""
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: StrMap = Field(default_factory=dict)
+    annotations: StrMap = Field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
-    capacity: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    allocatable: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    capacity: Quantities = Field(default_factory=dict)
+    allocatable: Quantities = Field(default_factory=dict)
     gpus: tuple[GpuDevice, ...] = ()
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
     price_per_hour: Annotated[float, Field(ge=0)] | None = None

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._base import DnsLabel, FrozenModel, NonNegativeInt, UtcDatetime
+from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, UtcDatetime
 from .cluster import LabelSelector
 
 
@@ -37,17 +37,17 @@ class ResourceQuotaInfo(FrozenModel):
 
     namespace: DnsLabel
     name: DnsLabel
-    hard: dict[str, NonNegativeInt]
+    hard: Quantities
     scope_priority_classes: tuple[str, ...] = ()
     """scopeSelector on PriorityClass (operator In); empty = applies to every pod."""
 
 
 class LimitRangeItem(FrozenModel):
     type: Literal["Container", "Pod"] = "Container"
-    default: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    default_request: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    min: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    max: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    default: Quantities = Field(default_factory=dict)
+    default_request: Quantities = Field(default_factory=dict)
+    min: Quantities = Field(default_factory=dict)
+    max: Quantities = Field(default_factory=dict)
 
 
 class LimitRangeInfo(FrozenModel):

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, UtcDatetime
+from ._base import DnsLabel, FrozenModel, IntMap, Milli, NonNegativeInt, StrMap, UtcDatetime
 
 
 class InputPosition(FrozenModel):
@@ -143,7 +143,7 @@ class NodeVerdict(FrozenModel):
     node: str
     reason: str | None = None
     """The filter message that excluded the node; None when the node was feasible."""
-    scores: dict[str, int] = Field(default_factory=dict)
+    scores: IntMap = Field(default_factory=dict)
     total: int | None = None
 
 
@@ -211,7 +211,7 @@ class DeadLetter(FrozenModel):
     reason: str
     key_b64: str | None = None
     value_b64: str = ""
-    headers_b64: dict[str, str] = Field(default_factory=dict)
+    headers_b64: StrMap = Field(default_factory=dict)
     failed_at: UtcDatetime
 
     @property

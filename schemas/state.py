@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, UtcDatetime
+from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, Quantities, UtcDatetime
 from .cluster import NodeInfo
 
 
@@ -20,7 +20,7 @@ class PodAllocation(FrozenModel):
     pod_uid: str
     pod: str
     """``namespace/name``."""
-    requests: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    requests: Quantities = Field(default_factory=dict)
     gpu_devices: tuple[NonNegativeInt, ...] = ()
     gpu_milli: Milli | None = None
     """Share of its single device for a fractional pod; None for whole devices."""
@@ -42,7 +42,7 @@ class NodeInventory(FrozenModel):
     cell: NonNegativeInt
     allocations: tuple[PodAllocation, ...] = ()
     devices: tuple[DeviceInventory, ...] = ()
-    requested: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    requested: Quantities = Field(default_factory=dict)
     draining_until: UtcDatetime | None = None
     """Set when a spot interruption notice arrived: the node is reclaimed at this time."""
     removed: bool = False

@@ -105,11 +105,28 @@ class EventConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    async def poll(self, *, timeout_s: float = 1.0, max_records: int | None = None) -> list[ConsumedEvent]:
+        """One fetch: every valid event of it, in partition order (bad records dead-lettered).
+
+        What a fetch returns is consumed as a whole: the consumer's position is already past
+        it. Loops that batch work should take whole polls, never stop half-way through one.
+        """
+        fetched = await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        accepted: list[ConsumedEvent] = []
+        for partition in sorted(fetched, key=lambda tp: (tp.topic, tp.partition)):
+            for record in fetched[partition]:
+                outcome = await self.accept(record)
+                if outcome is not None:
+                    accepted.append(outcome)
+        return accepted
+
     async def events(self, *, idle_timeout_s: float | None = None) -> AsyncIterator[ConsumedEvent]:
         """Yield valid events in partition order; dead-letter the rest.
 
         With ``idle_timeout_s`` the iteration ends after that long without any record (for
-        tools and tests); without it, it runs until the consumer is stopped.
+        tools and tests); without it, it runs until the consumer is stopped. Leaving the loop
+        early skips the rest of the current fetch (the position is past it): fine for readers
+        that stop for good, wrong for anything that batches and carries on — use :meth:`poll`.
         """
         while True:
             batches = await self._consumer.getmany(

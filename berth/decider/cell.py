@@ -77,7 +77,9 @@ class CellDecider:
         self.cell = cell
         self.cell_name = f"cell-{cell}"
         self.engine = engine
-        self.pools = dict(pools or {})
+        # The pools travel with the engine's configuration (replay rebuilds both from one
+        # announced document); an explicit argument is for engines that do not carry them.
+        self.pools = dict(pools if pools is not None else getattr(engine, "pools", {}))
         self.scheduler_name = scheduler_name
         self._pending: dict[str, PendingPod] = {}
         self._active: list[tuple[tuple[int, int, str], str]] = []

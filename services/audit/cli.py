@@ -103,13 +103,14 @@ def replay_command(database_url: DatabaseOption = None, since: SinceOption = Non
                    until: UntilOption = None) -> None:
     """Re-derive decisions from Postgres alone and print every mismatch (exit 1 when any)."""
     from rich.console import Console
+    from rich.markup import escape
 
     report = _run_replay(database_url, since, until, None)
     console = Console()
     for mismatch in report.mismatches:
-        console.print(f"[red]{mismatch.kind}[/] {mismatch.cell} {mismatch.subject} "
-                      f"({mismatch.decision_id[:12]}): recorded [{mismatch.recorded or '-'}] "
-                      f"replayed [{mismatch.replayed or '-'}]")
+        console.print(f"[red]{mismatch.kind}[/] {mismatch.cell} {escape(mismatch.subject)} "
+                      f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded or '-'))} "
+                      f"replayed {escape(repr(mismatch.replayed or '-'))}")
     console.print(f"{report.cells} cell(s), {report.inputs} inputs folded, {report.compared} decisions "
                   f"compared, {len(report.mismatches)} mismatch(es)")
     if report.mismatches:
@@ -124,12 +125,13 @@ def what_if_command(
 ) -> None:
     """Replay a window under another configuration and report which decisions would change."""
     from rich.console import Console
+    from rich.markup import escape
 
     from berth.decider.engine import config_document
 
     report = _run_replay(database_url, since, until, config_document(config))
     console = Console()
     for change in report.changes:
-        console.print(f"{change.subject}: [{change.recorded or 'no decision'}] → "
-                      f"[{change.replayed or 'no decision'}]")
+        console.print(f"{escape(change.subject)}: {escape(change.recorded or 'no decision')} → "
+                      f"{escape(change.replayed or 'no decision')}")
     console.print(f"{report.compared} decisions re-derived under {config}; {len(report.changes)} would change")

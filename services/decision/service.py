@@ -184,6 +184,7 @@ class DecisionService:
             position = InputPosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
             for decision in worker.decider.handle(consumed.event, position):
                 outputs.append((decision, time.perf_counter() - started))
+            await asyncio.sleep(0)  # one input may retry many pods: let heartbeats through
         async with worker.producer.transaction():
             if not worker.announced:
                 await self._announce(worker)
