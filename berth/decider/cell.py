@@ -91,6 +91,10 @@ class CellDecider:
         self._evicting: dict[str, tuple[PodInfo, str]] = {}
         """victim uid → (the victim, the preempting command): its capacity is promised to the
         preemptor, so a late "still bound" echo of the victim must not bring it back."""
+        self._reserving: dict[str, set[str]] = {}
+        """node → victims still running there. The victims left the snapshot so that the
+        preemptor could take their place; until they are really gone, what they hold beyond
+        the preemptor's share must not go to anyone else, so the node takes no new pods."""
         self._group_bound: dict[tuple[str, str], set[str]] = {}
         """gang → members bound in the cluster (they count towards minMember, as in kube)."""
         self._pod_groups: dict[tuple[str, str], int] = {}
@@ -117,11 +121,7 @@ class CellDecider:
         cluster_changed = False
         if isinstance(event, NodeObserved):
             self._nodes[event.node.name] = event.node
-            node = event.node
-            if node.name in self._cordoned and not node.unschedulable:
-                # Our cordon is assumed until the cluster reports it; don't let a stale view undo it.
-                node = node.model_copy(update={"unschedulable": True})
-            self.engine.upsert_node(node)
+            self.engine.upsert_node(self._effective(event.node))
             cluster_changed = True
         elif isinstance(event, NodeRemoved):
             self._nodes.pop(event.name, None)
@@ -131,7 +131,8 @@ class CellDecider:
             cluster_changed = self._on_pod(event.pod, position)
         elif isinstance(event, PodDeleted):
             self._forget_pod(event.uid)
-            self._evicting.pop(event.uid, None)
+            if self._evicting.pop(event.uid, None) is not None:
+                self._release_reservations({event.uid})
             for members in self._group_bound.values():
                 members.discard(event.uid)
             self.engine.remove_pod(event.uid)
@@ -193,11 +194,13 @@ class CellDecider:
         if result.status == "applied":
             return False
         released = False
-        for victim, command_id in [v for v in self._evicting.values() if v[1] == result.command_id]:
+        restored = [v for v, command in self._evicting.values() if command == result.command_id]
+        for victim in restored:
             # The preemption did not happen as planned: the victim holds its place again until
             # the cluster says it is gone.
             del self._evicting[victim.uid]
             self.engine.upsert_bound_pod(victim)
+        self._release_reservations({victim.uid for victim in restored})
         for uid in uids:
             if self._assumed.get(uid) == result.command_id:
                 del self._assumed[uid]
@@ -216,7 +219,7 @@ class CellDecider:
         if node is None or notice.node in self._cordoned:
             return []
         self._cordoned.add(notice.node)
-        self.engine.upsert_node(node.model_copy(update={"unschedulable": True}))
+        self.engine.upsert_node(self._effective(node))
         message = (f"spot interruption notice: node reclaimed at {notice.deadline:%H:%M:%S} "
                    f"({notice.notice_seconds:.0f}s notice); cordoned")
         record = self._record(position, notice.node, "cordoned", now, node=notice.node, message=message)
@@ -244,6 +247,22 @@ class CellDecider:
                             cell=self.cell, issued_at=now, pool=lag.pool, namespace=lag.namespace,
                             replicas=verdict.replicas, previous_replicas=current, reason=verdict.reason)
         return [CellDecision(record, (command,))]
+
+    def _effective(self, node: Any) -> Any:
+        """The node as the engine must see it: cordoned while we cordoned it (spot) or while a
+        preemption's victims are still on it, whatever a stale observation says."""
+        if (node.name in self._cordoned or node.name in self._reserving) and not node.unschedulable:
+            return node.model_copy(update={"unschedulable": True})
+        return node
+
+    def _release_reservations(self, gone: set[str]) -> None:
+        for name in sorted(self._reserving):
+            victims = self._reserving[name]
+            victims -= gone
+            if not victims:
+                del self._reserving[name]
+                if name in self._nodes:
+                    self.engine.upsert_node(self._effective(self._nodes[name]))
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -370,6 +389,11 @@ class CellDecider:
         for victim in outcome.victims:
             self._forget_pod(victim.uid)
             self._evicting[victim.uid] = (victim, command_id)
+            if victim.node_name:
+                self._reserving.setdefault(victim.node_name, set()).add(victim.uid)
+        for name in sorted({v.node_name for v in outcome.victims if v.node_name}):
+            if name in self._nodes:
+                self.engine.upsert_node(self._effective(self._nodes[name]))
         return CellDecision(record, tuple(commands))
 
     # -- records --------------------------------------------------------------------------------

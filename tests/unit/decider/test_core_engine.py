@@ -105,10 +105,14 @@ def test_a_victims_late_bound_echo_does_not_give_its_gpus_to_a_second_preemptor(
     second = []
     for offset, event in enumerate(later, start=len(events)):
         second.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
-    placements = [c for d in second for c in d.commands]
-    assert len(placements) == 1
-    assert set(placements[0].victims).isdisjoint(command.victims), "the same victim was preempted twice"
-    assert set(placements[0].placements[0].gpu_devices).isdisjoint(command.placements[0].gpu_devices)
+    assert [c for d in second for c in d.commands] == []  # nothing given twice while it is evicted
+    from berth.schemas import PodDeleted
+
+    gone = cell.handle(PodDeleted(uid=f"uid-{victim}", namespace="ml", name=victim, observed_at=T0),
+                       InputPosition(topic="t", partition=0, offset=len(events) + len(later)))
+    [placement] = [c for d in gone for c in d.commands]
+    assert set(placement.victims).isdisjoint(command.victims), "the same victim was preempted twice"
+    assert set(placement.placements[0].gpu_devices).isdisjoint(command.placements[0].gpu_devices)
 
 
 def test_gang_members_already_running_count_towards_min_member():
@@ -119,3 +123,25 @@ def test_gang_members_already_running_count_towards_min_member():
               PodObserved(pod=_pod("g-2", gpus=2, group="train"), observed_at=T0)]
     placed = _placements(_run(events))
     assert "g-2" in placed and len(placed["g-2"][1]) == 2
+
+
+def test_what_victims_hold_beyond_the_preemptors_share_is_not_given_away_before_they_are_gone():
+    # Regression: a victim holding GPUs 0-7 was evicted for a 1-GPU preemptor; before the
+    # eviction happened, quarter-GPU pods were packed onto the victim's other GPUs (overcommit).
+    from berth.schemas import PodDeleted
+
+    engine = CoreEngine(default_scheduler_document())
+    cell = CellDecider(0, engine)
+    events = [NodeObserved(node=h100_node("gpu-0"), observed_at=T0),
+              _bound("low", "gpu-0", tuple(range(8))),
+              PodObserved(pod=_pod("urgent", gpus=1, priority=1000), observed_at=T0),
+              PodObserved(pod=_pod("quarter", fraction=250), observed_at=T0)]
+    decisions = []
+    for offset, event in enumerate(events):
+        decisions.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
+    placed = _placements(decisions)
+    assert "urgent" in placed and "quarter" not in placed
+    after = cell.handle(PodDeleted(uid="uid-low", namespace="ml", name="low", observed_at=T0),
+                        InputPosition(topic="t", partition=0, offset=len(events)))
+    quarter = _placements(after)["quarter"]
+    assert quarter[0] == "gpu-0" and quarter[1] != placed["urgent"][1]
