@@ -64,6 +64,15 @@ def _digest(*parts: object, size: int = 16) -> str:
     return blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=size).hexdigest()
 
 
+_IDENTITY = {"uid", "name", "creation_time", "owner", "annotations"}
+
+
+def _shape(pod: PodInfo) -> str:
+    """What scheduling reads of a pod, without its identity (GPU annotations are parsed into
+    fields already; labels stay: affinity and spreading match on them)."""
+    return _digest(json.dumps(pod.model_dump(mode="json", exclude=_IDENTITY), sort_keys=True))
+
+
 def _queue_key(entry: PendingPod) -> tuple[int, int, str]:
     return (-entry.pod.priority, entry.sequence, entry.pod.uid)
 
@@ -180,10 +189,11 @@ class CellDecider:
         known = self._pending.get(pod.uid)
         if known is not None:
             known.pod = pod  # a spec update of a waiting pod; keep its place in the queue
+            known.shape = _shape(pod)
             return False
         if pod.uid in self._assumed:
             return False  # a late echo of a pod we already placed
-        self._pending[pod.uid] = PendingPod(pod=pod, sequence=position.offset)
+        self._pending[pod.uid] = PendingPod(pod=pod, sequence=position.offset, shape=_shape(pod))
         self._activate(pod.uid)
         return False
 
@@ -288,6 +298,9 @@ class CellDecider:
     def _schedule(self, position: InputPosition, now: datetime) -> list[CellDecision]:
         decisions: list[CellDecision] = []
         held_groups: set[tuple[str, str]] = set()
+        failed_shapes: dict[str, tuple[str, EngineOutcome]] = {}
+        """shape → (snapshot, outcome) of a failure in this round: a failure changes nothing, so
+        the next pod of that shape on the same snapshot fails the same way without asking."""
         while self._active:
             _, uid = self._active.pop(0)
             entry = self._pending.get(uid)
@@ -305,7 +318,13 @@ class CellDecider:
                 decisions.append(decision)
                 continue
             snapshot = self.engine.snapshot_hash()
-            outcome = self.engine.place([pod])
+            known_failure = failed_shapes.get(entry.shape)
+            if known_failure is not None and known_failure[0] == snapshot:
+                outcome = known_failure[1]
+            else:
+                outcome = self.engine.place([pod])
+                if not outcome.placed:
+                    failed_shapes[entry.shape] = (snapshot, outcome)
             decision = self._conclude([entry], outcome, position, now, subject=pod.key, snapshot=snapshot)
             if decision is not None:
                 decisions.append(decision)

@@ -86,3 +86,6 @@ class PendingPod:
     attempts: int = 0
     in_flight: str | None = field(default=None)
     """The command id of the placement awaiting its result, if any."""
+    shape: str = ""
+    """A digest of everything about the pod that scheduling looks at (not its identity): two
+    pods of one shape fit, or fail, the same way on the same snapshot."""
