@@ -124,7 +124,7 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
         console.print("[green]✓[/] services running: " + ", ".join(
             f"{name} (pid {service.pid})" for name, service in services.services.items()))
         status = _follow(services, sim_url, timeout_s=timeout_s, malformed_at=0.5)
-        decisions = _wait_for_audit(settings, expected=status["decisions_seen"])
+        decisions = _wait_for_audit(settings)
         with console.status("replaying every decision from Postgres alone …"):
             report = _replay(settings)
         dead_letters = asyncio.run(_count_dead_letters(settings))
@@ -211,20 +211,40 @@ async def _count_dead_letters(settings: BerthSettings) -> int:
     return count
 
 
-def _wait_for_audit(settings: BerthSettings, *, expected: int, timeout_s: float = 60.0) -> int:
-    """Wait until Postgres holds as many decisions as the decision topic carried (and is stable)."""
+async def _kafka_counts(settings: BerthSettings) -> tuple[int, int]:
+    """(decision inputs, decision records) committed to Kafka: what the audit must hold."""
+    from berth.bus import EventConsumer
+    from berth.schemas import DecisionRecord
+    from berth.schemas.topics import DECISION_INPUTS, DECISIONS
+
+    inputs = decisions = 0
+    async with EventConsumer(settings.kafka, [DECISION_INPUTS, DECISIONS], group_id=None,
+                             name="demo-count") as consumer:
+        async for item in consumer.events(idle_timeout_s=2):
+            if item.topic == DECISION_INPUTS.name:
+                inputs += 1
+            elif isinstance(item.event, DecisionRecord):
+                decisions += 1
+    return inputs, decisions
+
+
+def _wait_for_audit(settings: BerthSettings, *, timeout_s: float = 120.0) -> int:
+    """Wait until Postgres holds every decision input and decision record Kafka holds: replay
+    compares the two, so starting it earlier reports mismatches that are only lag."""
+    from berth.audit.models import InputRow
+
     engine = db.make_engine(settings.database)
     deadline = time.monotonic() + timeout_s
-    last = -1
     try:
         with console.status("waiting for the audit store to catch up …"):
+            want_inputs, want_decisions = asyncio.run(_kafka_counts(settings))
             while True:
                 with engine.connect() as connection:
-                    count = connection.scalar(select(func.count()).select_from(DecisionRow)) or 0
-                if (count >= expected and count == last) or time.monotonic() > deadline:
-                    return count
-                last = count
-                time.sleep(1.0)
+                    inputs = connection.scalar(select(func.count()).select_from(InputRow)) or 0
+                    decisions = connection.scalar(select(func.count()).select_from(DecisionRow)) or 0
+                if (inputs >= want_inputs and decisions >= want_decisions) or time.monotonic() > deadline:
+                    return decisions
+                time.sleep(0.5)
     finally:
         engine.dispose()
 
