@@ -124,6 +124,10 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
         console.print("[green]✓[/] services running: " + ", ".join(
             f"{name} (pid {service.pid})" for name, service in services.services.items()))
         status = _follow(services, sim_url, timeout_s=timeout_s, malformed_at=0.5)
+        # The cluster stands still (binder first: with no cluster to bind to it would fail
+        # commands and the cell would place those pods again), so the pipeline drains.
+        services.services["binder"].stop()
+        services.services["cluster-sim"].stop()
         decisions = _wait_for_audit(settings)
         with console.status("replaying every decision from Postgres alone …"):
             report = _replay(settings)
