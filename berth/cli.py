@@ -87,24 +87,50 @@ def _validation_message(exc: ValidationError) -> str:
 # --- dev ---------------------------------------------------------------------------------------
 
 
-def _devstack(action: str) -> Any:
+def _devstack(action: str, **kwargs: Any) -> Any:
     from berth.devstack import stack
     from berth.devstack.procs import DevStackError
 
     try:
-        return getattr(stack, action)()
+        return getattr(stack, action)(**kwargs)
     except DevStackError as exc:
         raise fail(str(exc)) from exc
 
 
 @dev_app.command("up")
-def dev_up() -> None:
+def dev_up(
+    with_kubernetes: Annotated[bool, typer.Option(
+        help="Also run etcd and kube-apiserver v1.34 (built from the Go module proxy on first use, "
+             "about 10 minutes) and print BERTH_KUBECONFIG.")] = False,
+) -> None:
     """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints.
 
-    stdout gets only `BERTH_KAFKA_BOOTSTRAP=…` and `BERTH_DATABASE_URL=…`, so
-    `export $(berth dev up)` points later commands at them.
+    stdout gets only `BERTH_KAFKA_BOOTSTRAP=…` and `BERTH_DATABASE_URL=…` (and `BERTH_KUBECONFIG=…`),
+    so `export $(berth dev up)` points later commands at them.
     """
-    _devstack("up")
+    _devstack("up", with_kubernetes=with_kubernetes)
+
+
+@dev_app.command("nodes")
+def dev_nodes(
+    count: Annotated[int, typer.Argument(min=0, help="How many fake GPU nodes to create.")] = 10,
+    gpus: Annotated[int, typer.Option(min=0, help="GPUs per node.")] = 8,
+    product: Annotated[str, typer.Option(help="nvidia.com/gpu.product label.")] = "NVIDIA-H100-80GB-HBM3",
+    prefix: Annotated[str, typer.Option(help="Node name prefix.")] = "gpu-",
+    zones: Annotated[str, typer.Option(help="Comma-separated zones to spread over.")] = "zone-a,zone-b",
+    spot_fraction: Annotated[float, typer.Option(min=0, max=1, help="Share of spot nodes.")] = 0.0,
+    taint: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE:EFFECT, repeatable.")] = None,
+    kubeconfig: Annotated[Optional[str], typer.Option(envvar="BERTH_KUBECONFIG", help="Cluster to use.")] = None,
+    delete: Annotated[bool, typer.Option(help="Delete the fake nodes instead.")] = False,
+) -> None:
+    """Create fake GPU nodes (API objects with labels, capacity and GPU topology; no kubelet)."""
+    if delete:
+        err.print(f"deleted {_devstack('fake_nodes', count=0, kubeconfig=kubeconfig, delete=True)} fake nodes")
+        return
+    names = _devstack("fake_nodes", count=count, kubeconfig=kubeconfig, gpus=gpus, product=product,
+                      prefix=prefix, zones=[z for z in zones.split(",") if z], spot_fraction=spot_fraction,
+                      taints=tuple(taint or ()))
+    err.print(f"{len(names)} fake nodes ready" + (f": {names[0]} … {names[-1]}" if names else ""))
 
 
 @dev_app.command("down")

@@ -70,19 +70,14 @@ def main(argv: list[str] | None = None) -> int:
 def _nodes(args: argparse.Namespace) -> int:
     import time
 
-    from berth.devstack.fakenodes import create_fake_nodes, delete_fake_nodes
-    from berth.devstack.kube import KubeConnection
-
-    kubeconfig = args.kubeconfig or os.environ.get(stack.ENV_KUBECONFIG) or stack.recorded_kubeconfig()
     started = time.monotonic()
-    with KubeConnection.from_kubeconfig(kubeconfig).api_client() as api:
-        if args.delete:
-            deleted = delete_fake_nodes(api)
-            print(f"deleted {deleted} fake nodes", file=sys.stderr)
-            return 0
-        names = create_fake_nodes(api, args.count, gpus=args.gpus, product=args.product, prefix=args.prefix,
-                                  zones=[z for z in args.zones.split(",") if z], spot_fraction=args.spot_fraction,
-                                  taints=args.taint, start=args.start)
+    if args.delete:
+        deleted = stack.fake_nodes(0, kubeconfig=args.kubeconfig, delete=True)
+        print(f"deleted {deleted} fake nodes", file=sys.stderr)
+        return 0
+    names = stack.fake_nodes(args.count, kubeconfig=args.kubeconfig, gpus=args.gpus, product=args.product,
+                             prefix=args.prefix, zones=[z for z in args.zones.split(",") if z],
+                             spot_fraction=args.spot_fraction, taints=args.taint, start=args.start)
     print(f"{len(names)} fake nodes ready in {time.monotonic() - started:.1f} s"
           + (f" ({names[0]} … {names[-1]})" if names else ""), file=sys.stderr)
     return 0

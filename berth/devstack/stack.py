@@ -341,3 +341,17 @@ def down(*, quiet: bool = False, out: TextIO | None = None) -> list[str]:
         stopped = ", ".join(running) if running else "nothing was running"
         print(f"Dev stack stopped ({stopped}).", file=out or sys.stdout)
     return running
+
+
+def fake_nodes(count: int, *, kubeconfig: str | Path | None = None, delete: bool = False,
+               **options: Any) -> list[str] | int:
+    """Create ``count`` fake GPU nodes (or, with ``delete``, remove them; returns how many) on the
+    cluster of ``kubeconfig``, else ``$BERTH_KUBECONFIG``, else the recorded dev stack's."""
+    from berth.devstack.fakenodes import create_fake_nodes, delete_fake_nodes
+    from berth.devstack.kube import KubeConnection
+
+    config = kubeconfig or os.environ.get(ENV_KUBECONFIG) or recorded_kubeconfig()
+    with KubeConnection.from_kubeconfig(config).api_client() as api:
+        if delete:
+            return delete_fake_nodes(api)
+        return create_fake_nodes(api, count, **options)
