@@ -116,7 +116,7 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
         with console.status("starting the services …"):
             services.start("audit")
             services.start("inventory")
-            services.start("token-lag")
+            services.start("token-lag", ["run", "--pools", str(pools)])
             services.start("decision", ["run", "--pools", str(pools)])
             services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
             services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", str(speed),

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from berth.schemas import PoolLagState, QueueLagObserved
 
@@ -42,7 +42,20 @@ DEFAULT_MAX_TTFT_MS = 3_600_000.0
 
 
 class PoolSettings(BaseModel):
+    """What token-lag reads of a pool in the shared pools file (berth.decider.pools). The
+    decision service's scaling keys are accepted and left to it; any other key is a mistake."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _leave_scaling_keys_to_the_decision_service(cls, data: object) -> object:
+        from berth.decider.pools import PoolPolicy
+
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items()
+                    if key in cls.model_fields or key not in PoolPolicy.model_fields}
+        return data
 
     model_load_seconds: Annotated[float, Field(ge=0)] = DEFAULT_MODEL_LOAD_SECONDS
 

@@ -161,3 +161,17 @@ async def test_agent_publishes_state_and_cell_input_and_dead_letters_garbage():
     assert {p.partition for p in inputs} == {cell_of_pool("serving", "llama", 4)}
     assert [p.event for p in inputs] == states
     assert len(outbox.on(DEAD_LETTER.name)) == 1
+
+
+def test_the_pools_file_shared_with_the_decision_service_is_accepted(tmp_path):
+    import yaml
+
+    from berth.decider.pools import parse_pools
+    from berth.services.token_lag.fold import load_lag_settings
+
+    document = {"pools": {"serving/llama-70b": {"tokens_per_second_per_replica": 2500, "ttft_slo_ms": 2000,
+                                                "max_replicas": 8, "model_load_seconds": 90}}}
+    path = tmp_path / "pools.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert parse_pools(document)["serving/llama-70b"].model_load_seconds == 90
+    assert load_lag_settings(path).model_load_seconds("serving", "llama-70b") == 90
