@@ -34,10 +34,11 @@ def _canonical(data: Any) -> str:
 
 
 def default_scheduler_document() -> dict[str, Any]:
-    """What the decision service runs without ``--config``: the same profile as ``berth simulate``."""
-    from berth.core.plugins.gpu_profile import GPU_PROFILE
+    """What the decision service runs without ``--config``: the core's built-in profile (the
+    same configuration ``berth simulate`` runs)."""
+    from berth.core.config import default_document
 
-    return json.loads(json.dumps(GPU_PROFILE))
+    return default_document()
 
 
 class CoreEngine:
