@@ -25,6 +25,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import func, select
@@ -240,15 +241,21 @@ def _wait_for_audit(settings: BerthSettings, *, timeout_s: float = 120.0) -> int
     engine = db.make_engine(settings.database)
     deadline = time.monotonic() + timeout_s
     try:
-        with console.status("waiting for the audit store to catch up …"):
-            want_inputs, want_decisions = asyncio.run(_kafka_counts(settings))
+        with console.status("waiting for the pipeline to drain and the audit store to catch up …"):
+            # Quiet means: Kafka's counts did not move between two looks, and Postgres holds them
+            # all. (One input can yield many decisions in one transaction; an audit caught half
+            # way through them, or a decision service still draining, reads as replay mismatches.)
+            previous = None
             while True:
+                counts = asyncio.run(_kafka_counts(settings))
                 with engine.connect() as connection:
                     inputs = connection.scalar(select(func.count()).select_from(InputRow)) or 0
                     decisions = connection.scalar(select(func.count()).select_from(DecisionRow)) or 0
-                if (inputs >= want_inputs and decisions >= want_decisions) or time.monotonic() > deadline:
+                caught_up = inputs >= counts[0] and decisions >= counts[1]
+                if (caught_up and counts == previous) or time.monotonic() > deadline:
                     return decisions
-                time.sleep(0.5)
+                previous = counts
+                time.sleep(1.0)
     finally:
         engine.dispose()
 
@@ -282,6 +289,10 @@ def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any)
     for label, value in rows:
         table.add_row(label, str(value))
     console.print(table)
+    for mismatch in report.mismatches[:20]:
+        console.print(f"[red]replay mismatch[/] {mismatch.kind} {mismatch.cell} {escape(mismatch.subject)} "
+                      f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded))} "
+                      f"replayed {escape(repr(mismatch.replayed))}")
     console.print("Ask why: [bold]berth audit explain NAMESPACE/POD[/] (with the stack up: berth dev up)")
 
 
