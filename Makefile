@@ -39,6 +39,9 @@ bench-engine: $(STAMP)  ## placement engine throughput (SchedulingBasic shape an
 bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/BestFit/Random
 	$(BIN)/python -m bench.gpu_trace
 
+bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision at rising load (5,000 nodes)
+	$(BIN)/python -m bench.pipeline
+
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export
 
