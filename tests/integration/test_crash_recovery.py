@@ -10,7 +10,6 @@ runs) and a fresh Postgres database on the session's server.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections import defaultdict
