@@ -167,6 +167,29 @@ class EventConsumer:
             await self._consumer.commit({TopicPartition(t, p): o for (t, p), o in upto.items()})
 
 
+async def read_matching(
+    kafka: KafkaSettings, topic: Topic | str, match: Callable[[Any], bool], count: int, *,
+    timeout_s: float = 60.0, name: str = "reader",
+) -> list[ConsumedEvent]:
+    """The first ``count`` events of ``topic`` (from the beginning, every partition) for which
+    ``match(event)`` holds; raises TimeoutError naming how many were found when time runs out."""
+    import asyncio
+
+    found: list[ConsumedEvent] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with EventConsumer(kafka, [topic], group_id=None, name=name) as consumer:
+                async for item in consumer.events():
+                    if match(item.event):
+                        found.append(item)
+                        if len(found) == count:
+                            return found
+    except TimeoutError:
+        pass
+    label = topic if isinstance(topic, str) else topic.name
+    raise TimeoutError(f"{label}: {len(found)} of {count} matching records within {timeout_s:.0f} s")
+
+
 class _Listener(ConsumerRebalanceListener):
     """Lets services rebuild or flush per-partition state when partitions move between members.
     aiokafka awaits these callbacks before fetching from newly assigned partitions."""

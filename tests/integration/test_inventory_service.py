@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.bus.consumer import read_matching
+from berth.bus import EventProducer, ensure_topics
 from berth.schemas import (
     GpuDevice,
     GpuDeviceSample,
@@ -84,21 +85,11 @@ async def publish(kafka: KafkaSettings, *events: Any) -> None:
 
 async def wait_for(kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int = 1,
                    timeout: float = 60.0) -> list[Any]:
-    """The first ``count`` records of ``topic`` (any partition) whose event ``match``es, in
-    partition order, as :class:`~berth.bus.ConsumedEvent`; fails after ``timeout`` seconds."""
-    found: list[Any] = []
+    """The first ``count`` records of ``topic`` whose event ``match``es; fails after ``timeout``."""
     try:
-        async with asyncio.timeout(timeout):
-            async with EventConsumer(kafka, [topic], group_id=None, name="tests-inventory") as consumer:
-                async for item in consumer.events():
-                    if match(item.event):
-                        found.append(item)
-                        if len(found) == count:
-                            return found
-    except TimeoutError:
-        pass
-    raise AssertionError(f"{topic}: {len(found)} of {count} matching records within {timeout:.0f} s: "
-                         f"{[item.event for item in found]}")
+        return await read_matching(kafka, topic, match, count, timeout_s=timeout, name="tests-inventory")
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def about(name: str) -> Callable[[Any], bool]:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.bus.consumer import read_matching
+from berth.bus import EventProducer, ensure_topics
 from berth.bus.streams import partition_counts
 from berth.schemas import QueueLagObserved
 from berth.schemas.cells import cell_of_pool
@@ -74,18 +75,10 @@ async def publish(kafka: KafkaSettings, *events: Any) -> None:
 async def states_of(kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int,
                     timeout: float = 60.0) -> list[Any]:
     """The first ``count`` records of ``topic`` whose event ``match``es (as ConsumedEvent)."""
-    found: list[Any] = []
     try:
-        async with asyncio.timeout(timeout):
-            async with EventConsumer(kafka, [topic], group_id=None, name="tests-token-lag") as consumer:
-                async for item in consumer.events():
-                    if match(item.event):
-                        found.append(item)
-                        if len(found) == count:
-                            return found
-    except TimeoutError:
-        pass
-    raise AssertionError(f"{topic}: {len(found)} of {count} matching records within {timeout:.0f} s")
+        return await read_matching(kafka, topic, match, count, timeout_s=timeout, name="tests-token-lag")
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def of_pool(pool: str) -> Callable[[Any], bool]:
