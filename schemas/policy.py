@@ -6,9 +6,9 @@ units). They travel on ``berth.cluster.policies.v1`` keyed by ``kind/namespace/n
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, UtcDatetime
 from .cluster import LabelSelector
@@ -66,21 +66,52 @@ class PodDisruptionBudgetInfo(FrozenModel):
     max_unavailable: int | str | None = None
 
 
+def _sorted_json(value: Any) -> Any:
+    # Same reason as StrMap: JSON objects are unordered (Postgres JSONB reorders keys), so keep
+    # every nested object's keys sorted and a replayed event equal to the live one.
+    if isinstance(value, dict):
+        return {key: _sorted_json(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_json(item) for item in value]
+    return value
+
+
+class AgentPoolInfo(FrozenModel):
+    """Berth's ``AgentPool`` (berth.io/v1alpha1): an inference pool — model, replica bounds, TTFT
+    SLO, tokens per second per replica, GPU requirements, replica template.
+
+    ``spec`` is the object's spec as written, camelCase keys as the CustomResourceDefinition
+    (``deploy/helm/berth/crds/agentpools.berth.io.yaml``) defines them, nested keys sorted. Pools
+    have no typed model yet; consumers read the keys they know (``tokensPerSecondPerReplica``,
+    ``ttftSloMs``, ``minReplicas``, ``maxReplicas``, ``gpuRequirements`` ...)."""
+
+    namespace: DnsLabel
+    name: DnsLabel
+    spec: Annotated[dict[str, Any], AfterValidator(_sorted_json)] = Field(default_factory=dict)
+
+
+PolicyKind = Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
+                     "AgentPool"]
+"""The kinds on the policies topic. ``AgentPool`` was added later: consumers that do not know
+a kind must ignore its events (the decision core does, for AgentPool)."""
+
+
 class PolicyObserved(FrozenModel):
     type: Literal["io.berth.cluster.policy-observed.v1"] = "io.berth.cluster.policy-observed.v1"
-    kind: Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget"]
+    kind: PolicyKind
     pod_group: PodGroupInfo | None = None
     priority_class: PriorityClassInfo | None = None
     resource_quota: ResourceQuotaInfo | None = None
     limit_range: LimitRangeInfo | None = None
     pod_disruption_budget: PodDisruptionBudgetInfo | None = None
+    agent_pool: AgentPoolInfo | None = None
     observed_at: UtcDatetime
 
     @property
     def obj(self) -> FrozenModel:
         field = {"PodGroup": "pod_group", "PriorityClass": "priority_class",
                  "ResourceQuota": "resource_quota", "LimitRange": "limit_range",
-                 "PodDisruptionBudget": "pod_disruption_budget"}[self.kind]
+                 "PodDisruptionBudget": "pod_disruption_budget", "AgentPool": "agent_pool"}[self.kind]
         value = getattr(self, field)
         if value is None:
             raise ValueError(f"{self.kind} event without its {field}")
@@ -98,7 +129,7 @@ class PolicyObserved(FrozenModel):
 
 class PolicyRemoved(FrozenModel):
     type: Literal["io.berth.cluster.policy-removed.v1"] = "io.berth.cluster.policy-removed.v1"
-    kind: Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget"]
+    kind: PolicyKind
     namespace: str = ""
     name: DnsLabel
     observed_at: UtcDatetime

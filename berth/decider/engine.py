@@ -80,6 +80,8 @@ class CoreEngine:
         self.state.remove_pod(uid)
 
     def upsert_policy(self, event: PolicyObserved) -> None:
+        if event.kind == "AgentPool":
+            return  # pools scale through the pools file; placement does not read them (yet)
         obj = event.obj
         self.state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
 
