@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
-        bench-pipeline schemas lint up down status clean
+        bench-pipeline schemas lint up down status clean deploy-render
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision 
 
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export
+
+deploy-render: $(STAMP)  ## lint the Helm chart and rewrite deploy/manifests/berth.yaml (builds helm once)
+	$(BIN)/python -m berth.devstack.helm render
 
 lint: $(STAMP)  ## architecture rules (import-linter)
 	$(BIN)/lint-imports
