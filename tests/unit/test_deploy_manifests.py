@@ -1,0 +1,255 @@
+"""The committed plain manifests (deploy/manifests/berth.yaml, rendered from the Helm chart) checked
+against the code they deploy: the CLIs accept the arguments, the settings read the environment,
+the ConfigMap's documents load, and each component gets exactly the access it needs.
+
+No helm and no cluster here: tests/integration/test_deploy_chart.py checks that this file is the
+chart's current rendering and that the apiserver accepts it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+import yaml
+
+from berth.cli import SERVICES
+from berth.devstack.cache import repo_root
+from berth.devstack.helm import RELEASE_NAMESPACE, manifests_path
+
+DEPLOYED = ("ingest", "inventory", "token-lag", "decision", "binder", "audit")
+WITH_KUBERNETES = {"ingest", "binder"}
+WITHOUT_KUBERNETES = set(DEPLOYED) - WITH_KUBERNETES
+CONFIG_MOUNT = "/etc/berth/config"
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(manifests_path().read_text()) if doc]
+
+
+def _of_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in documents if doc["kind"] == kind}
+
+
+def _deployment(documents: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    return _of_kind(documents, "Deployment")[f"berth-{component}"]
+
+
+def _config_files(documents: list[dict[str, Any]]) -> dict[str, str]:
+    return _of_kind(documents, "ConfigMap")["berth-config"]["data"]
+
+
+def _literal_env(container: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container.get("env", []) if "value" in item}
+
+
+def test_every_service_has_a_deployment_and_nothing_else_does(documents: list[dict[str, Any]]) -> None:
+    assert set(DEPLOYED) == set(SERVICES) - {"cluster-sim"}, "a new service needs a Deployment in the chart"
+    assert sorted(_of_kind(documents, "Deployment")) == sorted(f"berth-{c}" for c in DEPLOYED)
+    for component in DEPLOYED:
+        (container,) = _deployment(documents, component)["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:2] == [component, "run"]
+
+
+def test_all_namespaced_objects_are_in_the_release_namespace(documents: list[dict[str, Any]]) -> None:
+    cluster_scoped = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for doc in documents:
+        if doc["kind"] not in cluster_scoped:
+            assert doc["metadata"].get("namespace") == RELEASE_NAMESPACE, doc["metadata"]["name"]
+
+
+def test_crds_come_first(documents: list[dict[str, Any]]) -> None:
+    kinds = [doc["kind"] for doc in documents]
+    crds = [doc["metadata"]["name"] for doc in documents if doc["kind"] == "CustomResourceDefinition"]
+    assert set(crds) == {"agentpools.berth.io", "podgroups.scheduling.x-k8s.io"}
+    assert kinds[: len(crds)] == ["CustomResourceDefinition"] * len(crds)
+
+
+def _parse_berth_args(args: list[str]) -> dict[str, Any]:
+    """Parse ``berth ARGS`` as the image's entry point would, without running the command: walk the
+    command groups, then let the command parse (and validate) its options. Returns the parameters."""
+    from berth.cli import app
+
+    command = typer.main.get_command(app)
+    path = ["berth"]
+    # Typer ships its own copy of click: recognise groups by what they do, not by click's classes.
+    while hasattr(command, "list_commands"):
+        name, args = args[0], args[1:]
+        found = command.get_command(command.context_class(command), name)
+        assert found is not None, f"`{' '.join(path)}` has no command {name!r}"
+        command, path = found, [*path, name]
+    with command.make_context(" ".join(path), list(args)) as context:
+        return dict(context.params)
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_the_cli_accepts_the_deployed_arguments(component: str, documents: list[dict[str, Any]],
+                                                tmp_path: Path) -> None:
+    """The container's arguments parse with Berth's own CLI, with the ConfigMap's files where the
+    pod mounts them (options with ``exists=True`` check the files)."""
+    try:
+        importlib.import_module(f"berth.services.{SERVICES[component]}.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"berth.services.{SERVICES[component]}.cli", f"berth.services.{SERVICES[component]}"):
+            raise
+        pytest.skip(f"{component} is not part of this build yet")
+    for name, text in _config_files(documents).items():
+        (tmp_path / name).write_text(text)
+    (container,) = _deployment(documents, component)["spec"]["template"]["spec"]["containers"]
+    params = _parse_berth_args([arg.replace(CONFIG_MOUNT, str(tmp_path)) for arg in container["args"]])
+    if component == "decision":
+        assert params["config"] == tmp_path / "scheduler.yaml" and params["pools"] == tmp_path / "pools.yaml"
+    if component == "binder":
+        assert params["backend"] == "kube"
+
+
+def test_the_migration_job_runs_db_upgrade(documents: list[dict[str, Any]]) -> None:
+    job = _of_kind(documents, "Job")["berth-migrate"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert _parse_berth_args(container["args"])["revision"] == "head"
+    env_names = {item["name"] for item in container["env"]}
+    assert "BERTH_DATABASE_URL" in env_names and not any(n.startswith("BERTH_KAFKA") for n in env_names)
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_the_settings_read_the_deployed_environment(component: str, documents: list[dict[str, Any]],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from berth.settings import load_settings
+
+    (container,) = _deployment(documents, component)["spec"]["template"]["spec"]["containers"]
+    for name in list(os.environ):
+        if name.startswith("BERTH_"):
+            monkeypatch.delenv(name)
+    for name, value in _literal_env(container).items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    assert settings.kafka.bootstrap == "kafka:9092"
+    assert settings.kafka.replication_factor == 3
+    assert settings.metrics_port == int(container["ports"][0]["containerPort"]) == 9090
+    assert settings.log_format == "json"
+    database_from_secret = [item for item in container["env"] if item["name"] == "BERTH_DATABASE_URL"]
+    if component == "audit":
+        assert database_from_secret[0]["valueFrom"]["secretKeyRef"] == {"name": "berth-database", "key": "url"}
+    else:
+        assert not database_from_secret, f"{component} does not use Postgres and must not see its URL"
+
+
+def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict[str, Any]], tmp_path: Path) -> None:
+    from berth.core.config import default_document, parse_config
+    from berth.decider.engine import load_pools
+    from berth.services.token_lag.fold import load_lag_settings
+
+    files = _config_files(documents)
+    scheduler = yaml.safe_load(files["scheduler.yaml"])
+    assert scheduler == default_document()
+    assert [profile.scheduler_name for profile in parse_config(scheduler).profiles] == ["berth"]
+    (tmp_path / "pools.yaml").write_text(files["pools.yaml"])
+    assert load_pools(tmp_path / "pools.yaml") == {}
+    assert load_lag_settings(tmp_path / "pools.yaml").pools == {}
+
+
+def test_the_charts_copy_of_the_default_profile_is_the_cores() -> None:
+    chart_copy = repo_root() / "deploy" / "helm" / "berth" / "files" / "scheduler-config.yaml"
+    core = repo_root() / "berth" / "core" / "default_config.yaml"
+    assert chart_copy.read_text() == core.read_text(), (
+        f"copy {core} to {chart_copy} and run `make deploy-render`")
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_pods_are_locked_down_and_probed_on_metrics(component: str, documents: list[dict[str, Any]]) -> None:
+    deployment = _deployment(documents, component)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+    assert [port["name"] for port in container["ports"]] == ["metrics"]
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert {"/tmp", "/var/lib/berth"} <= mounts  # the writable places of a read-only root
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_each_deployment_has_a_metrics_service(component: str, documents: list[dict[str, Any]]) -> None:
+    service = _of_kind(documents, "Service")[f"berth-{component}-metrics"]
+    pod_labels = _deployment(documents, component)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+
+
+def _bound_accounts(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """ServiceAccount name -> the (Cluster)Roles bound to it, resolved to their documents."""
+    roles = {(doc["kind"], doc["metadata"]["name"]): doc for doc in documents if doc["kind"] in ("Role", "ClusterRole")}
+    bound: dict[str, list[dict[str, Any]]] = {}
+    for doc in documents:
+        if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            role = roles[(doc["roleRef"]["kind"], doc["roleRef"]["name"])]
+            for subject in doc["subjects"]:
+                assert subject["kind"] == "ServiceAccount" and subject["namespace"] == RELEASE_NAMESPACE
+                bound.setdefault(subject["name"], []).append(role)
+    return bound
+
+
+def test_only_ingest_and_binder_get_kubernetes_access(documents: list[dict[str, Any]]) -> None:
+    accounts = _of_kind(documents, "ServiceAccount")
+    bound = _bound_accounts(documents)
+    assert sorted(bound) == ["berth-binder", "berth-ingest"]
+    for component in DEPLOYED:
+        pod = _deployment(documents, component)["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == f"berth-{component}"
+        expected = component in WITH_KUBERNETES
+        assert pod["automountServiceAccountToken"] is expected, component
+        if not expected:
+            assert accounts[f"berth-{component}"]["automountServiceAccountToken"] is False
+    job_pod = _of_kind(documents, "Job")["berth-migrate"]["spec"]["template"]["spec"]
+    assert job_pod["automountServiceAccountToken"] is False
+
+
+def _grants(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for role in roles for rule in role["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_roles_name_every_grant_and_grant_no_wildcards(documents: list[dict[str, Any]]) -> None:
+    for roles in _bound_accounts(documents).values():
+        for group, resource, verb in _grants(roles):
+            assert "*" not in (group, resource, verb)
+
+
+def test_the_binder_writes_only_what_applying_a_decision_needs(documents: list[dict[str, Any]]) -> None:
+    grants = _grants(_bound_accounts(documents)["berth-binder"])
+    for needed in [("", "pods/binding", "create"), ("", "pods/status", "patch"), ("", "pods/eviction", "create"),
+                   ("", "events", "create"), ("events.k8s.io", "events", "create"), ("", "nodes", "patch"),
+                   ("", "pods", "get"), ("apps", "deployments/scale", "patch"), ("apps", "statefulsets/scale", "get"),
+                   ("berth.io", "agentpools/scale", "patch")]:
+        assert needed in grants, needed
+    verbs = {verb for _, _, verb in grants}
+    assert not verbs & {"delete", "deletecollection", "list", "watch", "update", "escalate", "bind", "impersonate"}
+    assert ("", "secrets", "get") not in grants
+
+
+def test_ingest_reads_the_cluster_and_writes_only_leases(documents: list[dict[str, Any]]) -> None:
+    grants = _grants(_bound_accounts(documents)["berth-ingest"])
+    for resource in [("", "pods"), ("", "nodes"), ("", "namespaces"), ("", "resourcequotas"), ("", "limitranges"),
+                     ("policy", "poddisruptionbudgets"), ("scheduling.k8s.io", "priorityclasses"),
+                     ("scheduling.x-k8s.io", "podgroups"), ("berth.io", "agentpools")]:
+        assert {(*resource, verb) for verb in ("get", "list", "watch")} <= grants, resource
+    writes = {(group, resource) for group, resource, verb in grants if verb not in ("get", "list", "watch")}
+    assert writes == {("coordination.k8s.io", "leases")}
+    lease_roles = [doc for doc in documents if doc["kind"] == "Role"]
+    assert [role["metadata"]["namespace"] for role in lease_roles] == [RELEASE_NAMESPACE]
