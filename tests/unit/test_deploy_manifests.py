@@ -235,7 +235,7 @@ def test_the_binder_writes_only_what_applying_a_decision_needs(documents: list[d
     grants = _grants(_bound_accounts(documents)["berth-binder"])
     for needed in [("", "pods/binding", "create"), ("", "pods/status", "patch"), ("", "pods/eviction", "create"),
                    ("", "events", "create"), ("events.k8s.io", "events", "create"), ("", "nodes", "patch"),
-                   ("", "pods", "get"), ("apps", "deployments/scale", "patch"), ("apps", "statefulsets/scale", "get"),
+                   ("", "pods", "get"), ("", "nodes", "get"), ("apps", "deployments/scale", "patch"), ("apps", "statefulsets/scale", "get"),
                    ("berth.io", "agentpools/scale", "patch")]:
         assert needed in grants, needed
     verbs = {verb for _, _, verb in grants}
