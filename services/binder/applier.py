@@ -12,7 +12,12 @@ Contract of :meth:`Binder.apply`: it never raises for anything the cluster answe
   budget (exponential backoff with jitter). Such a command also gets ``dead_letter_reason``: it
   goes to the dead-letter topic.
 
-Every API request, retries included, first takes a token from the rate limiter.
+Every API request, retries included, first takes a token from the rate limiter (one per
+operation here, or one per request inside a backend that ``meters_requests``).
+
+A preemption (``PlacePods`` with victims) first nominates each preemptor for its node
+(``nominate``), then evicts the victims, then binds: a conflict or failure at any step stops
+the command there, so victims are never evicted for a pod that is gone.
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ class Binder:
         self._sleep = sleep
         self._clock = clock
         self._remember = remember
+        self._backend_meters = bool(getattr(backend, "meters_requests", False))
         self._done: OrderedDict[str, Verdict] = OrderedDict()
         """Recent final verdicts (applied, conflict) by command id: a duplicate record of a
         command gets the same answer without touching the cluster again."""
@@ -136,6 +142,14 @@ class Binder:
         self._log(command, verdict, time.perf_counter() - started)
         return verdict
 
+    async def report_unschedulable(self, namespace: str, name: str, message: str) -> Outcome:
+        """Report an unschedulable verdict on the pod (see the port), with the same retries and
+        rate limit as commands. A transient error still there after the retry budget comes back
+        as retryable; nothing is published about it (a pod's status is not a command)."""
+        step = await self._call("report_unschedulable", f"{namespace}/{name}",
+                                lambda: self.backend.report_unschedulable(namespace, name, None, message))
+        return step.outcome
+
     def refuse(self, command: Any, reason: str) -> Verdict:
         """A failed verdict without touching the cluster (the command is unusable as it is)."""
         result = CommandResult(
@@ -151,6 +165,14 @@ class Binder:
     async def _place(self, command: PlacePods) -> tuple[list[_Step], str, str]:
         """Steps, status, and a note naming gang members bound although the gang did not apply."""
         steps: list[_Step] = []
+        if command.victims:
+            # As kube-scheduler does, the preemptor says where it is going before its victims go,
+            # so that whoever looks at the pending pod (or another scheduler) sees the claim.
+            for placement in command.placements:
+                step = await self._call("nominate", _pod(placement), self._nominate(placement))
+                steps.append(step)
+                if not step.outcome.is_applied:
+                    return steps, _status([step]), ""
         # Victims first: the preemptor's room exists only once they are gone. With their UIDs
         # (the UID is the precondition), a same-named newer pod is never evicted by mistake.
         uids = command.victim_uids if len(command.victim_uids) == len(command.victims) else ()
@@ -177,6 +199,9 @@ class Binder:
         note = f"bound anyway: {', '.join(bound)}" if status != "applied" and len(binds) > 1 and bound else ""
         return [*steps, *binds], status, note
 
+    def _nominate(self, placement: PodPlacement) -> Callable[[], Awaitable[Outcome]]:
+        return lambda: self.backend.nominate(placement)
+
     def _check(self, placement: PodPlacement) -> Callable[[], Awaitable[Outcome]]:
         return lambda: self.backend.check_bind(placement)
 
@@ -193,7 +218,8 @@ class Binder:
         async def attempt() -> Outcome:
             nonlocal attempts
             attempts += 1
-            await self.limiter.acquire()
+            if not self._backend_meters:
+                await self.limiter.acquire()
             try:
                 return await operation()
             except asyncio.CancelledError:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Optional
+import os
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,15 +17,30 @@ BACKENDS = ("sim", "kube")
 @app.command("run")
 def run(
     backend: Annotated[str, typer.Option(help="Where commands take effect: sim (the cluster simulator) "
-                                              "or kube (Kubernetes; not available yet).")] = "sim",
+                                              "or kube (a Kubernetes cluster).")] = "sim",
     sim_url: Annotated[Optional[str], typer.Option(
-        envvar="BERTH_SIM_URL", help="The cluster simulator's API, e.g. http://127.0.0.1:8470.")] = None,
-    qps: Annotated[float, typer.Option(help="Cluster API requests per second (0: unlimited); "
-                                            "kube clients default to 50.")] = 50.0,
+        envvar="BERTH_SIM_URL", help="--backend sim: the cluster simulator's API, e.g. http://127.0.0.1:8470.")]
+        = None,
+    kubeconfig: Annotated[Optional[str], typer.Option(
+        help="--backend kube: kubeconfig file. Default: in-cluster configuration when running in a pod "
+             "(KUBERNETES_SERVICE_HOST set), else $KUBECONFIG or ~/.kube/config.")] = None,
+    context: Annotated[Optional[str], typer.Option(
+        help="--backend kube: kubeconfig context to use (default: its current-context).")] = None,
+    report_unschedulable: Annotated[Optional[bool], typer.Option(
+        "--report-unschedulable/--no-report-unschedulable",
+        help="Also read the decisions topic and mark unschedulable pods as kube-scheduler does "
+             "(PodScheduled=False condition, FailedScheduling event). Default: on with --backend kube, "
+             "off with sim (the simulator keeps no pod conditions).")] = None,
+    qps: Annotated[float, typer.Option(help="Cluster API requests per second, every request counted "
+                                            "(0: unlimited); kube clients default to 50.")] = 50.0,
     burst: Annotated[int, typer.Option(min=1, help="Requests allowed at once above the QPS.")] = 100,
+    request_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds one cluster API request may take before it counts as a transient error.")] = 10.0,
     max_attempts: Annotated[int, typer.Option(min=1, help="Tries per operation on transient errors.")] = 5,
-    max_in_flight: Annotated[int, typer.Option(min=1, help="Commands applied concurrently.")] = 32,
-    group: Annotated[str, typer.Option(help="Kafka consumer group (one per cluster the binder serves).")]
+    max_in_flight: Annotated[int, typer.Option(min=1, help="Commands applied concurrently (and, with kube, "
+                                                           "API connections kept open).")] = 32,
+    group: Annotated[str, typer.Option(help="Kafka consumer group (one per cluster the binder serves); "
+                                            "unschedulable reports use <group>-decisions.")]
         = "berth-binder",
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers.")] = None,
@@ -33,11 +49,10 @@ def run(
     """Consume commands, apply them (with retries and a client rate limit), publish the results."""
     if backend not in BACKENDS:
         raise typer.BadParameter(f"{backend!r}: choose one of {', '.join(BACKENDS)}", param_hint="--backend")
-    if backend == "kube":
-        raise typer.BadParameter("the Kubernetes backend is not implemented yet; use --backend sim",
-                                 param_hint="--backend")
-    if not sim_url:
+    if backend == "sim" and not sim_url:
         raise typer.BadParameter("--backend sim needs --sim-url (or BERTH_SIM_URL)", param_hint="--sim-url")
+    if backend == "sim" and (kubeconfig or context):
+        raise typer.BadParameter("--kubeconfig and --context are for --backend kube", param_hint="--backend")
 
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
@@ -47,15 +62,42 @@ def run(
     from .applier import Binder, RetryPolicy
     from .ratelimit import TokenBucket
     from .service import BinderService
-    from .sim_backend import SimulatorBackend
 
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="binder")
+    limiter = TokenBucket(qps, burst)
+    cluster: Any
+    if backend == "kube":
+        cluster = _kube_backend(kubeconfig, context, limiter=limiter, workers=max_in_flight,
+                                timeout_s=request_timeout)
+    else:
+        from .sim_backend import SimulatorBackend
+
+        assert sim_url is not None
+        cluster = SimulatorBackend(sim_url, timeout_s=request_timeout)
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
-    binder = Binder(SimulatorBackend(sim_url), limiter=TokenBucket(qps, burst),
-                    retry=RetryPolicy(max_attempts=max_attempts))
+    binder = Binder(cluster, limiter=limiter, retry=RetryPolicy(max_attempts=max_attempts))
+    reports = report_unschedulable if report_unschedulable is not None else backend == "kube"
 
     async def main() -> None:
-        await BinderService(settings, binder, max_in_flight=max_in_flight, group=group).run(stop_on_signals())
+        await BinderService(settings, binder, max_in_flight=max_in_flight, group=group,
+                            report_unschedulable=reports).run(stop_on_signals())
 
     asyncio.run(main())
+
+
+def _kube_backend(kubeconfig: str | None, context: str | None, **options: Any) -> Any:
+    """The Kubernetes backend, or a usage error that says what to fix."""
+    from kubernetes.config import ConfigException
+
+    from .kube_backend import KubeBackend, load_api_client
+
+    if kubeconfig is not None and not os.path.isfile(kubeconfig):
+        raise typer.BadParameter(f"{kubeconfig}: no such file", param_hint="--kubeconfig")
+    try:
+        client = load_api_client(kubeconfig, context, pool_size=options["workers"])
+    except (ConfigException, OSError, ValueError) as exc:
+        raise typer.BadParameter(
+            f"cannot load a Kubernetes configuration: {exc}. Pass --kubeconfig (and --context), set "
+            "KUBECONFIG, or run in a pod with a ServiceAccount.", param_hint="--kubeconfig") from exc
+    return KubeBackend(client, **options)

@@ -31,6 +31,13 @@ class FakeCluster:
     nodes: set[str] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)
     pools: dict[str, int] = field(default_factory=dict)
+    nominated: dict[str, str] = field(default_factory=dict)
+    """``namespace/name`` → the node the pod was nominated for."""
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    """``namespace/name`` → the message of the PodScheduled=False condition it carries."""
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(reason, ``namespace/name``, message) of every event written."""
+    meters_requests = False
     failures: dict[str, deque[Outcome]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
 
@@ -106,6 +113,37 @@ class FakeCluster:
         if node not in self.nodes:
             return Outcome.conflict(f'nodes "{node}" not found')
         self.cordoned.add(node)
+        return Outcome.applied()
+
+    async def nominate(self, placement: PodPlacement) -> Outcome:
+        key = f"{placement.namespace}/{placement.name}"
+        scripted = self._scripted("nominate", key)
+        if scripted is not None:
+            return scripted
+        pod = self.pods.get(key)
+        if pod is None:
+            return Outcome.conflict(f'pods "{placement.name}" not found')
+        if pod.uid != placement.pod_uid:
+            return Outcome.conflict(f"UID in precondition: {placement.pod_uid}, UID in object meta: {pod.uid}")
+        self.nominated[key] = placement.node
+        return Outcome.applied()
+
+    async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        key = f"{namespace}/{name}"
+        scripted = self._scripted("report_unschedulable", key)
+        if scripted is not None:
+            return scripted
+        pod = self.pods.get(key)
+        if pod is None:
+            return Outcome.conflict(f'pods "{name}" not found')
+        if uid is not None and pod.uid != uid:
+            return Outcome.conflict(f"UID in precondition: {uid}, UID in object meta: {pod.uid}")
+        if pod.node is not None:
+            return Outcome.applied(f"bound to {pod.node!r} meanwhile; nothing to report")
+        if self.unschedulable.get(key) == message:
+            return Outcome.applied("already reported")
+        self.unschedulable[key] = message
+        self.events.append(("FailedScheduling", key, message))
         return Outcome.applied()
 
     async def close(self) -> None:

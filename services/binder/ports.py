@@ -1,18 +1,26 @@
-"""The binder's port to a cluster: four operations, each answering with an :class:`Outcome`.
+"""The binder's port to a cluster: a few operations, each answering with an :class:`Outcome`.
 
 Backends translate their API's answers into outcomes and never raise for an answer of the API
 (an exception from a backend is treated as a retryable error and logged as a bug). They do not
-retry, wait or rate-limit: the binder does that, the same way for every backend.
+retry or wait: the binder does that, the same way for every backend. Rate limiting is the
+binder's too, one token per operation — except for a backend whose ``meters_requests`` is True:
+it makes several API requests per operation (a binding and its event, a read after a 409) and
+takes one token per request itself, from the limiter it was built with.
 
 Shaped after the Kubernetes API, so that a Kubernetes backend is a thin translation:
 
-=============  ======================================================================
-``bind``       ``POST pods/{name}/binding`` with the pod UID as precondition and the
-               chosen devices as the Binding's annotations (copied onto the pod)
-``evict``      ``POST pods/{name}/eviction`` (the Eviction API, honouring PDBs), UID precondition
-``scale``      ``PATCH .../{pool}/scale`` (the scale subresource) ``spec.replicas``
-``cordon``     ``PATCH nodes/{name}`` ``spec.unschedulable: true``
-=============  ======================================================================
+========================  ===========================================================
+``bind``                  ``POST pods/{name}/binding`` with the pod UID as precondition and
+                          the chosen devices as the Binding's annotations (copied onto the pod)
+``evict``                 ``POST pods/{name}/eviction`` (the Eviction API, honouring PDBs),
+                          UID precondition
+``scale``                 ``PATCH .../{pool}/scale`` (the scale subresource) ``spec.replicas``
+``cordon``                ``PATCH nodes/{name}`` ``spec.unschedulable: true``
+``nominate``              ``PATCH pods/{name}/status`` ``status.nominatedNodeName``
+                          (before the victims of a preemption are evicted)
+``report_unschedulable``  ``PATCH pods/{name}/status`` condition ``PodScheduled=False``
+                          (reason ``Unschedulable``) and a ``FailedScheduling`` event
+========================  ===========================================================
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from enum import Enum
 from typing import Protocol
 
 from berth.schemas import PodPlacement
+
+ANNOTATION_GPU_MILLI = "berth.io/gpu-milli"
+"""Binding annotation: the share of the single device a fractional pod was given (milli-GPU)."""
 
 
 class OutcomeKind(str, Enum):
@@ -68,6 +79,9 @@ class ClusterBackend(Protocol):
     """Where commands take effect. Every operation must be idempotent in the sense below, because
     the binder re-applies commands after a crash (at-least-once delivery)."""
 
+    meters_requests: bool
+    """True: the backend takes a rate-limit token per API request itself (see the module docstring)."""
+
     async def bind(self, placement: PodPlacement) -> Outcome:
         """Bind pod ``placement.namespace/name`` to ``placement.node`` if its UID is
         ``placement.pod_uid``, recording ``gpu_devices`` (and the share ``gpu_milli``) on the pod.
@@ -98,6 +112,22 @@ class ClusterBackend(Protocol):
     async def cordon(self, node: str) -> Outcome:
         """Mark the node unschedulable. applied: cordoned (again, if it already was); conflict:
         no such node."""
+        ...
+
+    async def nominate(self, placement: PodPlacement) -> Outcome:
+        """Say where the pod will run once its preemption victims are gone
+        (``status.nominatedNodeName``), if its UID is ``placement.pod_uid``. Called before the
+        victims are evicted. applied: recorded (again, if it already was); conflict: the pod is
+        gone or has another UID."""
+        ...
+
+    async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        """Tell the pod's owner why it is pending: condition ``PodScheduled=False``, reason
+        ``Unschedulable``, ``message`` (kube-scheduler's "0/N nodes are available: ..." text), and
+        one ``FailedScheduling`` Warning event — none when the pod already carries that exact
+        condition, so re-applying after a crash adds nothing. ``uid`` None: whatever pod has the
+        name. applied: reported, already reported, or the pod is bound by now (nothing to report);
+        conflict: the pod is gone or has another UID."""
         ...
 
     async def close(self) -> None:

@@ -11,6 +11,11 @@ committed decision transactions). For each batch:
    ``berth.deadletter.v1`` with the reason;
 3. waits until the broker has all of that, then commits the batch's offsets.
 
+With ``report_unschedulable`` (on by default with the Kubernetes backend), a second consumer
+(group ``<group>-decisions``, starting at the end of the topic the first time: old verdicts are
+stale) reads ``berth.scheduler.decisions.v1`` and hands unschedulable verdicts to the
+:class:`~.unschedulable.UnschedulableReporter`, committing after each batch (at least once).
+
 A crash between 1 and 3 re-applies the batch: the backend operations are idempotent, so the
 cluster is unchanged and the results say ``applied`` again. Result records carry the command id
 as their CloudEvents id, so readers can tell a repeat from a new result.
@@ -29,10 +34,11 @@ from berth.bus import EventConsumer, EventProducer, dead_letter_for, ensure_topi
 from berth.logs import get_logger
 from berth.metrics import EVENTS_PUBLISHED
 from berth.schemas import CommandResult, DeadLetter, encode
-from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS
+from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, DECISIONS
 from berth.settings import BerthSettings
 
 from .applier import Binder, Verdict
+from .unschedulable import UnschedulableReporter
 
 log = get_logger(__name__)
 GROUP = "berth-binder"
@@ -146,7 +152,7 @@ class BinderService:
     """The Kafka loop around a :class:`CommandHandler`."""
 
     def __init__(self, settings: BerthSettings, binder: Binder, *, max_in_flight: int = 32,
-                 max_batch: int = 500, group: str = GROUP) -> None:
+                 max_batch: int = 500, group: str = GROUP, report_unschedulable: bool = False) -> None:
         self.settings = settings
         self.group = group
         self.binder = binder
@@ -155,6 +161,10 @@ class BinderService:
         self.consumer = EventConsumer(settings.kafka, [COMMANDS], group_id=group, name=CONSUMER_NAME,
                                       isolation_level="read_committed", max_poll_records=max_batch)
         self.producer = EventProducer(settings.kafka, source=SOURCE)
+        self.decisions = EventConsumer(
+            settings.kafka, [DECISIONS], group_id=f"{group}-decisions", name=f"{CONSUMER_NAME}-decisions",
+            auto_offset_reset="latest", isolation_level="read_committed", max_poll_records=max_batch,
+        ) if report_unschedulable else None
 
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_topics(self.settings.kafka)
@@ -165,18 +175,50 @@ class BinderService:
             handler = CommandHandler(self.binder, outputs, max_in_flight=self.max_in_flight)
             await self.consumer.start()
             log.info("binder started", group=self.group, cells=sorted(partitions or ()),
-                     qps=self.binder.limiter.qps, burst=self.binder.limiter.burst)
+                     qps=self.binder.limiter.qps, burst=self.binder.limiter.burst,
+                     report_unschedulable=self.decisions is not None)
             try:
-                while not stop.is_set():
-                    batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=self.max_batch)
-                    if batches:
-                        await self._process(handler, outputs, batches)
+                # One failing loop stops the other (TaskGroup cancels its siblings).
+                async with asyncio.TaskGroup() as loops:
+                    loops.create_task(self._command_loop(handler, outputs, stop))
+                    if self.decisions is not None:
+                        loops.create_task(self._report_loop(stop))
             finally:
                 await self.consumer.stop()
         finally:
             await self.producer.stop()
             await self.binder.backend.close()
             log.info("binder stopped")
+
+    async def _command_loop(self, handler: CommandHandler, outputs: KafkaOutputs, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=self.max_batch)
+            if batches:
+                await self._process(handler, outputs, batches)
+
+    async def _report_loop(self, stop: asyncio.Event) -> None:
+        consumer = self.decisions
+        assert consumer is not None
+        reporter = UnschedulableReporter(self.binder, max_in_flight=self.max_in_flight)
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                batches = await consumer.raw.getmany(timeout_ms=200, max_records=self.max_batch)
+                if not batches:
+                    continue
+                events = []
+                for tp in sorted(batches, key=lambda t: t.partition):
+                    for record in batches[tp]:
+                        consumed = await consumer.accept(record)
+                        if consumed is not None:
+                            events.append(consumed.event)
+                results = await reporter.handle_batch(events)
+                await consumer.commit({(tp.topic, tp.partition): records[-1].offset + 1
+                                       for tp, records in batches.items() if records})
+                if results:
+                    log.debug("verdicts handled", **{r: list(results.values()).count(r) for r in set(results.values())})
+        finally:
+            await consumer.stop()
 
     async def _process(self, handler: CommandHandler, outputs: KafkaOutputs,
                        batches: dict[TopicPartition, list[Any]]) -> None:

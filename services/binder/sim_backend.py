@@ -18,10 +18,7 @@ import aiohttp
 from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 from berth.schemas import PodPlacement
 
-from .ports import Outcome
-
-ANNOTATION_GPU_MILLI = "berth.io/gpu-milli"
-"""Binding annotation: the share of the single device a fractional pod was given."""
+from .ports import ANNOTATION_GPU_MILLI, Outcome
 
 
 def _message(status: int, body: Any, text: str) -> str:
@@ -41,10 +38,18 @@ def _classify(status: int, message: str) -> Outcome:
 
 
 class SimulatorBackend:
-    """HTTP client of the simulator at ``base_url`` (e.g. ``http://127.0.0.1:8470``)."""
+    """HTTP client of the simulator at ``base_url`` (e.g. ``http://127.0.0.1:8470``).
+
+    The simulator has no pod status conditions, nominations or events: :meth:`nominate` and
+    :meth:`report_unschedulable` answer applied without a request (``nominated`` keeps what was
+    asked, for tests). Its own consumers learn unschedulable verdicts from the decisions topic.
+    """
+
+    meters_requests = False
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0, connections: int = 64) -> None:
         self.base_url = base_url.rstrip("/")
+        self.nominated: list[PodPlacement] = []
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
@@ -141,6 +146,13 @@ class SimulatorBackend:
         _, outcome = await self._outcome("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}},
                                          "application/merge-patch+json")
         return outcome
+
+    async def nominate(self, placement: PodPlacement) -> Outcome:
+        self.nominated.append(placement)
+        return Outcome.applied()
+
+    async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        return Outcome.applied("the simulator keeps no pod conditions")
 
     async def close(self) -> None:
         if self._session is not None:

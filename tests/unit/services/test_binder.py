@@ -196,7 +196,9 @@ async def test_victims_are_evicted_before_binding():
     fake.pods["ml/low"].node = "node-a"
     verdict = await binder(fake).apply(place(("high", "node-a"), victims=("ml/low", "ml/already-gone")))
     assert verdict.result.status == "applied"
-    assert "ml/low" not in fake.pods and fake.calls[:2] == [("evict", "ml/low"), ("evict", "ml/already-gone")]
+    assert "ml/low" not in fake.pods and fake.calls[:3] == [("nominate", "ml/high"), ("evict", "ml/low"),
+                                                           ("evict", "ml/already-gone")]
+    assert fake.nominated == {"ml/high": "node-a"}
     assert fake.pods["ml/high"].node == "node-a"
 
 

@@ -1,0 +1,309 @@
+"""Kubernetes as a :class:`~.ports.ClusterBackend`, with the official ``kubernetes`` client.
+
+The client is synchronous: each request runs on a thread of a pool of our own (as many threads as
+the ApiClient has pooled connections, sized for ``--max-in-flight``; asyncio's default executor
+would cap it at a handful on a small machine). Every request first takes a token from the
+binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, events and
+read-backs included (``meters_requests``). Bodies and the reading of answers are pure functions
+in :mod:`.kube_outcomes`; this module only sends and receives.
+
+Requests, per operation:
+
+- ``bind``: ``GET nodes/{node}`` (remembered for ``node_ttl_s``: the apiserver binds to a node
+  that does not exist, leaving the pod stranded; skipped, with an error logged once, when RBAC
+  denies reading nodes), ``POST pods/{name}/binding`` with the pod UID as
+  precondition — ``create_namespaced_pod_binding``, the pod's subresource, as kube-scheduler
+  does; the client's ``create_namespaced_binding`` posts to the namespace's legacy ``bindings``
+  collection, which ignores the UID (kube 1.34). Both decode a Binding from the answer, which is
+  a Status, and raise (kubernetes-client/python #825): called with ``_preload_content=False``.
+  On 201 a ``Scheduled`` event; on 409 ``GET pods/{name}`` to tell our own earlier binding
+  (applied) from a real conflict.
+- ``evict``: ``POST pods/{name}/eviction`` (policy/v1, UID precondition).
+- ``nominate``: ``PATCH pods/{name}/status`` ``nominatedNodeName``.
+- ``report_unschedulable``: ``GET pods/{name}``, ``PATCH pods/{name}/status`` (at that
+  resourceVersion; re-read and retried on 409), ``FailedScheduling`` event.
+- ``scale``: the scale subresource of AgentPool (berth.io/v1alpha1), else Deployment, else
+  StatefulSet (the kind found is remembered per pool).
+- ``cordon``: ``PATCH nodes/{name}`` ``spec.unschedulable``.
+
+Events are best effort: a failed event is logged and counted, never the operation's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Histogram
+
+from berth.logs import get_logger
+from berth.schemas import PodPlacement
+
+from . import kube_outcomes as k
+from .kube_outcomes import Access, Reply
+from .ports import Outcome
+from .ratelimit import TokenBucket
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+log = get_logger(__name__)
+
+# client-go's metric names (k8s.io/client-go/tools/metrics): the meaning is the same.
+REQUESTS = Counter("rest_client_requests_total",
+                   "Kubernetes API requests of the binder, by status code (0: no answer), method and host.",
+                   ["code", "method", "host"])
+REQUEST_LATENCY = Histogram("rest_client_request_duration_seconds",
+                            "Kubernetes API request latency in seconds, by verb and host.", ["verb", "host"],
+                            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+EVENTS = Counter("berth_binder_events_total", "Kubernetes events the binder wrote, by reason and result.",
+                 ["reason", "result"])
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+STATUS_PATCH_ATTEMPTS = 3
+"""A status patch at a stale resourceVersion is read again and retried this often (pods change
+often while pending: other controllers patch them too)."""
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None, *,
+                    pool_size: int = 32) -> ApiClient:
+    """An ApiClient from ``kubeconfig`` (``context`` in it), else in-cluster configuration when
+    running in a pod (``KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or ``~/.kube/config``.
+    ``pool_size``: connections kept per host — as many as requests in flight."""
+    from kubernetes.client import ApiClient, Configuration
+    from kubernetes.config import load_incluster_config, load_kube_config
+
+    configuration = Configuration()
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        load_incluster_config(client_configuration=configuration)
+    else:
+        load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
+                         persist_config=False)
+    configuration.connection_pool_maxsize = pool_size
+    return ApiClient(configuration)
+
+
+def _default_instance() -> str:
+    return f"berth-binder-{socket.gethostname()}"
+
+
+class KubeBackend:
+    """The port on ``api_client``; see the module docstring. Owns the client (closed by :meth:`close`)."""
+
+    meters_requests = True
+
+    def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, workers: int = 32,
+                 timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi, EventsV1Api
+
+        self.api_client = api_client
+        self.limiter = limiter
+        self.timeout_s = timeout_s
+        self.node_ttl_s = node_ttl_s
+        self.instance = instance or _default_instance()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._core = CoreV1Api(api_client)
+        self._apps = AppsV1Api(api_client)
+        self._custom = CustomObjectsApi(api_client)
+        self._events = EventsV1Api(api_client)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-api")
+        self._host = api_client.configuration.host.split("://", 1)[-1]
+        self._check_nodes = True
+        self._nodes_seen: OrderedDict[str, float] = OrderedDict()
+        """Nodes that existed, by name → when we last saw them (monotonic seconds)."""
+        self._pool_kinds: OrderedDict[str, str] = OrderedDict()
+        """``namespace/pool`` → the kind whose scale subresource worked last time."""
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def _send(self, method: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Reply:
+        """One API request: a token, then ``call`` on the pool; never raises for an answer."""
+        await self.limiter.acquire()
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        reply = await loop.run_in_executor(self._pool, lambda: self._invoke(call, args, kwargs))
+        REQUESTS.labels(str(reply.status), method, self._host).inc()
+        REQUEST_LATENCY.labels(method, self._host).observe(time.perf_counter() - started)
+        return reply
+
+    def _invoke(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            response = call(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+            try:
+                return k.reply_of(response.status, response.data, dict(response.headers or {}))
+            finally:
+                response.release_conn()
+        except ApiException as exc:
+            return k.reply_of_exception(exc)
+        except (HTTPError, OSError) as exc:  # timeouts, refused and reset connections, TLS errors
+            return Reply(0, None, f"{type(exc).__name__}: {exc}")
+
+    async def _read_pod(self, namespace: str, name: str) -> Reply:
+        return await self._send("GET", self._core.read_namespaced_pod, name, namespace)
+
+    async def _event(self, body: dict[str, Any]) -> None:
+        reply = await self._send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body)
+        EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
+        if not reply.ok:
+            outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))
+            log.warning("event not written", reason=body["reason"], pod=f"{body['metadata']['namespace']}/"
+                        f"{body['regarding']['name']}", status=reply.status, error=outcome.reason)
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    async def _node_exists(self, node: str) -> Outcome:
+        """applied if ``node`` exists (seen within ``node_ttl_s``), conflict if it does not."""
+        if not self._check_nodes:
+            return Outcome.applied()
+        seen = self._nodes_seen.get(node)
+        now = self._monotonic()
+        if seen is not None and now - seen < self.node_ttl_s:
+            return Outcome.applied()
+        reply = await self._send("GET", self._core.read_node, node)
+        outcome = k.classify(reply, Access("get", "nodes"))
+        if reply.status == 403:
+            # A safety net, not a necessity (kube-scheduler binds without it): without the right
+            # to read nodes, bind as kube-scheduler does rather than fail every binding.
+            self._check_nodes = False
+            log.error("cannot check that nodes exist before binding; binding without the check",
+                      reason=outcome.reason)
+            return Outcome.applied()
+        if outcome.is_applied:
+            self._nodes_seen[node] = now
+            self._nodes_seen.move_to_end(node)
+            if len(self._nodes_seen) > 100_000:
+                self._nodes_seen.popitem(last=False)
+        else:
+            self._nodes_seen.pop(node, None)
+        return outcome
+
+    # -- the port ---------------------------------------------------------------------------------
+
+    async def check_bind(self, placement: PodPlacement) -> Outcome:
+        reply = await self._read_pod(placement.namespace, placement.name)
+        if not reply.ok or reply.body is None:
+            return k.classify(reply, Access("get", "pods")) if not reply.ok else \
+                Outcome.retryable(f"unreadable pod {placement.namespace}/{placement.name}")
+        pod_outcome = k.bindable(reply.body, placement)
+        if not pod_outcome.is_applied or pod_outcome.reason == "already bound":
+            return pod_outcome
+        node = await self._node_exists(placement.node)
+        return pod_outcome if node.is_applied else node
+
+    async def bind(self, placement: PodPlacement) -> Outcome:
+        node = await self._node_exists(placement.node)
+        if not node.is_applied:
+            return node
+        reply = await self._send("POST", self._core.create_namespaced_pod_binding, placement.name,
+                                 placement.namespace, k.binding_body(placement))
+        if reply.ok:
+            await self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
+            return Outcome.applied()
+        outcome = k.classify(reply, Access("create", "pods/binding"))
+        if reply.status != 409:
+            return outcome
+        current = await self._read_pod(placement.namespace, placement.name)
+        if current.status == 404:
+            return k.bind_conflict(None, placement, outcome)
+        if not current.ok or current.body is None:
+            # Cannot tell ours from theirs without the pod: ask again later.
+            return Outcome.retryable(f"{outcome.reason}; reading the pod back: {current.message}")
+        return k.bind_conflict(current.body, placement, outcome)
+
+    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+        reply = await self._send("POST", self._core.create_namespaced_pod_eviction, name, namespace,
+                                 k.eviction_body(namespace, name, uid))
+        return k.eviction_outcome(reply)
+
+    async def nominate(self, placement: PodPlacement) -> Outcome:
+        reply = await self._send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
+                                 placement.namespace, k.nominate_patch(placement), _content_type=STRATEGIC_PATCH)
+        return k.nominate_outcome(reply, placement)
+
+    async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        for _ in range(STATUS_PATCH_ATTEMPTS):
+            read = await self._read_pod(namespace, name)
+            if not read.ok or read.body is None:
+                return k.classify(read, Access("get", "pods")) if not read.ok else \
+                    Outcome.retryable(f"unreadable pod {namespace}/{name}")
+            pod = read.body
+            metadata: Mapping[str, Any] = pod.get("metadata") or {}
+            if uid is not None and metadata.get("uid") != uid:
+                return k.uid_mismatch(uid, metadata.get("uid"))
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                return Outcome.applied(f"bound to {node!r} meanwhile; nothing to report")
+            if k.already_reported(pod, message):
+                return Outcome.applied("already reported")
+            now = self._clock()
+            patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
+                                       k.unschedulable_patch(pod, message, now), _content_type=STRATEGIC_PATCH)
+            if patched.status == 409:
+                continue  # the pod changed since we read it: read again
+            if not patched.ok:
+                return k.classify(patched, Access("patch", "pods/status"))
+            await self._event(k.failed_scheduling_event(namespace, name, metadata.get("uid"), message, now=now,
+                                                        instance=self.instance))
+            return Outcome.applied()
+        return Outcome.retryable(f"pod {namespace}/{name} kept changing while its status was patched")
+
+    async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:
+        key = f"{namespace}/{pool}"
+        kinds = ["AgentPool", "Deployment", "StatefulSet"]
+        known = self._pool_kinds.get(key)
+        if known is not None:
+            kinds.remove(known)
+            kinds.insert(0, known)
+        body = k.scale_patch(replicas)
+        for kind in kinds:
+            reply = await self._scale_one(kind, namespace, pool, body)
+            if reply.status == 404:
+                continue
+            outcome = k.classify(reply, _SCALE_ACCESS[kind])
+            if outcome.is_applied:
+                self._pool_kinds[key] = kind
+                self._pool_kinds.move_to_end(key)
+                if len(self._pool_kinds) > 10_000:
+                    self._pool_kinds.popitem(last=False)
+            return outcome
+        self._pool_kinds.pop(key, None)
+        return Outcome.conflict(f'no AgentPool, Deployment or StatefulSet "{key}"')
+
+    async def _scale_one(self, kind: str, namespace: str, pool: str, body: dict[str, Any]) -> Reply:
+        if kind == "AgentPool":
+            return await self._send("PATCH", self._custom.patch_namespaced_custom_object_scale,
+                                    k.AGENTPOOL_GROUP, k.AGENTPOOL_VERSION, namespace, k.AGENTPOOL_PLURAL, pool,
+                                    body, _content_type=MERGE_PATCH)
+        call = (self._apps.patch_namespaced_deployment_scale if kind == "Deployment"
+                else self._apps.patch_namespaced_stateful_set_scale)
+        return await self._send("PATCH", call, pool, namespace, body, _content_type=MERGE_PATCH)
+
+    async def cordon(self, node: str) -> Outcome:
+        reply = await self._send("PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}},
+                                 _content_type=MERGE_PATCH)
+        return k.classify(reply, Access("patch", "nodes"))
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.api_client.close()
+
+
+_SCALE_ACCESS = {
+    "AgentPool": Access("patch", "agentpools/scale", k.AGENTPOOL_GROUP),
+    "Deployment": Access("patch", "deployments/scale", "apps"),
+    "StatefulSet": Access("patch", "statefulsets/scale", "apps"),
+}

@@ -1,0 +1,103 @@
+"""Unschedulable verdicts → the pod's ``PodScheduled=False`` condition and a ``FailedScheduling`` event.
+
+The decision service does not command anything for a pod that does not fit: it records a
+:class:`DecisionRecord` with outcome ``unschedulable`` and kube-scheduler's message on the
+decisions topic. kube-scheduler would now mark the pod and emit an event; with the Kubernetes
+backend the binder does it, reading that topic (:class:`UnschedulableReporter` is the part
+without Kafka).
+
+Repeats are avoided three times over: the decision service records a verdict again only when its
+message changed; within a batch only the last verdict per pod counts; and a bounded LRU remembers
+the message last reported per pod (forgotten when the pod is placed or gone), so the cluster is
+asked nothing for an unchanged message. After a restart the LRU is empty, and the backend's
+check of the pod's current condition keeps the event from being written a second time.
+
+Gangs are decided as a whole (``subject`` names the pod group, not a pod): such a verdict finds no
+pod of that name and is counted as ``gone``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import Counter
+
+from berth.logs import get_logger
+from berth.schemas import DecisionRecord
+
+from .applier import Binder
+from .ports import OutcomeKind
+
+log = get_logger(__name__)
+REPORTS = Counter("berth_binder_unschedulable_reports_total",
+                  "Unschedulable verdicts the binder handled, by result: reported (condition and event "
+                  "written), unchanged (same message as last reported), skipped (already reported or "
+                  "bound meanwhile), gone (no such pod), failed.", ["result"])
+
+
+def latest_verdicts(records: Iterable[Any]) -> dict[str, str | None]:
+    """``namespace/name`` → the last unschedulable message in ``records``, or None when the last
+    word about that subject is that it was placed (nothing to report any more). Other records
+    (other outcomes, configuration announcements) are ignored."""
+    latest: dict[str, str | None] = {}
+    for record in records:
+        if not isinstance(record, DecisionRecord):
+            continue
+        if record.outcome == "unschedulable":
+            latest[record.subject] = record.message
+        elif record.outcome == "placed":
+            latest[record.subject] = None
+    return latest
+
+
+class UnschedulableReporter:
+    """Reports verdicts through ``binder`` (its retries and rate limit); see the module docstring.
+    ``remember`` bounds the LRU; ``max_in_flight`` the pods reported at the same time."""
+
+    def __init__(self, binder: Binder, *, remember: int = 10_000, max_in_flight: int = 32) -> None:
+        self.binder = binder
+        self._remember = remember
+        self._reported: OrderedDict[str, str] = OrderedDict()
+        self._slots = asyncio.Semaphore(max_in_flight)
+
+    async def handle_batch(self, records: Iterable[Any]) -> dict[str, str]:
+        """Handle a batch; returns each subject's result (the metric's ``result`` label)."""
+        results: dict[str, str] = {}
+        work = []
+        for subject, message in latest_verdicts(records).items():
+            if message is None:
+                self._reported.pop(subject, None)
+            elif self._reported.get(subject) == message:
+                self._reported.move_to_end(subject)
+                results[subject] = "unchanged"
+            else:
+                work.append((subject, message))
+        for subject, result in zip((s for s, _ in work),
+                                   await asyncio.gather(*(self._report(s, m) for s, m in work)), strict=True):
+            results[subject] = result
+        for result in results.values():
+            REPORTS.labels(result).inc()
+        return results
+
+    async def _report(self, subject: str, message: str) -> str:
+        namespace, _, name = subject.partition("/")
+        if not name:
+            return "gone"
+        async with self._slots:
+            outcome = await self.binder.report_unschedulable(namespace, name, message)
+        if outcome.kind is OutcomeKind.APPLIED:
+            self._reported[subject] = message
+            self._reported.move_to_end(subject)
+            if len(self._reported) > self._remember:
+                self._reported.popitem(last=False)
+            return "skipped" if outcome.reason else "reported"
+        self._reported.pop(subject, None)
+        if outcome.kind is OutcomeKind.CONFLICT:
+            log.debug("unschedulable pod is gone", pod=subject, reason=outcome.reason)
+            return "gone"
+        log.warning("could not report an unschedulable pod", pod=subject, reason=outcome.reason,
+                    kind=outcome.kind.value)
+        return "failed"
