@@ -265,8 +265,9 @@ ACCESS = [
     ("berth-ingest", "watch", "agentpools", "berth.io", "", None, True),
     ("berth-ingest", "watch", "poddisruptionbudgets", "policy", "", None, True),
     ("berth-ingest", "list", "priorityclasses", "scheduling.k8s.io", "", None, True),
-    ("berth-ingest", "update", "leases", "coordination.k8s.io", "", RELEASE_NAMESPACE, True),
+    ("berth-ingest", "create", "leases", "coordination.k8s.io", "", RELEASE_NAMESPACE, True),
     ("berth-ingest", "create", "leases", "coordination.k8s.io", "", "kube-system", False),
+    ("berth-ingest", "update", "leases", "coordination.k8s.io", "", RELEASE_NAMESPACE, False),  # no name: any lease
     ("berth-ingest", "create", "pods", "", "binding", "team-a", False),
     ("berth-ingest", "patch", "nodes", "", "", None, False),
     ("berth-ingest", "get", "secrets", "", "", RELEASE_NAMESPACE, False),
@@ -285,6 +286,22 @@ def test_least_privilege_per_component(api: Any, rbac_installed: None, account: 
                                        group: str, subresource: str, namespace: str | None, allowed: bool) -> None:
     assert _allowed(api, account, verb, resource, group=group, subresource=subresource,
                     namespace=namespace) is allowed
+
+
+def test_ingest_may_update_its_own_lease_only(api: Any, rbac_installed: None) -> None:
+    from kubernetes.client import AuthorizationV1Api
+
+    def update(namespace: str, name: str) -> bool:
+        review = AuthorizationV1Api(api).create_subject_access_review({"spec": {
+            "user": f"system:serviceaccount:{RELEASE_NAMESPACE}:berth-ingest",
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "resourceAttributes": {"verb": "update", "group": "coordination.k8s.io", "resource": "leases",
+                                   "namespace": namespace, "name": name}}})
+        return bool(review.status.allowed)
+
+    assert update(RELEASE_NAMESPACE, "berth-ingest")
+    assert not update(RELEASE_NAMESPACE, "kube-scheduler")
+    assert not update("kube-system", "berth-ingest")
 
 
 @contextlib.contextmanager

@@ -251,5 +251,39 @@ def test_ingest_reads_the_cluster_and_writes_only_leases(documents: list[dict[st
         assert {(*resource, verb) for verb in ("get", "list", "watch")} <= grants, resource
     writes = {(group, resource) for group, resource, verb in grants if verb not in ("get", "list", "watch")}
     assert writes == {("coordination.k8s.io", "leases")}
-    lease_roles = [doc for doc in documents if doc["kind"] == "Role"]
-    assert [role["metadata"]["namespace"] for role in lease_roles] == [RELEASE_NAMESPACE]
+    (lease_role,) = [doc for doc in documents if doc["kind"] == "Role"]
+    assert lease_role["metadata"]["namespace"] == RELEASE_NAMESPACE
+    named = [rule for rule in lease_role["rules"] if "resourceNames" in rule]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": ["berth-ingest"], "verbs": ["get", "update"]}]
+
+
+def _ingest_module(name: str) -> Any:
+    try:
+        return importlib.import_module(f"berth.services.ingest.{name}")
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("berth.services.ingest"):
+            raise
+        pytest.skip("the ingest service is not part of this build yet")
+
+
+def test_ingest_may_watch_everything_it_watches(documents: list[dict[str, Any]]) -> None:
+    """Every resource in ingest's watch table is granted get/list/watch (so a resource added there
+    without RBAC fails here, not in a cluster)."""
+    paths = _ingest_module("kubeapi").PATHS
+    grants = _grants(_bound_accounts(documents)["berth-ingest"])
+    for path in paths.values():
+        group = "" if path.prefix == "/api/v1" else path.prefix.split("/")[2]
+        assert {(group, path.plural, verb) for verb in ("list", "watch")} <= grants, path
+
+
+def test_ingest_elects_with_the_lease_its_role_names(documents: list[dict[str, Any]]) -> None:
+    _ingest_module("cli")
+    (container,) = _deployment(documents, "ingest")["spec"]["template"]["spec"]["containers"]
+    params = _parse_berth_args(container["args"])
+    (lease_role,) = [doc for doc in documents if doc["kind"] == "Role"]
+    assert [params["lease_name"]] in [rule.get("resourceNames") for rule in lease_role["rules"]]
+    # The Lease goes where the Role is: the pod's namespace, from the downward API.
+    pod_namespace = {item["name"]: item for item in container["env"]}["POD_NAMESPACE"]
+    assert pod_namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert params["scheduler_name"] == ["berth"]  # the built-in profile's schedulerName

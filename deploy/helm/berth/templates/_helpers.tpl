@@ -162,13 +162,25 @@ imagePullSecrets:
 {{- end -}}
 
 {{/*
+The schedulerName of every profile in the scheduler configuration (a profile without one is
+`berth`, as in berth/core/config.py): ingest publishes the pending pods of exactly these.
+*/}}
+{{- define "berth.schedulerNames" -}}
+{{- $names := list -}}
+{{- range ((.Values.scheduler.config).profiles | default list) -}}
+{{- $names = append $names (.schedulerName | default "berth") -}}
+{{- end -}}
+{{- toYaml ($names | default (list "berth")) -}}
+{{- end -}}
+
+{{/*
 The services in one table: values key, component name (as in `berth <component> run`), whether it
 talks to the Kubernetes API (only then is a token mounted), whether it reads Postgres, and the
 arguments after `run`. Least privilege is decided here, not in values: a values typo cannot give
 the decision service API access.
 */}}
 {{- define "berth.components" -}}
-ingest: {component: ingest, kubernetes: true, database: false, config: false, args: []}
+ingest: {component: ingest, kubernetes: true, database: false, config: false, lease: true, args: [--lease-name, {{ .Values.ingest.leaseName | quote }}{{ range (include "berth.schedulerNames" . | fromYamlArray) }}, --scheduler-name, {{ . | quote }}{{ end }}]}
 inventory: {component: inventory, kubernetes: false, database: false, config: false, args: []}
 tokenLag: {component: token-lag, kubernetes: false, database: false, config: true, args: [--pools, /etc/berth/config/pools.yaml]}
 decision: {component: decision, kubernetes: false, database: false, config: true, args: [--config, /etc/berth/config/scheduler.yaml, --pools, /etc/berth/config/pools.yaml]}
