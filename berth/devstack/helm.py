@@ -15,7 +15,8 @@ Kubernetes version ``helm template`` and ``helm lint`` assume (``.Capabilities.K
 derived from the ``k8s.io/client-go`` Helm was built with, as Helm's release builds do.
 
 ``BERTH_HELM`` names an existing helm binary instead (e.g. one from your package manager):
-nothing is built then.
+nothing is built then. The committed rendering is made with :data:`HELM_VERSION`; another helm
+may format it differently, and the staleness test would then say so.
 
 The chart lives in ``deploy/helm/berth``; its rendering with the default values is committed as
 ``deploy/manifests/berth.yaml`` (:func:`render_manifests`; ``make deploy-render`` or
@@ -31,9 +32,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
