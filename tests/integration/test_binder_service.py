@@ -51,13 +51,13 @@ async def _end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def _park_group_at_end(kafka: KafkaSettings, group: str) -> None:
-    """Commit ``group``'s offsets at the end of the commands topic: the binder starts there."""
-    ends = await _end_offsets(kafka, COMMANDS.name)
+async def _park_group_at_end(kafka: KafkaSettings, group: str, topic: str = COMMANDS.name) -> None:
+    """Commit ``group``'s offsets at the end of ``topic`` (the commands): the binder starts there."""
+    ends = await _end_offsets(kafka, topic)
     consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
-        offsets = {TopicPartition(COMMANDS.name, p): o for p, o in ends.items()}
+        offsets = {TopicPartition(topic, p): o for p, o in ends.items()}
         consumer.assign(list(offsets))
         await consumer.commit(offsets)
     finally:
