@@ -104,6 +104,10 @@ class CellDecider:
         """node → victims still running there. The victims left the snapshot so that the
         preemptor could take their place; until they are really gone, what they hold beyond
         the preemptor's share must not go to anyone else, so the node takes no new pods."""
+        self._bound: set[str] = set()
+        """UIDs the cluster reported bound and not deleted since. A binding is final in
+        Kubernetes, so an unbound observation of one of these is an older event delivered
+        again (inputs are at-least-once) and must not queue the pod a second time."""
         self._group_bound: dict[tuple[str, str], set[str]] = {}
         """gang → members bound in the cluster (they count towards minMember, as in kube)."""
         self._pod_groups: dict[tuple[str, str], int] = {}
@@ -140,6 +144,7 @@ class CellDecider:
             cluster_changed = self._on_pod(event.pod, position)
         elif isinstance(event, PodDeleted):
             self._forget_pod(event.uid)
+            self._bound.discard(event.uid)
             if self._evicting.pop(event.uid, None) is not None:
                 self._release_reservations({event.uid})
             for members in self._group_bound.values():
@@ -180,11 +185,12 @@ class CellDecider:
             # Bound (by us, confirmed; or by anyone else): it holds capacity for real now.
             self._assumed.pop(pod.uid, None)
             self._forget_pod(pod.uid)
+            self._bound.add(pod.uid)
             self.engine.upsert_bound_pod(pod)
             if pod.pod_group:
                 self._group_bound.setdefault((pod.namespace, pod.pod_group), set()).add(pod.uid)
             return False
-        if pod.scheduler_name != self.scheduler_name or pod.phase != "Pending":
+        if pod.scheduler_name != self.scheduler_name or pod.phase != "Pending" or pod.uid in self._bound:
             return False
         known = self._pending.get(pod.uid)
         if known is not None:

@@ -183,8 +183,14 @@ def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cell
         return _pod_deleted(route, event)
     pod = event.pod
     outputs: list[Output] = []
+    if route is not None and route.node is not None and not pod.node_name:
+        # A binding is final in Kubernetes (spec.nodeName is never unset), so an unbound
+        # observation of a pod we know bound is an older event seen again: after a crash this
+        # stage re-reads input its table had already folded. Acting on it would free the pod's
+        # node and queue the pod again, and the cell would hand its capacity to another pod.
+        return Folded(route)
     if route is not None and route.node is not None and route.node != pod.node_name:
-        # Bound somewhere else before (a UID reused, or a replayed history): release it there.
+        # Bound somewhere else before (a UID reused): release it there.
         outputs.append(ToNode(NodeInput(node=route.node, event=_deletion_of(pod, event.observed_at, route.node))))
         route = PodRoute()
     if pod.node_name:

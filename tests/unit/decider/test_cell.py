@@ -106,6 +106,19 @@ def test_a_conflict_arriving_after_the_bound_echo_does_not_release_the_real_bind
     assert "uid-p1" in engine.pods and "remove uid-p1" not in engine.calls
 
 
+def test_an_older_pending_event_delivered_again_after_the_binding_is_ignored():
+    # Inputs are at-least-once: a restarted inventory re-forwards events it had already sent.
+    engine = FakeEngine()
+    feed = Feed(CellDecider(0, engine))
+    feed(node("gpu-a", gpus=1))
+    feed(node("gpu-b", gpus=1))
+    feed(pod("p1"))
+    feed(pod("p1", node_name="gpu-a"))
+    assert feed(pod("p1")) == []
+    assert engine.pods["uid-p1"][0] == "gpu-a"
+    assert placements(feed(pod("p2"))) == [("p2", "gpu-b")]
+
+
 def test_unchanged_unschedulable_verdicts_are_not_repeated_and_new_capacity_places_the_pod():
     feed = Feed(CellDecider(0, FakeEngine()))
     feed(node("gpu-a", gpus=1))

@@ -311,6 +311,13 @@ def test_a_pending_pod_once_bound_carries_the_cell_to_withdraw_from():
     assert out.payload.withdraw_from == 3 and folded.state == PodRoute(node="gpu-a")
 
 
+def test_an_older_pending_event_seen_again_after_the_binding_changes_nothing():
+    # At-least-once input: after a crash the stage re-reads events its table already folded.
+    route = PodRoute(node="gpu-a")
+    folded = fold_pod_event(route, pod_event(pod("p", cell=3)), CELLS)
+    assert folded.state == route and folded.outputs == ()
+
+
 def test_pod_deleted_goes_where_the_pod_was_last_routed():
     deleted = PodDeleted(uid="uid-p", namespace="ml", name="p", observed_at=at(9))
     pending_route = PodRoute(cell=2)
