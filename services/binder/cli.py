@@ -63,8 +63,6 @@ def run(
     from .ratelimit import TokenBucket
     from .service import BinderService
 
-    settings = load_settings(kafka=kafka)
-    configure_logging(settings.log_level, settings.log_format, service="binder")
     limiter = TokenBucket(qps, burst)
     cluster: Any
     if backend == "kube":
@@ -75,6 +73,8 @@ def run(
 
         assert sim_url is not None
         cluster = SimulatorBackend(sim_url, timeout_s=request_timeout)
+    settings = load_settings(kafka=kafka)
+    configure_logging(settings.log_level, settings.log_format, service="binder")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
     binder = Binder(cluster, limiter=limiter, retry=RetryPolicy(max_attempts=max_attempts))
     reports = report_unschedulable if report_unschedulable is not None else backend == "kube"

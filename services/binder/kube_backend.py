@@ -195,9 +195,10 @@ class KubeBackend:
 
     async def check_bind(self, placement: PodPlacement) -> Outcome:
         reply = await self._read_pod(placement.namespace, placement.name)
-        if not reply.ok or reply.body is None:
-            return k.classify(reply, Access("get", "pods")) if not reply.ok else \
-                Outcome.retryable(f"unreadable pod {placement.namespace}/{placement.name}")
+        if not reply.ok:
+            return k.classify(reply, Access("get", "pods"))
+        if reply.body is None:
+            return Outcome.retryable(f"unreadable pod {placement.namespace}/{placement.name}: {reply.message}")
         pod_outcome = k.bindable(reply.body, placement)
         if not pod_outcome.is_applied or pod_outcome.reason == "already bound":
             return pod_outcome
@@ -237,9 +238,10 @@ class KubeBackend:
     async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
         for _ in range(STATUS_PATCH_ATTEMPTS):
             read = await self._read_pod(namespace, name)
-            if not read.ok or read.body is None:
-                return k.classify(read, Access("get", "pods")) if not read.ok else \
-                    Outcome.retryable(f"unreadable pod {namespace}/{name}")
+            if not read.ok:
+                return k.classify(read, Access("get", "pods"))
+            if read.body is None:
+                return Outcome.retryable(f"unreadable pod {namespace}/{name}: {read.message}")
             pod = read.body
             metadata: Mapping[str, Any] = pod.get("metadata") or {}
             if uid is not None and metadata.get("uid") != uid:

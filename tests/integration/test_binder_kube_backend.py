@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
-from kubernetes.client.exceptions import ApiException
+from test_binder_service import _end_offsets, _park_group_at_end, _publish, _result_of, read_from, unique
 
 from berth.bus import EventProducer, ensure_topics
 from berth.devstack.fakenodes import create_fake_nodes
@@ -33,7 +33,6 @@ from berth.services.binder.ports import OutcomeKind
 from berth.services.binder.ratelimit import TokenBucket
 from berth.settings import KafkaSettings
 from berth.supervisor import Supervisor
-from test_binder_service import _end_offsets, _park_group_at_end, _publish, _result_of, read_from, unique
 
 pytestmark = pytest.mark.integration
 
@@ -335,8 +334,8 @@ async def test_report_unschedulable_leaves_bound_and_other_pods_alone(api, names
 
 
 def _decision(namespace: str, name: str, message: str) -> DecisionRecord:
-    return DecisionRecord(decision_id=unique("dec"), cell="cell-0", input=InputPosition(topic="t", partition=0, offset=0),
-                          subject=f"{namespace}/{name}", outcome="unschedulable", message=message,
+    return DecisionRecord(decision_id=unique("dec"), cell="cell-0",
+                          input=InputPosition(topic="t", partition=0, offset=0), subject=f"{namespace}/{name}", outcome="unschedulable", message=message,
                           config_version="v", snapshot_hash="s", config_hash="c", decision_hash="h",
                           event_time=datetime.now(timezone.utc))
 

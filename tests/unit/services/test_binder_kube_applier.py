@@ -3,14 +3,14 @@ nomination before preemption, per-request metering, and unschedulable reports (d
 
 from __future__ import annotations
 
+from test_binder import NO_WAIT, _no_sleep, binder, cluster, place
+
 from berth.schemas import DecisionRecord, InputPosition
 from berth.schemas.samples import T0
 from berth.services.binder.applier import Binder
-from berth.services.binder.fake import FakeCluster
 from berth.services.binder.ports import Outcome
 from berth.services.binder.ratelimit import TokenBucket
 from berth.services.binder.unschedulable import UnschedulableReporter, latest_verdicts
-from test_binder import NO_WAIT, _no_sleep, binder, cluster, place
 
 MESSAGE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 
