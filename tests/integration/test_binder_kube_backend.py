@@ -335,7 +335,8 @@ async def test_report_unschedulable_leaves_bound_and_other_pods_alone(api, names
 
 def _decision(namespace: str, name: str, message: str) -> DecisionRecord:
     return DecisionRecord(decision_id=unique("dec"), cell="cell-0",
-                          input=InputPosition(topic="t", partition=0, offset=0), subject=f"{namespace}/{name}", outcome="unschedulable", message=message,
+                          input=InputPosition(topic="t", partition=0, offset=0), subject=f"{namespace}/{name}",
+                          outcome="unschedulable", message=message,
                           config_version="v", snapshot_hash="s", config_hash="c", decision_hash="h",
                           event_time=datetime.now(timezone.utc))
 
