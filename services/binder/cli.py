@@ -32,7 +32,9 @@ def run(
              "(PodScheduled=False condition, FailedScheduling event). Default: on with --backend kube, "
              "off with sim (the simulator keeps no pod conditions).")] = None,
     qps: Annotated[float, typer.Option(help="Cluster API requests per second, every request counted "
-                                            "(0: unlimited); kube clients default to 50.")] = 50.0,
+                                            "(0: unlimited); kube-scheduler's default is 50. With kube, "
+                                            "events have a limiter of their own at the same rate, as "
+                                            "kube-scheduler's event client does.")] = 50.0,
     burst: Annotated[int, typer.Option(min=1, help="Requests allowed at once above the QPS.")] = 100,
     request_timeout: Annotated[float, typer.Option(
         min=0.1, help="Seconds one cluster API request may take before it counts as a transient error.")] = 10.0,
@@ -66,8 +68,8 @@ def run(
     limiter = TokenBucket(qps, burst)
     cluster: Any
     if backend == "kube":
-        cluster = _kube_backend(kubeconfig, context, limiter=limiter, workers=max_in_flight,
-                                timeout_s=request_timeout)
+        cluster = _kube_backend(kubeconfig, context, limiter=limiter, event_limiter=TokenBucket(qps, burst),
+                                workers=max_in_flight, timeout_s=request_timeout)
     else:
         from .sim_backend import SimulatorBackend
 

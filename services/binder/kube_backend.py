@@ -3,8 +3,10 @@
 The client is synchronous: each request runs on a thread of a pool of our own (as many threads as
 the ApiClient has pooled connections, sized for ``--max-in-flight``; asyncio's default executor
 would cap it at a handful on a small machine). Every request first takes a token from the
-binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, events and
-read-backs included (``meters_requests``). Bodies and the reading of answers are pure functions
+binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, read-backs
+included (``meters_requests``) — except events, which take theirs from ``event_limiter``:
+kube-scheduler, too, writes events through a client of their own with its own limiter, so that
+"50 QPS" means 50 bindings per second rather than 25 bindings and their 25 events. Bodies and the reading of answers are pure functions
 in :mod:`.kube_outcomes`; this module only sends and receives.
 
 Requests, per operation:
@@ -100,7 +102,8 @@ class KubeBackend:
 
     meters_requests = True
 
-    def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, workers: int = 32,
+    def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, event_limiter: TokenBucket | None = None,
+                 workers: int = 32,
                  timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -108,6 +111,7 @@ class KubeBackend:
 
         self.api_client = api_client
         self.limiter = limiter
+        self.event_limiter = event_limiter or limiter
         self.timeout_s = timeout_s
         self.node_ttl_s = node_ttl_s
         self.instance = instance or _default_instance()
@@ -127,9 +131,11 @@ class KubeBackend:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    async def _send(self, method: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Reply:
-        """One API request: a token, then ``call`` on the pool; never raises for an answer."""
-        await self.limiter.acquire()
+    async def _send(self, method: str, call: Callable[..., Any], *args: Any, limiter: TokenBucket | None = None,
+                    **kwargs: Any) -> Reply:
+        """One API request: a token (from ``limiter``, default the main one), then ``call`` on the
+        pool; never raises for an answer."""
+        await (limiter or self.limiter).acquire()
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         reply = await loop.run_in_executor(self._pool, lambda: self._invoke(call, args, kwargs))
@@ -156,7 +162,8 @@ class KubeBackend:
         return await self._send("GET", self._core.read_namespaced_pod, name, namespace)
 
     async def _event(self, body: dict[str, Any]) -> None:
-        reply = await self._send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body)
+        reply = await self._send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body,
+                                 limiter=self.event_limiter)
         EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
         if not reply.ok:
             outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))
