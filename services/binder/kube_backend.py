@@ -103,8 +103,7 @@ class KubeBackend:
     meters_requests = True
 
     def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, event_limiter: TokenBucket | None = None,
-                 workers: int = 32,
-                 timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
+                 workers: int = 32, timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi, EventsV1Api

@@ -178,10 +178,11 @@ class BinderService:
                      qps=self.binder.limiter.qps, burst=self.binder.limiter.burst,
                      report_unschedulable=self.decisions is not None)
             try:
-                # One failing loop stops the other (TaskGroup cancels its siblings).
-                async with asyncio.TaskGroup() as loops:
-                    loops.create_task(self._command_loop(handler, outputs, stop))
-                    if self.decisions is not None:
+                if self.decisions is None:
+                    await self._command_loop(handler, outputs, stop)
+                else:  # one failing loop stops the other (TaskGroup cancels its siblings)
+                    async with asyncio.TaskGroup() as loops:
+                        loops.create_task(self._command_loop(handler, outputs, stop))
                         loops.create_task(self._report_loop(stop))
             finally:
                 await self.consumer.stop()
