@@ -6,8 +6,9 @@ would cap it at a handful on a small machine). Every request first takes a token
 binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, read-backs
 included (``meters_requests``) — except events, which take theirs from ``event_limiter``:
 kube-scheduler, too, writes events through a client of their own with its own limiter, so that
-"50 QPS" means 50 bindings per second rather than 25 bindings and their 25 events. Bodies and the reading of answers are pure functions
-in :mod:`.kube_outcomes`; this module only sends and receives.
+"50 QPS" means 50 bindings per second rather than 25 bindings and their 25 events. Bodies and
+the reading of answers are pure functions in :mod:`.kube_outcomes`; this module only sends and
+receives.
 
 Requests, per operation:
 
