@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["ApiException", "KubeApi", "Path", "api_client_from_kubeconfig", "lines"]
+__all__ = ["ApiException", "KubeApi", "Path", "api_client_from_kubeconfig", "close_stream", "lines"]
 
 Query = Sequence[tuple[str, Any]]
 
@@ -110,6 +110,19 @@ def lines(response: Any) -> Iterator[bytes]:
                 yield line
     if pending.strip():
         yield pending
+
+
+def close_stream(response: Any) -> None:
+    """End a watch stream from any thread: shutting the socket down unblocks a thread still
+    reading it (a plain close would not). A stream that already ended just goes back to the pool."""
+    try:
+        response.shutdown()
+    except (RuntimeError, ValueError, OSError):
+        pass  # already released, or nothing to shut down
+    try:
+        response.release_conn()
+    except Exception:  # noqa: BLE001 - the connection is broken anyway; nothing to give back
+        pass
 
 
 def api_client_from_kubeconfig(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:

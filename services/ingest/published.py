@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from berth.logs import get_logger
 from berth.schemas import EnvelopeError, Topic, decode
@@ -32,17 +33,15 @@ async def read_published(kafka: KafkaSettings, topics: Mapping[str, Topic], *, s
     """The observations still standing (not removed since) that ``source`` published on
     ``topics`` (contract role → topic, e.g. ``{"pods": PODS}``), read up to each partition's
     end as of the call. Undecodable records are skipped: the consumers dead-letter them."""
+    by_name = {topic.name: topic for topic in topics.values()}
+    partitions = await _partitions(kafka, sorted(by_name))
+    if not partitions:
+        return []
     consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     known: dict[str, dict[str, Observation]] = {}
     try:
-        existing = await consumer.topics()
-        by_name = {topic.name: topic for topic in topics.values() if topic.name in existing}
-        partitions = [TopicPartition(name, p) for name in sorted(by_name)
-                      for p in sorted(consumer.partitions_for_topic(name) or ())]
-        if not partitions:
-            return []
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
@@ -65,6 +64,20 @@ async def read_published(kafka: KafkaSettings, topics: Mapping[str, Topic], *, s
     finally:
         await consumer.stop()
     return [event for entries in known.values() for event in entries.values()]
+
+
+async def _partitions(kafka: KafkaSettings, names: list[str]) -> list[TopicPartition]:
+    """Every partition of the ``names`` that exist (the admin client asks the broker; a fresh
+    consumer's own metadata may not know a topic yet)."""
+    admin = AIOKafkaAdminClient(**kafka.client_options())
+    await admin.start()
+    try:
+        described = await admin.describe_topics(names)
+    finally:
+        await admin.close()
+    return [TopicPartition(entry["topic"], part["partition"])
+            for entry in sorted(described, key=lambda e: e["topic"]) if entry.get("error_code", 0) == 0
+            for part in sorted(entry.get("partitions") or (), key=lambda p: p["partition"])]
 
 
 def _fold_record(known: dict[str, Observation], topic: Topic, record: Any, source: str) -> None:

@@ -31,12 +31,12 @@ from datetime import datetime
 from typing import Any
 
 import urllib3
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_exponential, wait_random
 
 from berth.logs import get_logger
 from berth.schemas._base import utc_now
 
-from .kubeapi import PATHS, ApiException, KubeApi, lines
+from .kubeapi import PATHS, ApiException, KubeApi, close_stream, lines
 from .metrics import RELISTS, UNCONVERTIBLE, WATCH_EVENTS, WATCH_LAG
 from .translate import (
     DEFAULT_SCHEDULER_NAMES,
@@ -115,7 +115,7 @@ class ResourceWatcher:
         """List, then watch for ever (until cancelled); see the module docstring."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(_RETRYABLE), stop=stop_never, reraise=True,
-            wait=wait_exponential_jitter(initial=0.2, max=self.max_backoff_s),
+            wait=wait_exponential(multiplier=0.2, max=self.max_backoff_s) + wait_random(0, 0.5),
             before_sleep=self._before_retry,
         ):
             with attempt:
@@ -148,12 +148,12 @@ class ResourceWatcher:
     async def relist(self) -> None:
         """List everything (paginated) and publish the difference to ``known``."""
         items, version = await self._list_all()
-        translation = relist_steps(self.known, self.resource, items, observed_at=self.clock(),
-                                   scheduler_names=self.scheduler_names)
-        await self._apply(translation)
         if self.lists:
             RELISTS.labels(self.resource).inc()
         self.lists += 1
+        translation = relist_steps(self.known, self.resource, items, observed_at=self.clock(),
+                                   scheduler_names=self.scheduler_names)
+        await self._apply(translation)
         self.resource_version = version
         self.synced.set()
         self._log.info("listed", objects=len(items), published=len(translation.steps),
@@ -223,11 +223,7 @@ class ResourceWatcher:
                 if finished:
                     return
         finally:
-            try:
-                response.shutdown()  # unblocks the reader thread if it is still reading
-                response.release_conn()
-            except Exception:  # noqa: BLE001 - best effort on an already broken connection
-                pass
+            close_stream(response)  # unblocks the reader thread if it is still reading
 
     async def _handle(self, batch: list[Any]) -> bool:
         """Translate and publish a batch of lines; True when the stream has ended."""
