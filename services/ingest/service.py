@@ -146,7 +146,10 @@ class IngestService:
     async def _lead(self, producer: EventProducer, stop: asyncio.Event) -> None:
         """One leadership term; returns when the Lease is lost or ``stop`` is set."""
         self._log.info("leading: reading back what was published")
-        previous = await read_published(self.kafka, self.topics, source=self.config.source)
+        try:
+            previous = await read_published(self.kafka, self.topics, source=self.config.source)
+        except Exception as exc:  # noqa: BLE001 - Kafka trouble: end the term, try again later
+            raise PublishError(f"reading back the cluster topics: {type(exc).__name__}: {exc}") from exc
         scopes = self.config.scopes()
         known = route_published(previous, scopes)
 

@@ -113,13 +113,15 @@ class ResourceWatcher:
 
     async def run(self) -> None:
         """List, then watch for ever (until cancelled); see the module docstring."""
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(_RETRYABLE), stop=stop_never, reraise=True,
-            wait=wait_exponential(multiplier=0.2, max=self.max_backoff_s) + wait_random(0, 0.5),
-            before_sleep=self._before_retry,
-        ):
-            with attempt:
-                while True:
+        while True:
+            # A fresh retrier per cycle: the backoff grows over consecutive failures only, and a
+            # cycle that ends normally (the server's watch timeout) starts the count again.
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(_RETRYABLE), stop=stop_never, reraise=True,
+                wait=wait_exponential(multiplier=0.2, max=self.max_backoff_s) + wait_random(0, 0.5),
+                before_sleep=self._before_retry,
+            ):
+                with attempt:
                     await self.cycle()
 
     async def cycle(self) -> None:
