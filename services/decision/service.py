@@ -113,9 +113,13 @@ class DecisionService:
         )
 
     async def _on_assign(self, assigned: set[TopicPartition]) -> None:
-        for tp in sorted(assigned, key=lambda t: t.partition):
-            if tp.partition in self.workers:
-                continue
+        # aiokafka may already fetch from a partition while this callback is still rebuilding it
+        # (it initialises positions before calling the listener). Pause the new cells so that no
+        # batch reaches run() before its worker exists; each is resumed at exactly the offset
+        # its rebuild stopped at.
+        new = sorted((tp for tp in assigned if tp.partition not in self.workers), key=lambda t: t.partition)
+        self.consumer.raw.pause(*new)
+        for tp in new:
             committed = await self.consumer.raw.committed(tp) or 0
             decider = CellDecider(tp.partition, self.engine_factory(), pools=self.pools)
             started = time.monotonic()
@@ -125,6 +129,8 @@ class DecisionService:
                                         linger_ms=2)
             await producer.start()
             self.workers[tp.partition] = CellWorker(tp.partition, decider, producer)
+            self.consumer.raw.seek(tp, committed)
+            self.consumer.raw.resume(tp)
             log.info("cell taken over", cell=tp.partition, committed_offset=committed,
                      inputs_folded=folded, pending=decider.pending_count,
                      rebuild_s=round(time.monotonic() - started, 3))
@@ -146,6 +152,12 @@ class DecisionService:
                     worker = self.workers.get(tp.partition)
                     if worker is not None and batches[tp]:
                         await self._process(worker, tp, batches[tp])
+                    elif batches[tp] and tp in self.consumer.raw.assignment():
+                        # Never drop a cell's input: without its worker (a takeover still in
+                        # progress) the batch is fetched again once the cell is rebuilt.
+                        log.warning("batch for a cell without its worker; fetching it again",
+                                    cell=tp.partition, offset=batches[tp][0].offset)
+                        self.consumer.raw.seek(tp, batches[tp][0].offset)
                 self._report_queues()
         finally:
             await self.consumer.stop()
@@ -171,8 +183,7 @@ class DecisionService:
             except KafkaError:
                 pass
             if tp in self.consumer.raw.assignment():
-                await self._on_assign({tp})
-                self.consumer.raw.seek(tp, await self.consumer.raw.committed(tp) or 0)
+                await self._on_assign({tp})  # rebuilds and resumes the cell at its committed offset
 
     async def _decide_batch(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
         outputs: list[tuple[CellDecision, float]] = []

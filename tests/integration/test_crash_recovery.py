@@ -10,6 +10,7 @@ runs) and a fresh Postgres database on the session's server.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections import defaultdict
@@ -141,7 +142,7 @@ def _run(services: Supervisor, sim_url: str, victim: str) -> dict[str, Any]:
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("victim", ["binder", "inventory"])
+@pytest.mark.parametrize("victim", ["binder", "inventory", "decision"])
 def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
         victim: str, own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import yaml
@@ -163,7 +164,7 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
     [sim_port] = free_ports(1)
     sim_url = f"http://127.0.0.1:{sim_port}"
 
-    with Supervisor(tmp_path / "logs", {**env, "BERTH_LOG_LEVEL": "info"}) as services:
+    with Supervisor(tmp_path / "logs", {**env, "BERTH_LOG_LEVEL": os.environ.get("CRASH_LOG_LEVEL", "info")}) as services:
         services.start("audit")
         services.start("inventory", ["run", "--data-dir", str(tmp_path / "inventory")])
         services.start("token-lag", ["run", "--pools", str(pools)])
