@@ -198,3 +198,35 @@ def test_real_trace_sizes_and_demand():
     workload = build_workload(trace.pods, trace.nodes.total_gpu_milli, 1.3, run_generators(42)[0])
     assert 1.299 * 6_212_000 < workload.requested_gpu_milli <= 1.3 * 6_212_000 + 7000
     assert workload.n_original == 8152 and len(workload) > 10_000
+
+
+# --- the real engine as a policy ---------------------------------------------------------------
+
+
+def test_engine_policy_places_through_the_engine_and_the_protocol_agrees():
+    from bench.gpu_trace.policies.engine import BerthEngine
+
+    assert "berth-engine" in REGISTRY and BerthEngine.drives_placement
+    result = run_one(SMALL_TRACE, "berth-engine", seed=7, demand=1.3)
+    # The mirror state (the protocol's own accounting) saw every engine placement.
+    used = SMALL_TRACE.nodes.total_gpu_milli - result.final_state.free_gpu.sum()
+    assert result.used_gpu_milli[-1] == used > 0
+    assert result.failed < int(result.extra["pods"])
+
+
+def test_engine_policy_maps_gpu_spec_to_required_node_affinity():
+    from bench.gpu_trace.policies.engine import node_infos, pod_template
+    from berth.core.config import default_config
+    from berth.core.scheduler import Scheduler
+    from berth.core.state import ClusterState as EngineState
+
+    pods = make_pods([(1000, 1000, 1, 500)])
+    pods = PodTable(pods.names, pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli,
+                    (frozenset({"V100"}),))
+    scheduler = Scheduler(default_config())
+    state = EngineState()
+    for node in node_infos(SMALL_TRACE.nodes):
+        state.upsert_node(node)
+    decision = scheduler.schedule(pod_template(pods.request(0), "p"), state, "berth")
+    assert decision.node == "node-002"  # the only V100 node
+    assert decision.gpu_milli == 500 and len(decision.gpu_devices) == 1

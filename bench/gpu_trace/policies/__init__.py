@@ -6,6 +6,7 @@ from bench.gpu_trace.policies.base import Policy
 from bench.gpu_trace.policies.berth import BerthFGD, BerthFillMeasure, BerthPaperMeasure
 from bench.gpu_trace.policies.best_fit import BestFit
 from bench.gpu_trace.policies.dot_product import DotProduct
+from bench.gpu_trace.policies.engine import BerthEngine
 from bench.gpu_trace.policies.fgd import FGD
 from bench.gpu_trace.policies.gpu_clustering import GpuClustering
 from bench.gpu_trace.policies.gpu_packing import GpuPacking
@@ -14,6 +15,7 @@ from bench.gpu_trace.policies.random_fit import RandomFit
 REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (
+        BerthEngine,
         BerthFGD,
         FGD,
         BestFit,
@@ -25,8 +27,9 @@ REGISTRY: dict[str, type[Policy]] = {
         BerthFillMeasure,
     )
 }
-DEFAULT_POLICIES = ("berth", "fgd", "bestfit", "gpupacking", "gpuclustering", "dotprod", "random")
-"""What the runner measures by default: Berth's policy and the paper's six; the rest are ablations."""
+DEFAULT_POLICIES = ("berth-engine", "berth", "fgd", "bestfit", "gpupacking", "gpuclustering", "dotprod", "random")
+"""What the runner measures by default: the real engine (default profile), Berth's harness policy
+(the engine's fragmentation functions alone) and the paper's six; the rest are ablations."""
 
 
 def make_policy(name: str) -> Policy:
