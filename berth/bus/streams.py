@@ -32,6 +32,7 @@ from berth.schemas.topics import DEAD_LETTER
 from berth.settings import KafkaSettings
 
 from .deadletter import decode_or_dead_letter
+from .topics_admin import TopicSpec, create_missing_topics, ensure_topics
 
 log = get_logger(__name__)
 V = TypeVar("V")
@@ -251,6 +252,25 @@ class StartupError(RuntimeError):
     """The service cannot start; the message says why and what to check."""
 
 
+def internal_topics(app: faust.App) -> list[TopicSpec]:
+    """The topics ``app`` owns: its tables' changelogs and the internal topics its agents read.
+
+    They must exist before the worker starts. faust declares them itself, but on a brand-new
+    broker its first rebalance can run before that, and its assignor then leaves out the
+    missing topic's partitions for good: an agent on a re-keyed stream never gets any input.
+    """
+    specs = {}
+    for table in app.tables.values():
+        changelog = table.changelog_topic
+        specs[changelog.get_topic_name()] = TopicSpec(changelog.get_topic_name(), table.partitions, compacted=True)
+    for agent in app.agents.values():
+        channel = agent.channel
+        if getattr(channel, "internal", False) and channel.partitions:
+            for name in channel.topics:
+                specs.setdefault(name, TopicSpec(name, channel.partitions))
+    return [specs[name] for name in sorted(specs)]
+
+
 def serve(
     service: str,
     build: Callable[[dict[str, int], dict[str, Any]], faust.App],
@@ -267,8 +287,6 @@ def serve(
 
     Raises :class:`StartupError` when Kafka cannot be reached or a topic is missing.
     """
-    from .topics_admin import ensure_topics
-
     directory = data_dir or default_data_dir(service)
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -286,6 +304,13 @@ def serve(
         raise StartupError(f"cannot prepare Kafka topics at {kafka.bootstrap}: {exc}") from exc
     log.info("starting", kafka=kafka.bootstrap, partitions=counts, store=store, data_dir=str(directory))
     app = build(counts, {**faust_app_options(kafka), "store": store, "datadir": str(directory)})
+    try:
+        created = loop.run_until_complete(create_missing_topics(kafka, internal_topics(app)))
+    except Exception as exc:
+        loop.close()
+        raise StartupError(f"cannot create {service}'s internal topics at {kafka.bootstrap}: {exc}") from exc
+    if created:
+        log.info("internal topics created", topics=created)
     run_worker(app, loop=loop, log_level=log_level, metrics_port=metrics_port)
     log.info("stopped")
 

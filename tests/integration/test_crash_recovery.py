@@ -70,32 +70,6 @@ def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
         kafka.stop()
 
 
-async def _create_inventory_topics(bootstrap: str) -> None:
-    """Create the inventory's internal topics up front. On a brand-new broker, faust's first
-    rebalance can run before it created them itself: its assignor then ignores the missing
-    by-node topic and the inventory never routes a node (every pod ends up unschedulable)."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
-    from berth.schemas.topics import NODES, PODS
-    from services.inventory.app import APP_ID, NODE_INPUTS
-
-    topics = [NewTopic(NODE_INPUTS, NODES.partitions, 1),
-              NewTopic(f"{APP_ID}-nodes-changelog", NODES.partitions, 1, topic_configs={"cleanup.policy": "compact"}),
-              NewTopic(f"{APP_ID}-pod-routes-changelog", PODS.partitions, 1,
-                       topic_configs={"cleanup.policy": "compact"})]
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        for topic in topics:
-            try:
-                await admin.create_topics([topic])
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        await admin.close()
-
-
 async def _placements(settings: BerthSettings) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
     """(pod UIDs of each PlacePods command, statuses reported for each command id) from Kafka."""
     from berth.bus import EventConsumer
@@ -155,7 +129,6 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
     settings = BerthSettings()
     db.upgrade(settings.database)
     asyncio.run(ensure_topics(settings.kafka))
-    asyncio.run(_create_inventory_topics(own_kafka))
 
     documents = generated_documents("demo:1")
     workload, pools = tmp_path / "workload.yaml", tmp_path / "pools.yaml"
