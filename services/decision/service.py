@@ -126,7 +126,7 @@ class DecisionService:
             folded = await rebuild(self.settings.kafka, decider, tp.partition, committed)
             producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
                                         transactional_id=f"berth-decision-cell-{tp.partition}",
-                                        linger_ms=2)
+                                        linger_ms=2, retry_backoff_ms=10)
             await producer.start()
             self.workers[tp.partition] = CellWorker(tp.partition, decider, producer)
             self.consumer.raw.seek(tp, committed)
