@@ -41,6 +41,7 @@ def test_demo_runs_the_pipeline_end_to_end_and_replays_without_mismatch(kafka_bo
     assert summary["unschedulable"] >= 1, "the workload has pods that fit nowhere"
     assert summary["decisions_audited"] >= summary["placed"]
     assert summary["replay_mismatches"] == 0
+    assert summary["overcommitted_binds"] == 0, "a node got more than it has: a placement bug"
     assert summary["spot_notices"] == 3 and summary["pool_scale_events"] >= 1
     assert summary["dead_lettered"] >= 1, "the malformed record must reach the dead-letter topic"
     assert _stack_processes() <= before, "the demo left processes behind"
