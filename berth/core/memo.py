@@ -74,7 +74,11 @@ class NodeMemo(StateExtension):
     """The memo, attached to a ClusterState by the framework."""
 
     KEY = "berth.core/node-memo"
-    MAX_ENTRIES = 64
+    MIN_ENTRIES = 64
+    BUDGET_BYTES = 64 * 2**20
+    """Entries kept: as many as fit in this budget (16 bytes per slot each), at least
+    MIN_ENTRIES — a workload with many distinct pod shapes (the Alibaba trace has 151) needs one
+    entry per shape and plugin, or every cycle recomputes every node."""
 
     def __init__(self) -> None:
         self._capacity = 0
@@ -85,12 +89,16 @@ class NodeMemo(StateExtension):
         for entry in self._entries.values():
             entry.grow(capacity)
 
+    @property
+    def max_entries(self) -> int:
+        return max(self.MIN_ENTRIES, self.BUDGET_BYTES // (16 * max(self._capacity, 1)))
+
     def _get(self, key: Hashable, kind: type) -> ScoreMemoEntry | FilterMemoEntry:
         entry = self._entries.get(key)
         if entry is None:
             entry = kind(self._capacity)
             self._entries[key] = entry
-            if len(self._entries) > self.MAX_ENTRIES:
+            if len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(key)

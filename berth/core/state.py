@@ -192,6 +192,8 @@ class ClusterState:
         self._pods_with_affinity: set[str] = set()
         self._pods_with_required_anti_affinity: set[str] = set()
         self._pod_json_cache: dict[str, tuple[PodInfo, bytes]] = {}
+        self._priority_counts: dict[int, int] = {}
+        """Placed pods per priority: lets preemption see at once that nothing is below a pod."""
         # --- namespaces and policies
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._namespace_digest: dict[str, int] = {}
@@ -608,6 +610,7 @@ class ClusterState:
         )
         uid = pod.uid
         self._pods[uid] = placed
+        self._priority_counts[pod.priority] = self._priority_counts.get(pod.priority, 0) + 1
         self._pods_by_node.setdefault(node, set()).add(uid)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(uid)
         for key, value in pod.labels.items():
@@ -626,6 +629,11 @@ class ClusterState:
     def _release(self, placed: PlacedPod) -> None:
         uid, pod = placed.uid, placed.pod
         del self._pods[uid]
+        left = self._priority_counts[pod.priority] - 1
+        if left:
+            self._priority_counts[pod.priority] = left
+        else:
+            del self._priority_counts[pod.priority]
         _discard(self._pods_by_node, placed.node_name, uid)
         _discard(self._pods_by_namespace, pod.namespace, uid)
         for key, value in pod.labels.items():
@@ -673,6 +681,11 @@ class ClusterState:
     @property
     def pod_count(self) -> int:
         return len(self._pods)
+
+    def has_pods_below(self, priority: int) -> bool:
+        """Whether any placed pod has a priority lower than ``priority`` (O(distinct
+        priorities)): preemption has no possible victim otherwise."""
+        return any(p < priority for p in self._priority_counts)
 
     def placed_pod(self, uid: str) -> PlacedPod | None:
         return self._pods.get(uid)
