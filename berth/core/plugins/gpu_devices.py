@@ -13,7 +13,8 @@ These plugins add what counts cannot say — which devices:
   on one NUMA node and fully NVLinked.
 - :class:`GpuAvailability` (Score): keep GPUs available — CPU-only pods prefer nodes without
   GPUs; GPU pods prefer nodes with more room left (the spreading counterpart of bin-packing).
-- :class:`GpuFragmentation` (Score): FGD's fragmentation gradient (:mod:`berth.core.gpu`).
+- :class:`GpuFragmentation` (Score): FGD's fragmentation gradient, in its own module
+  (:mod:`berth.core.plugins.gpu_fragmentation`), re-exported here.
 
 The per-device state is :class:`GpuDeviceExtension`, kept current by the ClusterState.
 """
@@ -24,8 +25,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
-
 from berth.core import messages
 from berth.core.framework import (
     MAX_NODE_SCORE,
@@ -43,6 +42,7 @@ from berth.core.framework import (
     StateExtension,
     Status,
 )
+from berth.core.plugins.gpu_fragmentation import DEVICE_HINT, GpuFragmentation
 from berth.core.plugins.gpu_inventory import MILLI, GpuAllocation, GpuInventory, GpuMisfit, GpuRequest
 
 if TYPE_CHECKING:
@@ -192,7 +192,18 @@ class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
         request = _request(cycle)
         if not request.wants_gpu:
             return ReserveResult()
-        allocation = gpu_inventory(cycle.state).choose(node, request)
+        inv = gpu_inventory(cycle.state)
+        allocation = None
+        hint = cycle.data.get(DEVICE_HINT)
+        if hint is not None and request.is_share:
+            # GpuFragmentation scored this node by the device it would take there; use that
+            # device when it fits (its measure ignores device memory), else bin-pack as usual.
+            nodes, columns = hint
+            at = np.flatnonzero(nodes == node)
+            if at.size and columns[at[0]] >= 0:
+                allocation = inv.share_at(node, request, int(columns[at[0]]))
+        if allocation is None:
+            allocation = inv.choose(node, request)
         if allocation is None:  # the filter said yes; only a bug gets here
             return ReserveResult(status=Status.error(f"{self.NAME}: no devices on the chosen node",
                                                      plugin=self.NAME))
@@ -285,81 +296,3 @@ class GpuAvailability(PreScorePlugin, ScorePlugin):
         free = total - inv.used_milli()[nodes]
         need = request.whole * MILLI if request.whole else request.milli
         return (MAX_NODE_SCORE * np.maximum(free - need, 0) // np.maximum(total, 1)).astype(np.int64)
-
-
-class FragmentationArgs(PluginArgs):
-    """The target workload FGD measures fragmentation against: pod shapes with popularity."""
-
-    target_workload: tuple[dict[str, int], ...] = Field(
-        default=(
-            {"gpuMilli": 1000, "numGpu": 1, "cpuMilli": 4000, "weight": 30},
-            {"gpuMilli": 1000, "numGpu": 2, "cpuMilli": 8000, "weight": 15},
-            {"gpuMilli": 1000, "numGpu": 4, "cpuMilli": 16000, "weight": 8},
-            {"gpuMilli": 1000, "numGpu": 8, "cpuMilli": 32000, "weight": 3},
-            {"gpuMilli": 500, "numGpu": 1, "cpuMilli": 2000, "weight": 20},
-            {"gpuMilli": 250, "numGpu": 1, "cpuMilli": 1000, "weight": 24},
-        ),
-        alias="targetWorkload",
-    )
-
-
-class GpuFragmentation(_GpuScore):
-    """FGD: prefer the node (and device) whose GPU fragmentation grows least, measured against
-    a target workload (args ``targetWorkload``); uses :mod:`berth.core.gpu.fragmentation`."""
-
-    NAME: ClassVar[str] = "GpuFragmentation"
-    Args = FragmentationArgs
-
-    def __init__(self, args: PluginArgs | None = None) -> None:
-        super().__init__(args)
-        from berth.core.gpu import PodRequest, TargetWorkload
-
-        shapes = []
-        for shape in self.args.target_workload:  # type: ignore[attr-defined]
-            shapes += [PodRequest(cpu_milli=shape.get("cpuMilli", 0), num_gpu=shape.get("numGpu", 1),
-                                  gpu_milli=shape.get("gpuMilli", 1000))] * max(1, shape.get("weight", 1))
-        self._workload = TargetWorkload.from_requests(shapes, coverage=1.0)
-
-    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
-        request = _request(cycle)
-        # FGD models whole GPUs and shares of one; MIG pods are left to the other terms.
-        return Status.success() if (request.whole or request.is_share) else Status.skip()
-
-    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
-        from berth.core.gpu import INFEASIBLE, PodRequest, score_placements
-
-        inv = gpu_inventory(cycle.state)
-        request = _request(cycle)
-        state = cycle.state
-        cpu_request = cycle.pod.requests.get("cpu", 0)
-        pod = PodRequest(cpu_milli=cpu_request, num_gpu=request.whole or 1,
-                         gpu_milli=MILLI if request.whole else max(1, request.milli))
-        workload = self._workload
-
-        def compute(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
-            # A node's fragmentation change depends on that node alone (its free GPU milli per
-            # device and free CPU), so it is cached per slot and per pod shape.
-            free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
-            access = np.ones((len(rows), workload.size), dtype=bool)
-            result = score_placements(free, _free_cpu(state, rows), access, pod, workload)
-            increase = np.where(result.fits, result.increase, INFEASIBLE)
-            return -np.minimum(increase, INFEASIBLE // 4)
-
-        key = (self.NAME, request.whole, request.milli, request.memory_mib, cpu_request)
-        return inv.per_slot(key, compute).take(nodes)
-
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        if not len(scores):
-            return scores
-        low, high = int(scores.min()), int(scores.max())
-        if high == low:
-            return np.full(len(scores), MAX_NODE_SCORE, dtype=np.int64)
-        return (MAX_NODE_SCORE * (scores - low) // (high - low)).astype(np.int64)
-
-
-def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
-    """Free CPU millicores of node slots, from the ClusterState's resource arrays."""
-    from berth.core.state import CPU
-
-    return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)

@@ -653,6 +653,17 @@ class GpuInventory:
         devices = tuple(sorted({d for d, _, _ in pieces}))
         return GpuAllocation(devices=devices, mig=pieces)
 
+    def share_at(self, row: int, request: GpuRequest, col: int) -> GpuAllocation | None:
+        """The share ``request`` taken from column ``col`` of node ``row``, or None if that
+        device cannot take it (unusable, or too little free compute or memory)."""
+        if not request.is_share or not 0 <= col < self.width:
+            return None
+        if not self.share_fits(request, np.array([row], dtype=np.intp))[0, col]:
+            return None
+        milli, memory = self._share_need(request)
+        return GpuAllocation(devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]),
+                             memory_mib=int(memory[row, col]))
+
     def _mig_pieces(self, row: int, request: GpuRequest,
                     columns: Iterable[int]) -> tuple[tuple[int, str, int], ...] | None:
         """Slices for ``request.mig`` from ``columns`` of node ``row``: the device with the

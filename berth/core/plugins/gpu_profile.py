@@ -30,5 +30,6 @@ GPU_PROFILE: dict[str, Any] = {
 """Plugins and weights: devices must fit (GpuDeviceFit); among fitting nodes, fill partly used
 GPUs first (GpuBinPack, 2), prefer compact NUMA/NVLink sets for multi-GPU pods
 (GpuTopologyFitness, 1), nodes with the pod's model cached (ModelCache, 1) or its data nearby
-(DataLocality, 1); preempt lower-priority pods when nothing fits (DefaultPreemption). Cost,
-carbon, GPU availability and fragmentation are opt-in (see ``examples/berth-config.yaml``)."""
+(DataLocality, 1); preempt lower-priority pods when nothing fits (DefaultPreemption). The
+built-in profile adds GpuFragmentation (10); cost, carbon and GPU availability are opt-in (see
+``examples/berth-config.yaml``)."""

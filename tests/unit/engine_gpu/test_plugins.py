@@ -187,24 +187,3 @@ def test_share_messages_golden(milli: int, mib: int, text: str) -> None:
     assert messages.gpu_no_socket_set(4) == "node(s) had no 4 free GPUs on one NUMA node"
 
 
-def test_fragmentation_scores_stay_exact_while_cached() -> None:
-    from berth.core.gpu import INFEASIBLE, PodRequest, score_placements
-    from berth.core.plugins.gpu_devices import GpuFragmentation
-
-    state = state_of(dgx("a"), dgx("b"), dgx("c"))
-    plugin = GpuFragmentation()
-    quarter = pod("q", fraction=250)
-    placements = [("a", pod("w1", 1)), ("b", pod("s1", fraction=500)), ("a", PodInfo(uid="c1", namespace="default", name="c1", requests={"cpu": 60_000}, creation_time=T0)), ("c", pod("w2", 2))]
-    for step, (name, placed) in enumerate(placements):
-        cycle = CycleContext(quarter, state, "berth")
-        nodes = state.order()
-        cached = plugin.score(cycle, nodes)
-        inv = gpu_inventory(state)
-        free = np.where(inv.usable, inv.free_milli, 0)[nodes]
-        cpu = state.allocatable_of(0, nodes) - state.requested_of(0, nodes)
-        fresh = score_placements(free, cpu, np.ones((len(nodes), plugin._workload.size), dtype=bool),
-                                 PodRequest(cpu_milli=0, num_gpu=1, gpu_milli=250), plugin._workload)
-        expected = -np.minimum(np.where(fresh.fits, fresh.increase, INFEASIBLE), INFEASIBLE // 4)
-        assert list(cached) == list(expected), step
-        reserved = GpuDeviceFit().reserve(CycleContext(placed, state, "berth"), state.slot_of(name))  # type: ignore[arg-type]
-        state.assume(placed, name, reserved.gpu_devices, reserved.gpu_milli)

@@ -1,0 +1,325 @@
+"""GpuFragmentation (Score): FGD's fragmentation gradient (Weng et al., USENIX ATC'23).
+
+Prefer the node — and, for a share of one GPU, the device — where placing the pod makes the
+cluster's GPU *fragmentation* grow least: the expected idle GPU capacity that the pods the
+cluster sees could no longer use (:mod:`berth.core.gpu.fragmentation`, Berth's blended measure).
+
+What it measures against (the *target workload*, a set of pod shapes with popularities):
+
+- learned from the pods placed in the ClusterState (running and assumed), when at least
+  ``minLearnedPods`` of them have a shape the measure understands (CPU-only pods, whole GPUs,
+  ``gpu-fraction`` shares): the most popular shapes covering ``coverage`` of them, as FGD's
+  artifact does; pending pods are not part of the core's state and do not count;
+- otherwise the configured ``targetWorkload`` shapes.
+
+The learned workload is a pure function of the placed pods (order-independent counts), so
+decisions stay deterministic and replayable. Counts are bucketed on a half-octave scale
+(1, 2, 3, 4, 6, 8, 12, ...): each shape's weight is exact to about ±17 %, and the workload —
+hence every node's memoised score — changes only when a shape's bucket does, O(log pods) times
+per shape instead of on every placement.
+
+A shape's GPU model list comes from required node affinity (``nvidia.com/gpu.product In
+[...]``, one term) or the node selector; a node's model is its first device's. Nodes whose model
+a shape may not use count all their idle GPU as that shape's fragment, as in the paper.
+
+Scores use a fixed scale, not min-max normalisation over the candidates: FGD's signal is the
+absolute change, and a fixed scale keeps it commensurable with the other weighted terms. A node
+scores ``50 - increase / milliGpuPerPoint`` clipped to 0..100 (default: 2 milli-GPU of expected
+fragmentation per point, so ±100 milli-GPU spans the range and a decrease scores above 50; on
+the Alibaba trace a finer scale allocates more — 10: 95.53 %, 5: 95.68 %, 3: 95.80 %, 2: 95.86 %
+on seed 42 — because FGD's small differences decide where the other terms tie).
+
+Reserve: for a share, the device FGD chose on the selected node is handed to GpuDeviceFit's
+Reserve (cycle data :data:`DEVICE_HINT`), which takes it if it fits (memory included) and
+otherwise falls back to its own bin-packing choice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+from berth.core.framework import (
+    MAX_NODE_SCORE,
+    CycleContext,
+    NodeArray,
+    PluginArgs,
+    PreScorePlugin,
+    ScorePlugin,
+    Status,
+    StateExtension,
+)
+from berth.core.gpu.fragmentation import (
+    BERTH_MEASURE,
+    MILLI_PER_GPU,
+    PodRequest,
+    TargetWorkload,
+    score_placements,
+    weight_scale,
+)
+from berth.core.plugins.gpu_inventory import GpuRequest
+
+if TYPE_CHECKING:
+    from berth.core.state import ClusterState, PlacedPod
+    from berth.schemas.cluster import PodInfo
+
+__all__ = [
+    "DEVICE_HINT",
+    "FragmentationArgs",
+    "GpuFragmentation",
+    "Shape",
+    "TargetShape",
+    "WorkloadExtension",
+    "bucket_count",
+    "learned_workload",
+    "shape_of",
+]
+
+DEVICE_HINT = "GpuFragmentation/device"
+"""Cycle data: ``(nodes, columns)`` — per feasible node (name order) the device column FGD
+chose for a share there (-1: none)."""
+
+Shape = tuple[int, int, int, frozenset[str]]
+"""(cpu milli, GPUs, milli-GPU per GPU, allowed GPU models) — :class:`PodRequest`'s fields."""
+
+GPU_PRODUCT_LABEL_KEYS = ("nvidia.com/gpu.product",)
+"""Node labels naming a node's GPU model (GPU Feature Discovery's)."""
+
+_DEVICE_BITS = 6
+"""Raw scores pack ``increase << 6 | device + 1``: one memoised int64 per node carries both."""
+_INCREASE_LIMIT = 1 << 50
+
+
+class TargetShape(PluginArgs):
+    """One pod shape of the configured target workload and its popularity."""
+
+    gpu_milli: int = Field(default=1000, ge=0, le=1000, alias="gpuMilli",
+                           description="Milli-GPU per device (1000: whole GPUs; 0 with numGpu 0: CPU-only)")
+    num_gpu: int = Field(default=1, ge=0, alias="numGpu", description="Devices per pod (1 for a share)")
+    cpu_milli: int = Field(default=0, ge=0, alias="cpuMilli", description="CPU request in millicores")
+    weight: int = Field(default=1, ge=1, description="Popularity (relative count)")
+    gpu_models: tuple[str, ...] = Field(default=(), alias="gpuModels",
+                                        description="Allowed GPU models (empty: any)")
+
+    def request(self) -> PodRequest:
+        return PodRequest(cpu_milli=self.cpu_milli, num_gpu=self.num_gpu,
+                          gpu_milli=self.gpu_milli if self.num_gpu else 0,
+                          allowed_models=frozenset(self.gpu_models))
+
+
+class FragmentationArgs(PluginArgs):
+    """``pluginConfig`` args of GpuFragmentation."""
+
+    target_workload: tuple[TargetShape, ...] = Field(
+        default=(
+            TargetShape(gpuMilli=1000, numGpu=1, cpuMilli=4000, weight=30),
+            TargetShape(gpuMilli=1000, numGpu=2, cpuMilli=8000, weight=15),
+            TargetShape(gpuMilli=1000, numGpu=4, cpuMilli=16000, weight=8),
+            TargetShape(gpuMilli=1000, numGpu=8, cpuMilli=32000, weight=3),
+            TargetShape(gpuMilli=500, numGpu=1, cpuMilli=2000, weight=20),
+            TargetShape(gpuMilli=250, numGpu=1, cpuMilli=1000, weight=24),
+        ),
+        alias="targetWorkload",
+        description="Shapes used until enough pods are placed to learn the cluster's own mix",
+    )
+    learn_from_cluster: bool = Field(default=True, alias="learnFromCluster",
+                                     description="Learn the target workload from placed pods")
+    min_learned_pods: int = Field(default=50, ge=1, alias="minLearnedPods",
+                                  description="Placed pods needed before the learned mix is used")
+    coverage: float = Field(default=0.95, gt=0.0, le=1.0,
+                            description="Share of placed pods the learned shapes must cover")
+    milli_gpu_per_point: int = Field(default=2, ge=1, alias="milliGpuPerPoint",
+                                     description="Expected fragmented milli-GPU per score point")
+
+
+def shape_of(pod: PodInfo) -> Shape | None:
+    """The pod's shape for the fragmentation measure, or None if it has none (MIG slices, a
+    memory-only share, or a CPU request of 0 with no GPU — nothing to learn from)."""
+    request = GpuRequest.of(pod)
+    if request.mig or (request.is_share and not request.milli):
+        return None
+    cpu = int(pod.requests.get("cpu", 0))
+    models = _required_models(pod)
+    if request.whole:
+        return (cpu, request.whole, MILLI_PER_GPU, models)
+    if request.is_share:
+        return (cpu, 1, min(request.milli, MILLI_PER_GPU), models)
+    return (cpu, 0, 0, frozenset()) if cpu else None
+
+
+def _required_models(pod: PodInfo) -> frozenset[str]:
+    for key in GPU_PRODUCT_LABEL_KEYS:
+        if key in pod.node_selector:
+            return frozenset((pod.node_selector[key],))
+    affinity = pod.affinity.node_affinity if pod.affinity else None
+    if affinity and affinity.required and len(affinity.required) == 1:
+        for requirement in affinity.required[0].match_expressions:
+            if requirement.key in GPU_PRODUCT_LABEL_KEYS and requirement.operator == "In":
+                return frozenset(requirement.values)
+    return frozenset()
+
+
+def bucket_count(count: int) -> int:
+    """``count`` rounded down to the half-octave scale 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+    (the largest ``2**k`` or ``3 * 2**(k-1)`` not above it); 0 stays 0."""
+    if count <= 0:
+        return 0
+    top = 1 << (count.bit_length() - 1)
+    three_halves = top + (top >> 1)
+    return three_halves if top > 1 and count >= three_halves else top
+
+
+def learned_workload(counts: Mapping[Shape, int], coverage: float) -> tuple[tuple[Shape, int], ...]:
+    """The learned target workload as ``(shape, weight)`` pairs: bucketed counts, ranked by
+    weight then shape (descending, so input order never matters), the shortest prefix covering
+    ``coverage`` of the bucketed total. Empty when there are no counts."""
+    weights = {shape: bucket_count(count) for shape, count in counts.items() if count > 0}
+    total = sum(weights.values())
+    ranked = sorted(weights.items(), key=lambda item: (item[1], item[0][0], item[0][2], item[0][1],
+                                                       "|".join(sorted(item[0][3]))), reverse=True)
+    kept: list[tuple[Shape, int]] = []
+    covered = 0
+    for shape, weight in ranked:
+        if covered >= coverage * total:
+            break
+        kept.append((shape, weight))
+        covered += weight
+    return tuple(kept)
+
+
+class WorkloadExtension(StateExtension):
+    """Counts the shapes of the pods placed in the ClusterState (bound and assumed)."""
+
+    KEY = "GpuFragmentation"
+
+    def __init__(self) -> None:
+        self.counts: Counter[Shape] = Counter()
+        self.total = 0
+        self._learned: dict[float, tuple[tuple[Shape, int], ...]] = {}
+        self._workloads: dict[tuple[tuple[Shape, int], ...], tuple[int, TargetWorkload]] = {}
+
+    def _count(self, placed: PlacedPod, delta: int) -> None:
+        shape = shape_of(placed.pod)
+        if shape is None:
+            return
+        before = self.counts[shape]
+        after = before + delta
+        if after:
+            self.counts[shape] = after
+        else:
+            del self.counts[shape]
+        self.total += delta
+        # The learned workload reads bucketed counts only: most placements leave it unchanged.
+        if bucket_count(before) != bucket_count(after):
+            self._learned.clear()
+
+    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
+        self._count(placed, 1)
+
+    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        self._count(placed, -1)
+
+    def workload(self, coverage: float) -> tuple[int, TargetWorkload]:
+        """``(id, workload)`` learned from the current counts; equal learned workloads get the
+        same id (so memoised scores stay valid) for the life of this extension."""
+        pairs = self._learned.get(coverage)
+        if pairs is None:
+            pairs = self._learned[coverage] = learned_workload(self.counts, coverage)
+        known = self._workloads.get(pairs)
+        if known is None:
+            known = self._workloads[pairs] = (len(self._workloads) + 1, _workload_of(pairs))
+        return known
+
+
+def _workload_of(pairs: tuple[tuple[Shape, int], ...]) -> TargetWorkload:
+    return TargetWorkload(
+        cpu_milli=np.array([s[0] for s, _ in pairs]), num_gpu=np.array([s[1] for s, _ in pairs]),
+        gpu_milli=np.array([s[2] for s, _ in pairs]), allowed_models=tuple(s[3] for s, _ in pairs),
+        weight=np.array([w for _, w in pairs]))
+
+
+class GpuFragmentation(PreScorePlugin, ScorePlugin):
+    """FGD: the node (and device) whose GPU fragmentation grows least scores highest; see the
+    module docstring for the target workload, the scale and the device hint."""
+
+    NAME: ClassVar[str] = "GpuFragmentation"
+    Args = FragmentationArgs
+    STATE_EXTENSIONS = (WorkloadExtension,)
+
+    def __init__(self, args: PluginArgs | None = None) -> None:
+        super().__init__(args)
+        configured = [(shape.request(), shape.weight) for shape in self.args.target_workload]  # type: ignore[attr-defined]
+        pairs = tuple(((r.cpu_milli, r.num_gpu, r.gpu_milli, r.allowed_models), w) for r, w in configured)
+        self._configured = _workload_of(pairs)
+
+    def _workload(self, state: ClusterState) -> tuple[int, TargetWorkload]:
+        args: FragmentationArgs = self.args  # type: ignore[assignment]
+        if args.learn_from_cluster:
+            extension: WorkloadExtension = state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
+            if extension.total >= args.min_learned_pods:
+                return extension.workload(args.coverage)
+        return 0, self._configured
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        from berth.core.plugins.gpu_devices import gpu_inventory
+
+        if shape_of(cycle.pod) is None or not gpu_inventory(cycle.state).node_total.any():
+            return Status.skip()  # nothing the measure understands, or no GPUs to fragment
+        self._cycle_workload(cycle)
+        return Status.success()
+
+    def _cycle_workload(self, cycle: CycleContext) -> tuple[int, TargetWorkload]:
+        """The workload of this cycle, fixed at its first use (PreScore)."""
+        found = cycle.data.get(self.NAME)
+        if found is None:
+            found = cycle.data[self.NAME] = self._workload(cycle.state)
+        return found  # type: ignore[no-any-return]
+
+    def score_signature(self, cycle: CycleContext) -> Hashable | None:
+        # The raw score of a node depends on the pod's shape, the workload and that node's row
+        # (free GPU milli per device, free CPU, GPU model) only.
+        return (shape_of(cycle.pod), self._cycle_workload(cycle)[0])
+
+    def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
+        """Raw: ``increase << 6 | (device + 1)``, increase in weighted units (lower is better)."""
+        from berth.core.plugins.gpu_devices import gpu_inventory
+
+        shape = shape_of(cycle.pod)
+        assert shape is not None  # pre_score skipped the others
+        _, workload = self._cycle_workload(cycle)
+        inv = gpu_inventory(cycle.state)
+        rows = np.asarray(nodes, dtype=np.intp)
+        free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
+        models = [inv.models[row][0] if inv.models[row] else None for row in rows.tolist()]
+        access = workload.model_access(models)
+        pod = PodRequest(cpu_milli=shape[0], num_gpu=shape[1], gpu_milli=shape[2])
+        result = score_placements(free, _free_cpu(cycle.state, rows), access, pod, workload,
+                                  measure=BERTH_MEASURE)
+        increase = np.where(result.fits, np.clip(result.increase, -_INCREASE_LIMIT, _INCREASE_LIMIT),
+                            _INCREASE_LIMIT)
+        return (increase << _DEVICE_BITS) | (result.device + 1)
+
+    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
+                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        _, workload = self._cycle_workload(cycle)
+        increase = scores >> _DEVICE_BITS
+        cycle.data[DEVICE_HINT] = (nodes, (scores & ((1 << _DEVICE_BITS) - 1)) - 1)
+        per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]
+        # Round half up in integers: floor((2x + d) / 2d).
+        points = (2 * increase + per_point) // (2 * per_point)
+        normalized = np.clip(MAX_NODE_SCORE // 2 - points, 0, MAX_NODE_SCORE)
+        return np.where(increase >= _INCREASE_LIMIT, 0, normalized)
+
+
+def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """Free CPU millicores of node slots: allocatable minus requested, as NodeResourcesFit's
+    filter counts them (so the measure's "CPU runs out" is the filter's)."""
+    from berth.core.state import CPU
+
+    return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)
+
