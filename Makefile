@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
-        bench-pipeline schemas lint up down status clean deploy-render
+        bench-pipeline bench-scaling schemas lint up down status clean deploy-render
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/B
 
 bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision at rising load (5,000 nodes)
 	$(BIN)/python -m bench.pipeline
+
+bench-scaling: $(STAMP)  ## a simulated day of bursty chat traffic + spot notices: Berth vs KEDA-like vs Dynamo-like scaling
+	$(BIN)/python -m bench.scaling
 
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export

@@ -104,11 +104,13 @@ def draw_spikes(rng: np.random.Generator, shape: TrafficShape) -> tuple[Spike, .
     return tuple(sorted(chosen, key=lambda s: s.start_s))
 
 
-def generate(seed: int, shape: TrafficShape | None = None) -> Workload:
-    """The day's requests for ``seed``; numpy's PCG64, so the same seed gives the same bytes."""
+def generate(seed: int, shape: TrafficShape | None = None, spikes: tuple[Spike, ...] | None = None) -> Workload:
+    """The day's requests for ``seed``; numpy's PCG64, so the same seed gives the same bytes.
+    ``spikes`` replaces the drawn spikes (tests place one where they want it)."""
     shape = shape or TrafficShape()
     rng = np.random.Generator(np.random.PCG64(seed))
-    spikes = draw_spikes(rng, shape)
+    drawn = draw_spikes(rng, shape)
+    spikes = drawn if spikes is None else spikes
     seconds = np.arange(shape.duration_s, dtype=float)
     rate = diurnal_rate(seconds, shape) * spike_multiplier(seconds, spikes, shape)
     counts = rng.poisson(rate)
