@@ -93,6 +93,8 @@ GPU_PRODUCT_LABEL_KEYS = ("nvidia.com/gpu.product",)
 _DEVICE_BITS = 6
 """Raw scores pack ``increase << 6 | device + 1``: one memoised int64 per node carries both."""
 _INCREASE_LIMIT = 1 << 50
+_DEDUPE_ABOVE = 32
+"""Score distinct node states only when more nodes than this are asked for at once."""
 
 
 class TargetShape(PluginArgs):
@@ -295,11 +297,27 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         inv = gpu_inventory(cycle.state)
         rows = np.asarray(nodes, dtype=np.intp)
         free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
-        models = [inv.models[row][0] if inv.models[row] else None for row in rows.tolist()]
-        access = workload.model_access(models)
+        cpu = _free_cpu(cycle.state, rows)
+        constrained = any(workload.allowed_models)
+        if constrained:
+            access = workload.model_access([inv.models[row][0] if inv.models[row] else None
+                                            for row in rows.tolist()])
+        if len(rows) > _DEDUPE_ABOVE and not constrained:
+            # Nodes in the same state (free milli per device, free CPU) score the same: score
+            # each distinct state once. A big cluster has few (identical empty nodes, ...).
+            found = _distinct_rows(np.column_stack([free, cpu]))
+            if found is not None:
+                distinct, inverse = found
+                return self._raw(distinct[:, :-1], distinct[:, -1], None, shape, workload)[inverse]
+        return self._raw(free, cpu, access if constrained else None, shape, workload)
+
+    @staticmethod
+    def _raw(free: npt.NDArray[np.int64], cpu: npt.NDArray[np.int64], access: npt.NDArray[np.bool_] | None,
+             shape: Shape, workload: TargetWorkload) -> npt.NDArray[np.int64]:
+        if access is None:
+            access = np.ones((len(free), workload.size), dtype=bool)
         pod = PodRequest(cpu_milli=shape[0], num_gpu=shape[1], gpu_milli=shape[2])
-        result = score_placements(free, _free_cpu(cycle.state, rows), access, pod, workload,
-                                  measure=BERTH_MEASURE)
+        result = score_placements(free, cpu, access, pod, workload, measure=BERTH_MEASURE)
         increase = np.where(result.fits, np.clip(result.increase, -_INCREASE_LIMIT, _INCREASE_LIMIT),
                             _INCREASE_LIMIT)
         return (increase << _DEVICE_BITS) | (result.device + 1)
@@ -314,6 +332,30 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         points = (2 * increase + per_point) // (2 * per_point)
         normalized = np.clip(MAX_NODE_SCORE // 2 - points, 0, MAX_NODE_SCORE)
         return np.where(increase >= _INCREASE_LIMIT, 0, normalized)
+
+
+def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]] | None:
+    """``(distinct, inverse)`` with ``distinct[inverse] == table``, or None when the rows are
+    not fewer once deduplicated. Rows are grouped by a 64-bit hash (one sort of integers, far
+    cheaper than ``np.unique(axis=0)``), and the grouping is checked row by row, so a hash
+    collision only costs the deduplication, never a wrong score."""
+    columns = table.shape[1]
+    multipliers = _HASH_MULTIPLIERS[:columns] if columns <= len(_HASH_MULTIPLIERS) else None
+    if multipliers is None:
+        return None
+    keys = (table.astype(np.uint64) * multipliers).sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == len(table):
+        return None
+    distinct = table[first]
+    inverse = inverse.reshape(-1)
+    if not (distinct[inverse] == table).all():
+        return None
+    return distinct, inverse
+
+
+_HASH_MULTIPLIERS = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1 for i in range(64)],
+                             dtype=np.uint64)
 
 
 def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
