@@ -90,7 +90,16 @@ class Decision:
     pod_hash: str = ""
     snapshot_hash: str = ""
     config_hash: str = ""
-    decision_hash: str = field(default="", compare=False)
+    _decision_hash: str = field(default="", compare=False, repr=False)
+
+    @property
+    def decision_hash(self) -> str:
+        """sha256 of the canonical JSON of :meth:`payload`, computed on first read (the
+        decision is frozen, so it cannot change after): a scheduling cycle does not pay for
+        hashing a decision nobody records."""
+        if not self._decision_hash:
+            object.__setattr__(self, "_decision_hash", sha256_hex(canonical_json(self.payload())))
+        return self._decision_hash
 
     @property
     def placed(self) -> bool:
@@ -128,10 +137,9 @@ class Decision:
         return canonical_json(self.to_dict())
 
     def sealed(self) -> Decision:
-        """This decision with ``decision_hash`` computed over :meth:`payload`."""
-        from dataclasses import replace
-
-        return replace(self, decision_hash=sha256_hex(canonical_json(self.payload())))
+        """This decision, sealed: ``decision_hash`` covers :meth:`payload` (computed lazily, on
+        first read, with the same bytes an eager seal would hash)."""
+        return self
 
     def group_indices(self) -> npt.NDArray[np.int64]:
         """Per node (ascending name order): its rejection group index, or -1 if feasible."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 
 from berth.core.decision import Decision
+from berth.core.hashing import canonical_json
 from berth.core.framework import (
     CycleContext,
     FilterPlugin,
@@ -66,8 +68,9 @@ def test_decision_json_is_canonical_and_hashed() -> None:
     data = json.loads(decision.to_json())
     assert data["decision_hash"] == decision.decision_hash and len(decision.decision_hash) == 64
     assert list(data) == sorted(data)
-    resealed = Decision(**{**decision.__dict__, "decision_hash": ""}).sealed()
+    resealed = Decision(**{k: v for k, v in decision.__dict__.items() if k != "_decision_hash"}).sealed()
     assert resealed.decision_hash == decision.decision_hash
+    assert resealed.decision_hash == hashlib.sha256(canonical_json(decision.payload())).hexdigest()
     assert decision.config_hash == default_scheduler().config_hash
 
 
