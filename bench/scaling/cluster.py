@@ -104,16 +104,30 @@ def pick_victim(nodes: list[Node], replicas_per_node: dict[str, int]) -> Node | 
     return min(candidates, key=lambda n: (-replicas_per_node.get(n.name, 0), n.name))
 
 
-def choose_node(nodes: list[Node], gpus: int, prefer_on_demand: bool) -> Node | None:
-    """Where a new replica goes: a schedulable node with ``gpus`` free, cheapest kind first (spot,
-    as a cost-aware provisioner such as Karpenter prefers) unless ``prefer_on_demand``; within a
-    kind the fullest node first (bin packing), then by name. None when nothing fits (pending)."""
-    fits = [n for n in nodes if n.available and not n.cordoned and n.free >= gpus]
+def choose_node(nodes: list[Node], gpus: int, capacity: str = "any") -> Node | None:
+    """Where a new replica goes: a schedulable node (available, not cordoned, not doomed by a
+    notice) with ``gpus`` free. ``capacity`` ``"any"``: cheapest kind first (spot, as a
+    cost-aware provisioner such as Karpenter prefers); ``"on-demand"`` / ``"spot"``: only that
+    kind (a required node affinity on ``karpenter.sh/capacity-type``). Within a kind the fullest
+    node first (bin packing), then by name. None when nothing fits (the replica stays pending)."""
+    fits = [n for n in nodes if n.available and not n.cordoned and n.free >= gpus
+            and (capacity == "any" or n.spot == (capacity == "spot"))]
     if not fits:
         return None
+    return min(fits, key=lambda n: (0 if n.spot else 1, n.free, n.name))
 
-    def rank(node: Node) -> tuple[int, int, str]:
-        kind = (0 if not node.spot else 1) if prefer_on_demand else (0 if node.spot else 1)
-        return (kind, node.free, node.name)
 
-    return min(fits, key=rank)
+def probe(nodes: list[Node], gpus: int, count: int, capacity: str) -> list[Node]:
+    """Where up to ``count`` more replicas would go now, as :func:`choose_node` would place them
+    one after another; nodes doomed by a notice are left out. Changes nothing."""
+    free = {n.name: n.free for n in nodes if n.reclaim_at is None}
+    chosen: list[Node] = []
+    for _ in range(count):
+        fits = [n for n in nodes if n.name in free and not n.cordoned and free[n.name] >= gpus
+                and (capacity == "any" or n.spot == (capacity == "spot"))]
+        if not fits:
+            break
+        node = min(fits, key=lambda n: (0 if n.spot else 1, free[n.name], n.name))
+        free[node.name] -= gpus
+        chosen.append(node)
+    return chosen

@@ -12,8 +12,34 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
+
+CapacityClass = Literal["any", "on-demand", "spot"]
+"""Where a new replica may go: any node (spot first, as the cluster's provisioner prefers), or
+only on-demand / only spot nodes."""
+
+
+@dataclass(frozen=True)
+class ProbeSlot:
+    """One more replica would go to ``node`` (spot or not) and cost ``usd_per_hour`` there."""
+
+    node: str
+    spot: bool
+    usd_per_hour: float
+
+
+Probe = Callable[[int, CapacityClass], list[ProbeSlot]]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A policy's answer with placement: ``replicas`` wanted, and the capacity class of each
+    replica it adds (missing entries: ``"any"``)."""
+
+    replicas: int
+    capacity: tuple[CapacityClass, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,7 +67,7 @@ class PoolView:
 
     __slots__ = ("now", "target", "ready", "loading", "pending", "waiting_requests", "waiting_tokens",
                  "running", "tokens_processed", "busy_slot_seconds", "ready_slot_seconds",
-                 "waiting_request_seconds")
+                 "waiting_request_seconds", "spot_replicas", "usd_per_hour", "probe")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -56,6 +82,12 @@ class PoolView:
         self.busy_slot_seconds = 0.0
         self.ready_slot_seconds = 0.0
         self.waiting_request_seconds = 0.0
+        self.spot_replicas = 0
+        """Placed replicas (loading or ready) on spot nodes."""
+        self.usd_per_hour = 0.0
+        """What the placed replicas cost now."""
+        self.probe: Probe = lambda count, capacity: []
+        """Where more replicas would go now (the placement engine's hypothetical answer)."""
 
 
 @dataclass(frozen=True)
@@ -71,13 +103,16 @@ class SpotNoticeView:
 class ScalingPolicy(Protocol):
     name: str
 
-    def decide(self, view: PoolView) -> int | None:
+    def decide(self, view: PoolView) -> int | Scale | None:
         """The replica count wanted now (the simulator clamps nothing: stay within bounds)."""
 
-    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> int:
-        """Surge replicas to start now, placed on on-demand nodes first; 0 to ignore the notice.
-        The simulator evicts the node's replicas at the deadline and takes the surge back off
-        the target then, so the surge replicas take their places."""
+    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> tuple[CapacityClass, ...]:
+        """Surge replicas to start now, one capacity class each; () to ignore the notice.
+
+        The simulator then moves the pool off the node as Berth's cell does: it cordons the
+        node; each surge replica, once placed, evicts one of the node's replicas (gracefully:
+        its running requests finish) and gives its surge back; replicas still on the node at the
+        deadline die with it (their running requests are retried) and give theirs back too."""
 
 
 class StaticPolicy:
@@ -88,8 +123,8 @@ class StaticPolicy:
     def decide(self, view: PoolView) -> int | None:
         return None
 
-    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> int:
-        return 0
+    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> tuple[CapacityClass, ...]:
+        return ()
 
 
 class KedaLike:
@@ -138,8 +173,8 @@ class KedaLike:
         stabilized = max(r for _, r in self._recommendations)
         return stabilized if stabilized < current else None
 
-    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> int:
-        return 0
+    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> tuple[CapacityClass, ...]:
+        return ()
 
 
 class DynamoLike:
@@ -192,5 +227,5 @@ class DynamoLike:
         wanted = self.step(utilization, queue_per_replica, view.target)
         return wanted if wanted != view.target else None
 
-    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> int:
-        return 0
+    def on_spot_notice(self, notice: SpotNoticeView, view: PoolView) -> tuple[CapacityClass, ...]:
+        return ()

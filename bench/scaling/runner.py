@@ -16,6 +16,7 @@ POLICIES: dict[str, Callable[[PoolConfig], ScalingPolicy]] = {
     "keda": KedaLike,
     "dynamo": DynamoLike,
     "static": lambda pool: StaticPolicy(),
+    "berth-nolead": lambda pool: BerthPolicy(pool, lead=False),
 }
 DEFAULT_POLICIES = ("berth", "keda", "dynamo")
 

@@ -14,13 +14,18 @@ then not ready, then ready, newest first. A GPU is counted (GPU-hours, cost) fro
 removal, loading included.
 
 Spot. At a notice the victim node is picked (:func:`~bench.scaling.cluster.pick_victim`) and the
-policy may start surge replicas (on-demand first) and cordon the node; at the deadline the node
-goes. Its replicas then are either evicted (the policy surged: it took them out itself) or become
-unreachable: they still count for the ReplicaSet, serve nothing and cost nothing, and are deleted
-— and so recreated — ``recreate_delay_s`` later (the node controller noticing the node is gone).
-An interruption that hit the pool (the node held replicas at the notice) is survived when, right
-after the deadline, the pool has as many ready replicas as at the notice, or as the policy's
-replica count if it scaled down meanwhile: no serving capacity was lost to the reclaim.
+policy may answer with surge replicas. If it does, the pool moves off the node as Berth's
+decision cell does: the node is cordoned, the surge joins the spec, and each surge replica, as
+soon as it is placed (bound — not ready: the cell does not wait for the model to load), evicts
+one of the node's replicas, loading ones first (gracefully: its running requests finish) and
+gives its surge back. At the deadline the node goes. Replicas still on it die: for a pool that
+surged they are gone at once (their surge given back); otherwise they become unreachable — they
+still count for the ReplicaSet, serve nothing and cost nothing — and are deleted, and so
+recreated, ``recreate_delay_s`` later (the node controller noticing the node is gone). Requests
+running on a replica that dies are retried. An interruption that hit the pool (the node held
+replicas at the notice) is survived when no request was cut at the deadline and, right after
+it, the pool has as many ready replicas as at the notice (or as the policy's count, if it
+scaled down meanwhile).
 
 SLO. Minute ``m`` is an SLO-violation minute when the 95th percentile (nearest rank) of its TTFT
 samples exceeds the SLO. Its samples: every request that got its first slot during the minute
@@ -36,8 +41,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cluster import ClusterShape, Interruption, Node, build_nodes, choose_node, pick_victim
-from .policies import PoolConfig, PoolView, ScalingPolicy, SpotNoticeView
+from .cluster import ClusterShape, Interruption, Node, build_nodes, choose_node, pick_victim, probe
+from .policies import CapacityClass, PoolConfig, PoolView, ProbeSlot, Scale, ScalingPolicy, SpotNoticeView
 from .workload import Workload
 
 PENDING, LOADING, READY, UNREACHABLE = "pending", "loading", "ready", "unreachable"
@@ -85,15 +90,25 @@ class RunResult:
 
 
 class Replica:
-    __slots__ = ("id", "state", "node", "ready_at", "prefer_on_demand", "interruption")
+    __slots__ = ("id", "state", "node", "ready_at", "capacity", "interruption")
 
-    def __init__(self, rid: int, prefer_on_demand: bool = False) -> None:
+    def __init__(self, rid: int, capacity: CapacityClass = "any") -> None:
         self.id = rid
         self.state = PENDING
         self.node: Node | None = None
         self.ready_at = math.inf
-        self.prefer_on_demand = prefer_on_demand
+        self.capacity = capacity
         self.interruption: int | None = None
+
+
+@dataclass
+class _Move:
+    """A pool leaving a reclaimed node: its replicas there, and the surge replicas not yet placed."""
+
+    node: Node
+    olds: list[Replica]
+    surge: list[Replica]
+    surge_left: int
 
 
 class _Pool:
@@ -124,19 +139,22 @@ class _Pool:
             else:
                 self.gpus_on_demand -= gpus
 
-    def create(self, count: int, prefer_on_demand: bool = False) -> None:
-        for _ in range(count):
-            replica = Replica(self.next_id, prefer_on_demand)
+    def create(self, count: int, capacity: tuple[CapacityClass, ...] = ()) -> list[Replica]:
+        created = []
+        for i in range(count):
+            replica = Replica(self.next_id, capacity[i] if i < len(capacity) else "any")
             self.next_id += 1
             self.replicas.append(replica)
             self.counts[PENDING] += 1
+            created.append(replica)
+        return created
 
     def place_pending(self, now: float) -> None:
         gpus = self.config.pool.gpus_per_replica
         for replica in self.replicas:
             if replica.state != PENDING:
                 continue
-            node = choose_node(self.nodes, gpus, replica.prefer_on_demand)
+            node = choose_node(self.nodes, gpus, replica.capacity)
             if node is None:
                 continue
             node.used += gpus
@@ -170,14 +188,24 @@ class _Pool:
         self._set(replica, UNREACHABLE)
 
     @property
+    def spot_replicas(self) -> int:
+        return self.gpus_spot // self.config.pool.gpus_per_replica
+
+    @property
+    def usd_per_hour(self) -> float:
+        cluster = self.config.cluster
+        return self.gpus_spot * cluster.spot_usd_per_gpu_hour + self.gpus_on_demand * cluster.on_demand_usd_per_gpu_hour
+
+    @property
     def alive(self) -> int:
         return self.counts[PENDING] + self.counts[LOADING] + self.counts[READY] + self.counts[UNREACHABLE]
 
-    def reconcile(self, spec: int, now: float) -> None:
-        """The ReplicaSet controller: create or delete replicas until ``spec`` of them exist."""
+    def reconcile(self, spec: int, now: float, capacity: tuple[CapacityClass, ...] = ()) -> None:
+        """The ReplicaSet controller: create or delete replicas until ``spec`` of them exist
+        (new ones take their capacity classes from ``capacity`` in order)."""
         alive = self.alive
         if alive < spec:
-            self.create(spec - alive)
+            self.create(spec - alive, capacity)
         elif alive > spec:
             victims = sorted(self.replicas, key=lambda r: (_REMOVAL_ORDER[r.state], -r.id))[: alive - spec]
             for replica in victims:
@@ -186,6 +214,10 @@ class _Pool:
 
     def on_node(self, node: Node) -> list[Replica]:
         return [r for r in self.replicas if r.node is node and r.state in (LOADING, READY)]
+
+    def probe(self, count: int, capacity: CapacityClass) -> list[ProbeSlot]:
+        gpus = self.config.pool.gpus_per_replica
+        return [ProbeSlot(n.name, n.spot, n.usd_per_gpu_hour * gpus) for n in probe(self.nodes, gpus, count, capacity)]
 
     def per_node(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -230,6 +262,7 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
     base_target = cfg.initial_replicas
     surge = 0
     view = PoolView()
+    view.probe = pool.probe
 
     arrivals = workload.arrivals.tolist()
     tokens = workload.tokens.tolist()
@@ -255,8 +288,27 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
     deadlines: dict[int, int] = {}
     deletions: dict[int, int] = {}
     returns: dict[int, Node] = {}
-    log: list[dict[str, object]] = []
-    surge_of: dict[int, int] = {}
+    log: dict[int, dict[str, object]] = {}
+    moves: dict[int, _Move] = {}
+
+    def advance_moves() -> None:
+        """Each surge replica placed since the last call evicts one old replica (loading first)
+        and gives its surge back, as the cell does on seeing the replacement bound."""
+        nonlocal surge, scale_events
+        for move in moves.values():
+            for replica in [r for r in move.surge if r.state != PENDING]:
+                move.surge.remove(replica)
+                if replica.state not in (LOADING, READY):
+                    continue  # removed by a scale-down before it was placed
+                move.olds = [r for r in move.olds if r.state in (LOADING, READY)]
+                if move.olds:
+                    old = min(move.olds, key=lambda r: (r.state == READY, r.id))
+                    move.olds.remove(old)
+                    pool.remove(old)
+                if move.surge_left:
+                    move.surge_left -= 1
+                    surge -= 1
+                    scale_events += 1
 
     for t in range(duration):
         now = float(t)
@@ -273,51 +325,55 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
                     "notice_at": now, "notice_s": interruption.notice_s, "node": victim.name,
                     "replicas_on_node": len(on_node), "ready_at_notice": pool.counts[READY], "surge": 0}
                 view.now = now
-                want = policy.on_spot_notice(
-                    SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), view)
-                if want > 0:
+                classes = tuple(policy.on_spot_notice(
+                    SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), view))
+                if classes:
                     victim.cordoned = True
-                    surge += want
-                    surge_of[idx] = want
-                    entry["surge"] = want
+                    surge += len(classes)
+                    entry["surge"] = len(classes)
+                    entry["surge_capacity"] = classes
                     scale_events += 1
-                    pool.create(want, prefer_on_demand=True)
+                    moves[idx] = _Move(victim, on_node, pool.create(len(classes), classes), len(classes))
                     pool.place_pending(now)
-                log.append(entry)
+                log[idx] = entry
                 deadlines[int(math.ceil(interruption.deadline))] = idx
                 changed = True
+        advance_moves()
         if t in deadlines:
             idx = deadlines.pop(t)
-            entry = next(e for e in log if e["notice_at"] == notices[idx].notice_at)
+            entry = log[idx]
             victim = next(n for n in pool.nodes if n.name == entry["node"])
             doomed = pool.on_node(victim)
             lost_ready = sum(1 for r in doomed if r.state == READY)
+            lost_requests = 0
             if lost_ready and running and pool.counts[READY]:
-                lose = round(len(running) * lost_ready / pool.counts[READY])
-                if lose:
-                    running.sort()
-                    for _, tok in running[-lose:]:
+                lost_requests = round(len(running) * lost_ready / pool.counts[READY])
+                if lost_requests:
+                    running.sort()  # a sorted list is a heap; the longest-running are cut
+                    for _, tok in running[-lost_requests:]:
                         retries.append((now, tok))
                         waiting_tokens += tok
-                    del running[-lose:]
-                    retried += lose
+                    del running[-lost_requests:]
+                    retried += lost_requests
+            move = moves.pop(idx, None)
             for replica in doomed:
-                if idx in surge_of:
+                if move is not None:
                     pool.remove(replica)
                 else:
                     pool.make_unreachable(replica, idx)
-            if idx in surge_of:
-                surge -= surge_of.pop(idx)
-                scale_events += 1
+            if move is not None:
+                if move.surge_left:
+                    surge -= move.surge_left
+                    scale_events += 1
             else:
                 deletions[t + int(math.ceil(config.recreate_delay_s))] = idx
             victim.available = False
             victim.cordoned = False
             returns[t + int(math.ceil(config.cluster.spot_return_s))] = victim
             hit = int(entry["replicas_on_node"]) > 0
-            entry["hit"] = hit
-            entry["ready_after_deadline"] = pool.counts[READY]
-            entry["survived"] = hit and pool.counts[READY] >= min(int(entry["ready_at_notice"]), base_target)
+            entry.update(hit=hit, requests_cut=lost_requests, ready_after_deadline=pool.counts[READY],
+                         survived=hit and lost_requests == 0
+                         and pool.counts[READY] >= min(int(entry["ready_at_notice"]), base_target))
             changed = True
         if t in deletions:
             idx = deletions.pop(t)
@@ -330,6 +386,7 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
             changed = True
         if changed:
             pool.reconcile(base_target + surge, now)
+            advance_moves()
 
         # Serve the requests of [t, t + 1).
         capacity = pool.counts[READY] * slots
@@ -417,20 +474,25 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
         view.busy_slot_seconds = busy_total
         view.ready_slot_seconds = ready_slot_total
         view.waiting_request_seconds = waiting_total
-        wanted = policy.decide(view)
-        if wanted is not None and wanted != base_target:
-            target_changes.append((end, base_target, wanted))
-            base_target = wanted
+        view.spot_replicas = pool.spot_replicas
+        view.usd_per_hour = pool.usd_per_hour
+        answer = policy.decide(view)
+        scale = Scale(answer) if isinstance(answer, int) else answer
+        if scale is not None and scale.replicas != base_target:
+            target_changes.append((end, base_target, scale.replicas))
+            base_target = scale.replicas
             scale_events += 1
-            pool.reconcile(base_target + surge, end)
+            pool.reconcile(base_target + surge, end, scale.capacity)
         elif pool.counts[PENDING]:
             pool.place_pending(end)
+        if moves:
+            advance_moves()
         peak = max(peak, pool.alive)
 
     price = config.cluster
     gpu_hours = (gpu_s_spot + gpu_s_od) / 3600.0
     cost = (gpu_s_spot * price.spot_usd_per_gpu_hour + gpu_s_od * price.on_demand_usd_per_gpu_hour) / 3600.0
-    hits = [e for e in log if e.get("hit")]
+    hits = [e for e in log.values() if e.get("hit")]
     return RunResult(
         policy=policy.name,
         slo_violation_minutes=sum(minute_violations),
@@ -449,5 +511,5 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
         minute_violations=minute_violations,
         minute_ready=minute_ready,
         target_changes=target_changes,
-        interruption_log=log,
+        interruption_log=[log[i] for i in sorted(log)],
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
@@ -122,7 +123,20 @@ def test_berth_replaces_spot_replicas_within_a_long_enough_notice(notice_s, bert
     assert keda_log["surge"] == 0 and keda_log["hit"]
     assert berth.interruptions_survived == int(berth_survives)
     assert keda.interruptions_survived == 0
-    assert berth.requests_retried <= keda.requests_retried
+    # Berth's old replicas leave as their replacements are bound, before the node goes.
+    assert berth_log["requests_cut"] == 0 < keda_log["requests_cut"]
+    assert set(berth_log["surge_capacity"]) == {"on-demand"}
+
+
+def test_three_interruptions_in_an_hour_suspend_spot_for_berth():
+    workload = generate(5, replace(FLAT, duration_s=3000, mean_requests_per_s=20.0))
+    config = RunConfig(pool=PoolConfig(initial_replicas=12), cluster=replace(ClusterShape(), interruptions=3))
+    notices = tuple(Interruption(notice_at=600.0 + 900.0 * i, notice_s=120.0) for i in range(3))
+    policy = BerthPolicy(config.pool)
+    result = simulate(workload, policy, notices, config)
+    assert [e["hit"] for e in result.interruption_log] == [True, True, True]
+    assert policy.spot.suspended  # the pool's threshold is {count: 3, window: 1h}
+    assert policy.spot.suspended_since == datetime(2025, 1, 1, 0, 40, tzinfo=timezone.utc)
 
 
 def test_minute_violation_is_the_nearest_rank_p95():
