@@ -118,8 +118,8 @@ class BerthPolicy:
 
         verdict = decide_scale(ScalingInput(
             policy=self.policy, lag=folded, current=self._current, last_scaled_at=self._last_scaled_at,
-            previous_lag=previous if self.lead else None, spot_suspended=self.spot.suspended, spot_replicas=view.spot_replicas,
-            pool_cost_per_hour=view.usd_per_hour, probe=probe))
+            previous_lag=previous if self.lead else None, spot_suspended=self.spot.suspended,
+            spot_replicas=view.spot_replicas, pool_cost_per_hour=view.usd_per_hour, probe=probe))
         if verdict is None or verdict.outcome != "scaled" or verdict.replicas == self._current:
             return None
         self._current = verdict.replicas

@@ -99,8 +99,9 @@ def draw_spikes(rng: np.random.Generator, shape: TrafficShape) -> tuple[Spike, .
             break
         start = float(rng.uniform(0.0, latest_start))
         if all(abs(start - other.start_s) > longest for other in chosen):
-            chosen.append(Spike(start_s=round(start), factor=round(float(rng.uniform(shape.spike_min, shape.spike_max)), 2),
-                                hold_s=round(float(rng.uniform(shape.spike_hold_min_s, shape.spike_hold_max_s)))))
+            factor = round(float(rng.uniform(shape.spike_min, shape.spike_max)), 2)
+            hold = round(float(rng.uniform(shape.spike_hold_min_s, shape.spike_hold_max_s)))
+            chosen.append(Spike(start_s=round(start), factor=factor, hold_s=hold))
     return tuple(sorted(chosen, key=lambda s: s.start_s))
 
 
