@@ -28,6 +28,7 @@ from .cluster import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
+from .agentpool import AgentPoolSpec, AgentPoolSpecError, parse_agent_pool_spec
 from .envelope import DecodedEvent, EncodedRecord, EnvelopeError, decode, encode
 from .policy import (
     LimitRangeInfo,

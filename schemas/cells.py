@@ -6,7 +6,9 @@ that everything about a node, a pod, a gang or a pool meets in one totally order
 
 Rules, in order: an explicit ``berth.io/cell`` label (node label; pod label or nodeSelector);
 a node pool label ``berth.io/node-pool`` (every node of a pool in one cell); gang members by
-their pod group; otherwise a stable hash of the name or UID. The hash is blake2b, not Python's
+their pod group; replicas of an AgentPool with their pool (:func:`agent_pool_of`: the pool's
+lag, its replicas and so the nodes they run on meet in one cell, which scales the pool and moves
+its replicas off reclaimed spot nodes); otherwise a stable hash of the name or UID. The hash is blake2b, not Python's
 ``hash`` (salted per process) and not Kafka's murmur2 (partition counts change).
 """
 
@@ -18,6 +20,9 @@ from .cluster import NodeInfo, PodInfo
 
 CELL_LABEL = "berth.io/cell"
 NODE_POOL_LABEL = "berth.io/node-pool"
+AGENT_POOL_LABEL = "berth.io/agent-pool"
+"""Label of an AgentPool's replica pods (value: the pool's name), for replicas without an owner
+reference to their pool."""
 
 
 def stable_hash(text: str) -> int:
@@ -51,7 +56,21 @@ def cell_of_pod(pod: PodInfo, cells: int) -> int:
         return stable_hash(f"pool/{pool}") % cells
     if pod.pod_group:
         return stable_hash(f"group/{pod.namespace}/{pod.pod_group}") % cells
+    pool = agent_pool_of(pod)
+    if pool is not None:
+        namespace, name = pool.split("/", 1)
+        return cell_of_pool(namespace, name, cells)
     return stable_hash(f"pod/{pod.uid}") % cells
+
+
+def agent_pool_of(pod: PodInfo) -> str | None:
+    """``namespace/name`` of the AgentPool a pod is a replica of: its controller owner reference
+    of kind AgentPool, else its ``berth.io/agent-pool`` label; None for other pods."""
+    owner = pod.owner
+    if owner is not None and owner.kind == "AgentPool" and owner.name:
+        return f"{pod.namespace}/{owner.name}"
+    name = pod.labels.get(AGENT_POOL_LABEL)
+    return f"{pod.namespace}/{name}" if name else None
 
 
 def cell_of_pool(namespace: str, pool: str, cells: int) -> int:

@@ -147,7 +147,10 @@ class NodeVerdict(FrozenModel):
     total: int | None = None
 
 
-DecisionOutcome = Literal["placed", "unschedulable", "preempting", "scaled", "held", "cordoned"]
+DecisionOutcome = Literal["placed", "unschedulable", "preempting", "scaled", "held", "cordoned", "evicting",
+                          "spot-suspended", "spot-resumed"]
+"""``evicting``: pods leave a node about to be reclaimed (spot); ``spot-suspended`` / ``spot-resumed``:
+a pool stops or starts using spot nodes after too many interruptions / a quiet window."""
 
 
 class DecisionRecord(FrozenModel):

@@ -12,13 +12,37 @@ What the cell keeps beside the engine's snapshot:
   holds them as assumed, so nothing is allocated twice before the inventory catches up; a failed
   or conflicting command releases them and the pods go back to the queue;
 - gangs: members wait until ``minMember`` of their PodGroup are pending, then go as one;
-- pools: the replica count it last asked for and when (for cooldowns).
+- pools: each pool's policy (the pools file, overridden by the cluster's AgentPool), the replica
+  count it last asked for and when (cooldowns), the pool's replicas it knows (bound ones by
+  node), its spot interruptions, and its moves off reclaimed spot nodes.
+
+Inference pools (issue 6). A lag state is scaled by :func:`berth.decider.scaling.decide_scale`,
+which asks the engine where new replicas would go (``probe_placements``: nothing committed)
+before asking the cluster for them. A pool's pending replicas are placed under its policy
+(:mod:`berth.decider.pool_placement`: capacity class, preferred regions, cost/carbon terms).
+
+A spot interruption notice for a node, every step its own audited decision:
+1. ``cordoned``: CordonNode (the node takes no new pods);
+2. per pool with replicas on the node: the interruption is counted (``spot-suspended`` when the
+   pool's threshold is crossed), then ``scaled``: ScalePool(current + k), a *surge* of k
+   replacements, k = how many of the node's replicas can be placed elsewhere now (on-demand
+   first; spot within maxSpotPercent unless suspended). With k = 0 the decision is ``held``: the
+   replicas serve until the reclaim;
+3. other pods on the node (not DaemonSet pods): ``evicting`` at once — nothing replaces them
+   ahead of time, so their controllers get the most time to recreate them elsewhere;
+4. each replacement replica bound while a move is open: ``evicting`` one old replica, together
+   with ScalePool(current − 1) giving that surge replica back (whichever the cluster applies
+   first, the pool converges to its count with no replica on the node). An old replica that
+   disappears without our eviction (the reclaim) also gives its surge replica back.
+Pool replicas are replaceable because their pool recreates them, which is why they get a surge;
+for other pods eviction is all a scheduler can do.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,9 +50,11 @@ from hashlib import blake2b
 from typing import Any
 
 from berth.schemas import (
+    AgentPoolSpec,
     CommandResult,
     CordonNode,
     DecisionRecord,
+    EvictPod,
     InputPosition,
     NodeObserved,
     NodeRemoved,
@@ -46,8 +72,14 @@ from berth.schemas import (
 )
 from berth.schemas.envelope import event_time
 
-from .pools import PoolPolicy, desired_replicas
+from berth.schemas.agentpool import AgentPoolSpecError
+from berth.schemas.cells import agent_pool_of
+
+from .pool_placement import constrained, preferred_regions, probed, replica_cost_per_hour, score_terms
+from .pools import PoolPolicy, merge_cluster_spec
 from .ports import EngineOutcome, PendingPod, PlacementEngine
+from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, decide_scale
+from .spot import PoolMove, SpotHistory
 
 SCHEDULER_NAME = "berth"
 
@@ -89,6 +121,8 @@ class CellDecider:
         # The pools travel with the engine's configuration (replay rebuilds both from one
         # announced document); an explicit argument is for engines that do not carry them.
         self.pools = dict(pools if pools is not None else getattr(engine, "pools", {}))
+        self._file_pools = dict(self.pools)
+        """The pools file's policies; ``pools`` is what applies (AgentPools from the cluster over these)."""
         self.scheduler_name = scheduler_name
         self._pending: dict[str, PendingPod] = {}
         self._active: list[tuple[tuple[int, int, str], str]] = []
@@ -115,6 +149,17 @@ class CellDecider:
         self._cordoned: set[str] = set()
         self._pool_replicas: dict[str, int] = {}
         self._pool_scaled_at: dict[str, datetime] = {}
+        self._pool_lag: dict[str, PoolLagState] = {}
+        self._pool_members: dict[str, dict[str, PodInfo]] = {}
+        """pool → its replicas the cluster reported bound here, by UID."""
+        self._pod_pool: dict[str, str] = {}
+        self._node_pods: dict[str, dict[str, PodInfo]] = {}
+        """node → pods bound to it, by UID (what a spot drain must move)."""
+        self._pod_node: dict[str, str] = {}
+        self._spot: dict[str, SpotHistory] = {}
+        self._moves: dict[str, PoolMove] = {}
+        self._pool_messages: dict[str, str] = {}
+        """pool → the last held/invalid message recorded, so an unchanged one is not repeated."""
         self.decisions_made = 0
 
     # -- public ---------------------------------------------------------------------------------
@@ -143,6 +188,7 @@ class CellDecider:
         elif isinstance(event, PodObserved):
             cluster_changed = self._on_pod(event.pod, position)
         elif isinstance(event, PodDeleted):
+            decisions.extend(self._pod_gone(event.uid, position, now))
             self._forget_pod(event.uid)
             self._bound.discard(event.uid)
             if self._evicting.pop(event.uid, None) is not None:
@@ -151,6 +197,10 @@ class CellDecider:
                 members.discard(event.uid)
             self.engine.remove_pod(event.uid)
             cluster_changed = True
+        elif isinstance(event, PolicyObserved) and event.kind == "AgentPool":
+            decisions.extend(self._on_agent_pool(event, position, now))
+        elif isinstance(event, PolicyRemoved) and event.kind == "AgentPool":
+            self._drop_agent_pool(f"{event.namespace}/{event.name}")
         elif isinstance(event, PolicyObserved):
             self.engine.upsert_policy(event)
             if event.kind == "PodGroup" and event.pod_group is not None:
@@ -168,6 +218,8 @@ class CellDecider:
             decisions.extend(self._on_spot(event, position, now))
         elif isinstance(event, PoolLagState):
             decisions.extend(self._on_lag(event, position, now))
+        if self._moves:
+            decisions.extend(self._advance_moves(position, now))
         if cluster_changed and self._unschedulable:
             for uid in sorted(self._unschedulable):
                 self._activate(uid)
@@ -187,6 +239,7 @@ class CellDecider:
             self._forget_pod(pod.uid)
             self._bound.add(pod.uid)
             self.engine.upsert_bound_pod(pod)
+            self._track_bound(pod)
             if pod.pod_group:
                 self._group_bound.setdefault((pod.namespace, pod.pod_group), set()).add(pod.uid)
             return False
@@ -229,6 +282,8 @@ class CellDecider:
                 self._activate(uid)
         return released
 
+    # -- spot ---------------------------------------------------------------------------------
+
     def _on_spot(self, notice: SpotInterruptionNotice, position: InputPosition,
                  now: datetime) -> list[CellDecision]:
         node = self._nodes.get(notice.node)
@@ -241,28 +296,380 @@ class CellDecider:
         record = self._record(position, notice.node, "cordoned", now, node=notice.node, message=message)
         command = CordonNode(command_id=_digest(record.decision_id, 0), decision_id=record.decision_id,
                              cell=self.cell, issued_at=now, node=notice.node, reason=message)
-        return [CellDecision(record, (command,))]
+        decisions = [CellDecision(record, (command,))]
+        by_pool: dict[str, list[PodInfo]] = {}
+        others: list[PodInfo] = []
+        for uid in sorted(self._node_pods.get(notice.node, {})):
+            pod = self._node_pods[notice.node][uid]
+            key = self._pod_pool.get(uid)
+            if key is not None and key in self.pools:
+                by_pool.setdefault(key, []).append(pod)
+            elif pod.owner is None or pod.owner.kind != "DaemonSet":
+                others.append(pod)
+        for key in sorted(by_pool):
+            decisions.extend(self._count_interruption(key, notice.issued_at, position, now))
+            decisions.extend(self._surge(key, by_pool[key], notice, position, now))
+        for pod in others:
+            decisions.append(self._evict(pod, f"spot node {notice.node} reclaimed at "
+                                              f"{notice.deadline:%H:%M:%S}: drained", position, now))
+        return decisions
+
+    def _count_interruption(self, key: str, at: datetime, position: InputPosition,
+                            now: datetime) -> list[CellDecision]:
+        threshold = self._threshold(key)
+        history = self._spot.setdefault(key, SpotHistory())
+        if not history.record(at, threshold):
+            return []
+        assert threshold is not None
+        message = (f"{len(history.times)} spot interruptions within {threshold.window_seconds:.0f}s "
+                   f"(threshold {threshold.count}): the pool's replicas go to on-demand nodes until "
+                   f"{threshold.window_seconds:.0f}s pass without one")
+        return [CellDecision(self._record(position, key, "spot-suspended", now, message=message, part="spot"))]
+
+    def _maybe_resume_spot(self, key: str, now: datetime, position: InputPosition) -> list[CellDecision]:
+        history = self._spot.get(key)
+        threshold = self._threshold(key)
+        if history is None or not history.quiet_since(now, threshold):
+            return []
+        window = threshold.window_seconds if threshold is not None else 0
+        message = f"no spot interruption for {window:.0f}s: the pool may use spot nodes again"
+        return [CellDecision(self._record(position, key, "spot-resumed", now, message=message, part="spot"))]
+
+    def _threshold(self, key: str) -> Any:
+        policy = self.pools.get(key)
+        cost = policy.cost if policy is not None else None
+        return cost.interruption_threshold if cost is not None else None
+
+    def _spot_suspended(self, key: str) -> bool:
+        history = self._spot.get(key)
+        return history is not None and history.suspended
+
+    def _surge(self, key: str, pods: list[PodInfo], notice: SpotInterruptionNotice, position: InputPosition,
+               now: datetime) -> list[CellDecision]:
+        """Ask for replacements of ``pods`` (the pool's replicas on the reclaimed node) — as many
+        as can be placed elsewhere now."""
+        policy = self.pools[key]
+        current = self._current_replicas(key, policy)
+        template = _as_pending(pods[0])
+        plan = self._plan(template, key, policy, len(pods), self._capacity_order(key, policy, moving=True),
+                          prior=self._outstanding(key, template, current))
+        names = ", ".join(p.key for p in pods)
+        if not plan:
+            message = (f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: no room elsewhere for "
+                       f"{names}; they serve until the reclaim and the pool recreates them after")
+            return [CellDecision(self._record(position, key, "held", now, message=message))]
+        self._moves[key] = PoolMove(node=notice.node, deadline=notice.deadline, olds=[p.uid for p in pods],
+                                    surge_left=len(plan))
+        where = ", ".join(sorted({f"{r.node} ({'spot' if r.spot else 'on-demand'})" for r in plan}))
+        reason = (f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: surge {len(plan)} "
+                  f"replacement(s) for {names} before the deadline (room on {where}); the old replicas "
+                  f"are evicted as replacements are bound")
+        return [self._scale(key, current, current + len(plan), reason, position, now, scaled_at=notice.issued_at)]
+
+    def _advance_moves(self, position: InputPosition, now: datetime) -> list[CellDecision]:
+        """One old replica evicted (and one surge replica given back) per replacement bound."""
+        decisions: list[CellDecision] = []
+        for key in sorted(self._moves):
+            move = self._moves[key]
+            while move.replacements > 0:
+                uid = move.next_to_evict()
+                if uid is None:
+                    move.replacements = 0
+                    break
+                move.replacements -= 1
+                move.evicted.add(uid)
+                pod = self._node_pods.get(move.node, {}).get(uid)
+                if pod is None:
+                    continue
+                reason = (f"replacement replica of {key} bound: evicting {pod.key} from spot node {move.node} "
+                          f"before its reclaim at {move.deadline:%H:%M:%S}")
+                extra: tuple[Any, ...] = ()
+                if move.surge_left > 0:
+                    move.surge_left -= 1
+                    current = self._current_replicas(key, self.pools.get(key))
+                    extra = (self._scale_command(key, current, current - 1, "surge replica given back", now),)
+                    self._pool_replicas[key] = current - 1
+                decisions.append(self._evict(pod, reason, position, now, extra=extra))
+            if move.done:
+                del self._moves[key]
+        return decisions
+
+    def _pod_gone(self, uid: str, position: InputPosition, now: datetime) -> list[CellDecision]:
+        node = self._pod_node.pop(uid, None)
+        if node is not None:
+            self._node_pods.get(node, {}).pop(uid, None)
+        key = self._pod_pool.pop(uid, None)
+        if key is None:
+            return []
+        self._pool_members.get(key, {}).pop(uid, None)
+        move = self._moves.get(key)
+        if move is None or uid not in move.olds:
+            return []
+        move.olds.remove(uid)
+        decisions: list[CellDecision] = []
+        if uid not in move.evicted and move.surge_left > 0:
+            move.surge_left -= 1
+            current = self._current_replicas(key, self.pools.get(key))
+            decisions.append(self._scale(key, current, current - 1,
+                                         f"old replica left spot node {move.node} (reclaimed): surge replica "
+                                         "given back", position, now, part=f"give-back/{uid}"))
+        if move.done:
+            del self._moves[key]
+        return decisions
+
+    def _evict(self, pod: PodInfo, reason: str, position: InputPosition, now: datetime,
+               extra: tuple[Any, ...] = ()) -> CellDecision:
+        record = self._record(position, pod.key, "evicting", now, node=pod.node_name, message=reason)
+        command = EvictPod(command_id=_digest(record.decision_id, "evict"), decision_id=record.decision_id,
+                           cell=self.cell, issued_at=now, pod_uid=pod.uid, namespace=pod.namespace,
+                           name=pod.name, node=pod.node_name, reason=reason)
+        fixed = tuple(c.model_copy(update={"decision_id": record.decision_id,
+                                           "command_id": _digest(record.decision_id, i, c.command_id)})
+                      for i, c in enumerate(extra))
+        return CellDecision(record, (command, *fixed))
+
+    def _track_bound(self, pod: PodInfo) -> None:
+        previous = self._pod_node.get(pod.uid)
+        if previous is not None and previous != pod.node_name:
+            self._node_pods.get(previous, {}).pop(pod.uid, None)
+        self._pod_node[pod.uid] = pod.node_name or ""
+        self._node_pods.setdefault(pod.node_name or "", {})[pod.uid] = pod
+        key = agent_pool_of(pod)
+        if key is None:
+            return
+        members = self._pool_members.setdefault(key, {})
+        new = pod.uid not in members
+        members[pod.uid] = pod
+        self._pod_pool[pod.uid] = key
+        move = self._moves.get(key)
+        if new and move is not None and pod.uid not in move.olds and pod.node_name != move.node:
+            move.replacements += 1
+
+    # -- pools ----------------------------------------------------------------------------------
+
+    def _on_agent_pool(self, event: PolicyObserved, position: InputPosition, now: datetime) -> list[CellDecision]:
+        info = event.agent_pool
+        if info is None:
+            return []
+        key = f"{info.namespace}/{info.name}"
+        file_policy = self._file_pools.get(key)
+        try:
+            spec = AgentPoolSpec.model_validate(info.spec)
+            if not spec.scalable and file_policy is None:
+                self.pools.pop(key, None)
+                return []  # a pool Berth places but does not scale
+            self.pools[key] = merge_cluster_spec(file_policy, info.spec)
+        except (AgentPoolSpecError, ValueError) as exc:
+            message = (f"AgentPool {key} ignored: {exc}"
+                       + ("; the pools file's policy stays" if file_policy is not None else ""))
+            if self._pool_messages.get(key) == message:
+                return []
+            self._pool_messages[key] = message
+            return [CellDecision(self._record(position, key, "held", now, message=message, part="policy"))]
+        if spec.replicas is not None and key not in self._moves:
+            self._pool_replicas[key] = spec.replicas  # the cluster's count, e.g. after kubectl scale
+        return []
+
+    def _drop_agent_pool(self, key: str) -> None:
+        if key in self._file_pools:
+            self.pools[key] = self._file_pools[key]
+        else:
+            self.pools.pop(key, None)
+
+    def _current_replicas(self, key: str, policy: PoolPolicy | None, lag: PoolLagState | None = None) -> int:
+        current = self._pool_replicas.get(key)
+        if current is not None:
+            return current
+        if lag is not None and lag.ready_replicas is not None:
+            return lag.ready_replicas
+        known = len(self._pool_members.get(key, ())) + sum(
+            1 for e in self._pending.values() if agent_pool_of(e.pod) == key)
+        if known:
+            return known
+        return policy.initial_replicas if policy is not None else 0
 
     def _on_lag(self, lag: PoolLagState, position: InputPosition, now: datetime) -> list[CellDecision]:
         key = f"{lag.namespace}/{lag.pool}"
         policy = self.pools.get(key)
         if policy is None:
             return []
-        current = self._pool_replicas.get(key)
-        if current is None:
-            current = lag.ready_replicas if lag.ready_replicas is not None else policy.initial_replicas
-        verdict = desired_replicas(policy, lag, current, self._pool_scaled_at.get(key))
+        previous = self._pool_lag.get(key)
+        self._pool_lag[key] = lag
+        decisions = self._maybe_resume_spot(key, lag.updated_at, position)
+        current = self._current_replicas(key, policy, lag)
+        self._pool_replicas[key] = current
+        template = self._replica_template(key, policy)
+        members = [m for m in self._pool_members.get(key, {}).values() if m.node_name in self._nodes]
+        costs = [replica_cost_per_hour(m, self._nodes[m.node_name]) for m in members]  # type: ignore[index]
+        planned = self._outstanding(key, template, current)
+        verdict = decide_scale(ScalingInput(
+            policy=policy, lag=lag, current=current, last_scaled_at=self._pool_scaled_at.get(key),
+            previous_lag=previous, spot_suspended=self._spot_suspended(key),
+            spot_replicas=sum(1 for m in members if self._nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
+            pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
+            carbon_intensity=self._cleanest_intensity(),
+            probe=self._probe(template, key, policy, planned) if template is not None else None))
         if verdict is None:
-            self._pool_replicas[key] = current
+            return decisions
+        if template is not None:
+            planned = [*self._outstanding(key, template, current), *([template] * (verdict.replicas - current))]
+        decisions.extend(self._conclude_scale(key, current, verdict, position, now, lag.updated_at, planned))
+        return decisions
+
+    def _conclude_scale(self, key: str, current: int, verdict: ScaleVerdict, position: InputPosition,
+                        now: datetime, at: datetime, planned: list[PodInfo]) -> list[CellDecision]:
+        decisions: list[CellDecision] = []
+        if verdict.outcome == "held":
+            if self._pool_messages.get(key) != verdict.reason:
+                self._pool_messages[key] = verdict.reason
+                decisions.append(CellDecision(self._record(position, key, "held", now, message=verdict.reason)))
+        else:
+            self._pool_messages.pop(key, None)
+            decisions.append(self._scale(key, current, verdict.replicas, verdict.reason, position, now, scaled_at=at))
+        if verdict.fallback is not None:
+            decisions.extend(self._fall_back(key, verdict, position, now, at, planned))
+        return decisions
+
+    def _fall_back(self, key: str, verdict: ScaleVerdict, position: InputPosition, now: datetime,
+                   at: datetime, planned: list[PodInfo]) -> list[CellDecision]:
+        """Scale the pool serving the fallback model (same namespace; by ``spec.model``, else by
+        name) by the replicas' worth of tokens the pool could not get, in the room left after
+        the pool's own ``planned`` replicas."""
+        fallback = verdict.fallback
+        assert fallback is not None
+        namespace = key.split("/", 1)[0]
+        candidates = sorted(k for k, p in self.pools.items() if k != key and k.startswith(namespace + "/")
+                            and (p.model == fallback.model or k == f"{namespace}/{fallback.model}"))
+        if not candidates:
             return []
-        self._pool_replicas[key] = verdict.replicas
-        self._pool_scaled_at[key] = lag.updated_at
-        record = self._record(position, key, "scaled", now, message=f"{current} → {verdict.replicas} "
-                              f"replicas: {verdict.reason}")
-        command = ScalePool(command_id=_digest(record.decision_id, 0), decision_id=record.decision_id,
-                            cell=self.cell, issued_at=now, pool=lag.pool, namespace=lag.namespace,
-                            replicas=verdict.replicas, previous_replicas=current, reason=verdict.reason)
-        return [CellDecision(record, (command,))]
+        target = candidates[0]
+        policy = self.pools[target]
+        current = self._current_replicas(target, policy)
+        wanted = min(policy.max_replicas,
+                     current + math.ceil(fallback.tokens_per_second / policy.tokens_per_second_per_replica))
+        template = self._replica_template(target, policy)
+        if wanted <= current:
+            return []
+        if template is not None:
+            wanted = current + len(self._plan(template, target, policy, wanted - current,
+                                              self._capacity_order(target, policy), prior=list(planned)))
+        if wanted <= current:
+            return []
+        reason = (f"fallback for {key} ({fallback.replicas} replica(s) short): model {fallback.model} "
+                  f"takes {fallback.tokens_per_second:.0f} tokens/s")
+        return [self._scale(target, current, wanted, reason, position, now, scaled_at=at, part="fallback")]
+
+    def _scale(self, key: str, current: int, replicas: int, reason: str, position: InputPosition, now: datetime,
+               *, scaled_at: datetime | None = None, part: str | None = None) -> CellDecision:
+        self._pool_replicas[key] = replicas
+        if scaled_at is not None:
+            self._pool_scaled_at[key] = scaled_at
+        record = self._record(position, key, "scaled", now, message=f"{current} → {replicas} replicas: {reason}",
+                              part=part)
+        command = self._scale_command(key, current, replicas, reason, now).model_copy(
+            update={"decision_id": record.decision_id, "command_id": _digest(record.decision_id, 0)})
+        return CellDecision(record, (command,))
+
+    def _scale_command(self, key: str, current: int, replicas: int, reason: str, now: datetime) -> ScalePool:
+        namespace, name = key.split("/", 1)
+        # The ids are placeholders: the decision that carries the command derives the real ones.
+        return ScalePool(command_id="-", decision_id="-", cell=self.cell, issued_at=now, pool=name,
+                         namespace=namespace, replicas=max(replicas, 0), previous_replicas=max(current, 0),
+                         reason=reason)
+
+    def _outstanding(self, key: str, template: PodInfo | None, current: int) -> list[PodInfo]:
+        """Replicas asked for that do not exist here yet (neither pending nor bound): room for
+        them is spoken for, so probes place them first."""
+        if template is None:
+            return []
+        known = len(self._pool_members.get(key, ())) + sum(
+            1 for e in self._pending.values() if agent_pool_of(e.pod) == key)
+        return [template] * max(0, current - known)
+
+    def _replica_template(self, key: str, policy: PoolPolicy) -> PodInfo | None:
+        """A pending replica as the pool makes them: the newest one known here, else one built
+        from the policy's template or GPU requirements; None when neither says what it is."""
+        known = [e.pod for e in self._pending.values() if agent_pool_of(e.pod) == key]
+        known += list(self._pool_members.get(key, {}).values())
+        if known:
+            newest = max(known, key=lambda p: (p.creation_time, p.name))
+            return _as_pending(newest)
+        if policy.template is None and policy.gpu_requirements is None:
+            return None
+        from berth.workloads import AgentPool, WorkloadError, replica_pod
+
+        namespace, name = key.split("/", 1)
+        try:
+            return replica_pod(AgentPool(namespace, name, policy.model_dump(mode="json", by_alias=True,
+                                                                            exclude_none=True)), 0)
+        except WorkloadError:
+            return None
+
+    def _plan(self, template: PodInfo, key: str, policy: PoolPolicy, count: int,
+              order: list[CapacityClass], prior: list[PodInfo] | None = None) -> list[ProbedReplica]:
+        """Where ``count`` replicas would go, class by class in ``order``, after ``prior``."""
+        probe = self._probe(template, key, policy, prior)
+        plan: list[ProbedReplica] = []
+        for capacity in order:
+            plan += probe(count - len(plan), capacity)
+            if len(plan) >= count:
+                break
+        return plan
+
+    def _probe(self, template: PodInfo, key: str, policy: PoolPolicy, prior: list[PodInfo] | None = None) -> Any:
+        """A :class:`~berth.decider.scaling.CapacityProbe` for the pool. Successive calls build on
+        each other (and on ``prior``, which they extend): the engine places the earlier finds
+        first, so that two classes or two pools never count the same room twice."""
+        regions = preferred_regions(policy)
+        found: list[PodInfo] = prior if prior is not None else []
+
+        def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
+            if count <= 0:
+                return []
+            candidate = constrained(template, capacity, regions)
+            nodes = self.engine.probe_placements([*found, *([candidate] * count)])[len(found):]
+            found.extend([candidate] * len(nodes))
+            return [probed(template, self._nodes[name]) for name in nodes if name in self._nodes]
+
+        return probe
+
+    def _capacity_order(self, key: str, policy: PoolPolicy | None, *, moving: bool | None = None) -> list[CapacityClass]:
+        """The node classes a replica of the pool may use, in order of preference. While the pool
+        moves off a reclaimed spot node its replacements try on-demand first."""
+        moving = key in self._moves if moving is None else moving
+        cost = policy.cost if policy is not None else None
+        if cost is None:
+            return ["on-demand", "any"] if moving else ["any"]
+        spot_ok = cost.spot_enabled and not self._spot_suspended(key)
+        if spot_ok:
+            members = [m for m in self._pool_members.get(key, {}).values() if m.node_name in self._nodes]
+            on_spot = sum(1 for m in members if self._nodes[m.node_name].capacity_type == "spot")  # type: ignore[index]
+            spot_ok = on_spot + 1 <= math.floor(cost.max_spot_percent / 100 * (len(members) + 1))
+        if not spot_ok:
+            return ["on-demand"]
+        return ["on-demand", "spot"] if moving else ["spot", "on-demand"]
+
+    def _cleanest_intensity(self) -> float | None:
+        values = [n.carbon_intensity for name, n in sorted(self._nodes.items())
+                  if n.carbon_intensity is not None and not n.unschedulable and name not in self._cordoned]
+        return min(values) if values else None
+
+    def _place_replica(self, pod: PodInfo, key: str) -> EngineOutcome:
+        """Place a pool's replica under its policy: capacity classes in order, the pool's score
+        terms (without preemption), then the plain engine (which may preempt) in the last class."""
+        policy = self.pools.get(key)
+        order = self._capacity_order(key, policy)
+        terms = score_terms(policy)
+        regions = preferred_regions(policy)
+        outcome = EngineOutcome()
+        for capacity in order:
+            candidate = constrained(pod, capacity, regions)
+            outcome = self.engine.place_scored(candidate, terms) if terms else self.engine.place([candidate])
+            if outcome.placed:
+                return outcome
+        if terms:
+            outcome = self.engine.place([constrained(pod, order[-1], regions)])
+        return outcome
 
     def _effective(self, node: Any) -> Any:
         """The node as the engine must see it: cordoned while we cordoned it (spot) or while a
@@ -328,7 +735,9 @@ class CellDecider:
             if known_failure is not None and known_failure[0] == snapshot:
                 outcome = known_failure[1]
             else:
-                outcome = self.engine.place([pod])
+                pool = agent_pool_of(pod) if self.pools else None
+                outcome = (self._place_replica(pod, pool) if pool is not None and pool in self.pools
+                           else self.engine.place([pod]))
                 if not outcome.placed:
                     failed_shapes[entry.shape] = (snapshot, outcome)
             decision = self._conclude([entry], outcome, position, now, subject=pod.key, snapshot=snapshot)
@@ -425,10 +834,14 @@ class CellDecider:
 
     def _record(self, position: InputPosition, subject: str, outcome: str, now: datetime, *,
                 node: str | None = None, gpu_devices: Iterable[int] = (), message: str = "",
-                verdicts: Iterable[NodeVerdict] = (), snapshot: str | None = None) -> DecisionRecord:
+                verdicts: Iterable[NodeVerdict] = (), snapshot: str | None = None,
+                part: str | None = None) -> DecisionRecord:
         """A signed record: ``decision_hash`` covers every other field, canonically encoded.
-        ``snapshot`` is the engine's snapshot hash before the decision (default: now)."""
-        decision_id = _digest(self.cell_name, position.topic, position.partition, position.offset, subject)
+        ``snapshot`` is the engine's snapshot hash before the decision (default: now); ``part``
+        tells apart two decisions about one subject from one input (e.g. a pool's spot
+        suspension and its surge)."""
+        ident: tuple[object, ...] = (self.cell_name, position.topic, position.partition, position.offset, subject)
+        decision_id = _digest(*ident, *((part,) if part is not None else ()))
         fields: dict[str, Any] = {
             "decision_id": decision_id, "cell": self.cell_name, "input": position, "subject": subject,
             "outcome": outcome, "node": node, "gpu_devices": tuple(gpu_devices), "message": message,
@@ -440,3 +853,8 @@ class CellDecider:
         canonical = json.dumps(unsigned.model_dump(mode="json", exclude={"decision_hash"}),
                                sort_keys=True, separators=(",", ":"))
         return unsigned.model_copy(update={"decision_hash": _digest(canonical, size=32)})
+
+
+def _as_pending(pod: PodInfo) -> PodInfo:
+    """A replica as its pool creates it: not bound, no devices, pending."""
+    return pod.model_copy(update={"node_name": None, "gpu_devices": (), "phase": "Pending"})

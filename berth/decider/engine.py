@@ -127,6 +127,64 @@ class CoreEngine:
                            for pod, decision in result.placements)
         return EngineOutcome(placements=placements)
 
+    # -- inference pools (berth.decider.cell): probes and per-pool score terms -----------------
+
+    def probe_placements(self, pods: Sequence[PodInfo]) -> tuple[str, ...]:
+        """Where ``pods`` would go, placed one after the other on the snapshot as it is, without
+        preemption and without committing anything: each is assumed only for the next one's
+        sake (under a probe UID, so copies of one pod may be given) and released before
+        returning — the snapshot hash is unchanged. Stops at the first pod that does not fit."""
+        nodes: list[str] = []
+        probes: list[str] = []
+        try:
+            for index, pod in enumerate(pods):
+                copy = pod.model_copy(update={"uid": f"{pod.uid}~probe-{index}"})
+                decision = self.scheduler.schedule(copy, self.state, self.profile)
+                if decision.status != "placed":
+                    break
+                self.state.assume(copy, decision.node, decision.gpu_devices, decision.gpu_milli)
+                probes.append(copy.uid)
+                nodes.append(decision.node)
+        finally:
+            for uid in probes:
+                self.state.remove_pod(uid)
+        return tuple(nodes)
+
+    def place_scored(self, pod: PodInfo, extra_scores: Sequence[tuple[str, int]]) -> EngineOutcome:
+        """Place one pod like :meth:`place`, scored by the profile plus ``extra_scores`` (Score
+        plugins and weights, e.g. a pool's ``(("NodeCost", 2),)``), without preemption: an
+        unplaced outcome assumes nothing and the caller may fall back to :meth:`place`."""
+        framework = self._scored_framework(tuple(extra_scores))
+        decision = framework.schedule(pod, self.state)
+        if decision.status not in ("placed", "held"):
+            return EngineOutcome(message=decision.message, verdicts=self._verdicts(decision))
+        self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
+        return EngineOutcome(
+            placements=(Placement(pod, decision.node, tuple(decision.gpu_devices), decision.gpu_milli),),
+            verdicts=self._verdicts(decision))
+
+    def _scored_framework(self, extra: tuple[tuple[str, int], ...]) -> Any:
+        cache: dict[tuple[tuple[str, int], ...], Any] = self.__dict__.setdefault("_scored_frameworks", {})
+        framework = cache.get(extra)
+        if framework is None:
+            from berth.core.scheduler import Framework
+
+            document = json.loads(self.config_document)["scheduler"]
+            present = set(self.config.profile(self.profile).plugin_names())
+            for profile in document.get("profiles") or [{"schedulerName": self.profile}]:
+                if profile.get("schedulerName", self.profile) == self.profile:
+                    enabled = (profile.setdefault("plugins", {}).setdefault("multiPoint", {})
+                               .setdefault("enabled", []))
+                    enabled += [{"name": name, "weight": weight} for name, weight in extra if name not in present]
+            framework = Framework(parse_config(document), self.profile)
+            framework.prepare(self.state)
+            for plugin in framework.post_filter_plugins:
+                bind = getattr(plugin, "bind_framework", None)
+                if callable(bind):
+                    bind(framework)
+            cache[extra] = framework
+        return framework
+
     def _verdicts(self, decision: Any) -> tuple[NodeVerdict, ...]:
         verdicts = [NodeVerdict(node=score.node, scores=dict(score.scores), total=score.total)
                     for score in decision.top_scores]

@@ -1,84 +1,81 @@
-"""Token-based scaling of inference pools: the rule from the seed document, as a pure function.
+"""Inference pools' policies: the pools file, and an AgentPool from the cluster over it.
 
-Scale up when the expected time to first token exceeds the pool's SLO, to
-``ceil(tokens_in_queue / (tokens_per_second_per_replica × SLO))`` replicas within the bounds;
-scale down one replica at a time, after a cooldown, while the queue is short (the expected TTFT
-with one replica fewer stays under half the SLO).
+A pool's policy is an :class:`~berth.schemas.agentpool.AgentPoolSpec` (the AgentPool CRD's spec)
+that can be scaled: it has ``tokensPerSecondPerReplica`` and ``ttftSloMs``. The pools file,
+shared by the token-lag and decision services, maps ``namespace/name`` to such specs::
+
+    pools:
+      serving/llama-70b: {tokensPerSecondPerReplica: 2500, ttftSloMs: 2000, maxReplicas: 16,
+                          modelLoadSeconds: 90, scheduling: {costOptimization: {spotEnabled: true}}}
+
+(snake_case keys — ``tokens_per_second_per_replica`` … — are accepted too). An AgentPool observed
+in the cluster overrides the file's entry key by key (:func:`merge_cluster_spec`).
+
+The scaling rule itself is :mod:`berth.decider.scaling`; :func:`desired_replicas` is its basic
+form without the placement check, kept for callers that have no engine.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from berth.schemas import PoolLagState
+from berth.schemas.agentpool import AgentPoolSpec, AgentPoolSpecError, error_text
 
 
-class PoolPolicy(BaseModel):
-    """How one pool scales (the scaling part of an AgentPool)."""
+class PoolPolicy(AgentPoolSpec):
+    """A scalable pool: an AgentPool spec with its token rate and TTFT SLO. Unknown keys are
+    refused here (a pools file is ours to get right), unlike in the cluster's objects."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    tokens_per_second_per_replica: float = Field(gt=0)
-    ttft_slo_ms: float = Field(gt=0)
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(default=10, ge=1)
-    cooldown_s: float = Field(default=300, ge=0)
-    initial_replicas: int = Field(default=1, ge=0)
-    model_load_seconds: float = Field(default=60, ge=0)
-    """Time for a new replica to serve its first token (image pull, weights load, warm-up)."""
+    ttft_slo_ms: float = Field(gt=0, alias="ttftSloMs")
+    tokens_per_second_per_replica: float = Field(gt=0, alias="tokensPerSecondPerReplica")
 
 
 class PoolsFile(BaseModel):
-    """The pools file shared by the token-lag and decision services::
-
-        pools:
-          serving/llama-70b: {tokens_per_second_per_replica: 2000, ttft_slo_ms: 2000,
-                              max_replicas: 16, model_load_seconds: 90}
-    """
-
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     pools: dict[str, PoolPolicy] = Field(default_factory=dict)
 
 
-def parse_pools(document: dict[str, object]) -> dict[str, PoolPolicy]:
-    """Validate a pools document; keys must be ``namespace/name``."""
-    pools = PoolsFile.model_validate(document).pools
+def parse_pools(document: Mapping[str, object]) -> dict[str, PoolPolicy]:
+    """Validate a pools document; keys must be ``namespace/name``. Errors name the pool and key."""
+    try:
+        pools = PoolsFile.model_validate(dict(document)).pools
+    except ValidationError as exc:
+        raise ValueError(error_text(exc, prefix="")) from exc
     for key in pools:
         if key.count("/") != 1:
             raise ValueError(f"pools: {key!r} must be NAMESPACE/NAME, e.g. serving/llama-70b")
     return dict(sorted(pools.items()))
 
 
-@dataclass(frozen=True)
-class ScaleVerdict:
-    replicas: int
-    reason: str
+def merge_cluster_spec(file_policy: PoolPolicy | None, spec: Mapping[str, Any]) -> PoolPolicy:
+    """The policy of a pool whose AgentPool the cluster shows: its spec's keys over the pools
+    file's entry (top-level keys replace; the file fills what the object leaves out).
+
+    Raises :class:`AgentPoolSpecError` when the spec is invalid or the result cannot be scaled
+    (no token rate or SLO in either)."""
+    cluster = AgentPoolSpec.model_validate(dict(spec)) if isinstance(spec, Mapping) else spec
+    merged: dict[str, Any] = {}
+    if file_policy is not None:
+        merged.update(file_policy.model_dump(exclude_unset=True))
+    merged.update(cluster.model_dump(exclude_unset=True))
+    try:
+        return PoolPolicy.model_validate(merged)
+    except ValidationError as exc:
+        raise AgentPoolSpecError(error_text(exc)) from exc
 
 
 def desired_replicas(policy: PoolPolicy, lag: PoolLagState, current: int,
-                     last_scaled_at: datetime | None) -> ScaleVerdict | None:
-    """The replica count to ask for now, or None to leave the pool as it is."""
-    slo_s = policy.ttft_slo_ms / 1000
-    rate = max(lag.smoothed_token_rate, 0.0)
-    expected = lag.expected_ttft_ms
-    if expected is not None and expected > policy.ttft_slo_ms:
-        wanted = math.ceil(lag.tokens_in_queue / (policy.tokens_per_second_per_replica * slo_s))
-        wanted = max(policy.min_replicas, min(policy.max_replicas, wanted))
-        if wanted > current:
-            return ScaleVerdict(wanted, f"expected TTFT {expected:.0f}ms > SLO {policy.ttft_slo_ms:.0f}ms "
-                                        f"with {lag.tokens_in_queue} tokens queued")
-        return None
-    if current <= policy.min_replicas:
-        return None
-    cooled = last_scaled_at is None or (lag.updated_at - last_scaled_at).total_seconds() >= policy.cooldown_s
-    capacity_after = policy.tokens_per_second_per_replica * (current - 1)
-    ttft_after_ms = lag.tokens_in_queue / capacity_after * 1000 if capacity_after > 0 else math.inf
-    if cooled and ttft_after_ms < policy.ttft_slo_ms / 2 and rate <= capacity_after:
-        return ScaleVerdict(current - 1, f"queue short: expected TTFT {ttft_after_ms:.0f}ms with "
-                                         f"{current - 1} replicas, under half the SLO")
-    return None
+                     last_scaled_at: datetime | None) -> Any:
+    """The token rule alone (no placement or cost check): a verdict or None. See
+    :func:`berth.decider.scaling.decide_scale` for the whole policy."""
+    from .scaling import ScalingInput, decide_scale
+
+    return decide_scale(ScalingInput(policy=policy, lag=lag, current=current, last_scaled_at=last_scaled_at))

@@ -76,6 +76,15 @@ class PlacementEngine(Protocol):
         """Try to place one pod, or a gang (all of ``pods``, at least ``min_member``) atomically."""
         ...
 
+    def probe_placements(self, pods: Sequence[PodInfo]) -> tuple[str, ...]:
+        """Nodes where ``pods`` would go, placed one after the other (copies of one pod allowed),
+        without preemption and without changing the snapshot; stops at the first misfit."""
+        ...
+
+    def place_scored(self, pod: PodInfo, extra_scores: Sequence[tuple[str, int]]) -> EngineOutcome:
+        """Like ``place`` for one pod, with extra Score plugins (name, weight) and no preemption."""
+        ...
+
 
 @dataclass
 class PendingPod:

@@ -73,3 +73,18 @@ class FakeEngine:
         for name, pod in chosen:
             self.pods[pod.uid] = (name, pod)
         return EngineOutcome(placements=tuple(Placement(pod=p, node=n) for n, p in chosen))
+
+    def probe_placements(self, pods):
+        nodes = []
+        for index, pod in enumerate(pods):
+            outcome = self.place([pod.model_copy(update={"uid": f"{pod.uid}~probe-{index}"})])
+            if not outcome.placed:
+                break
+            nodes.append(outcome.placements[0].node)
+        for index in range(len(nodes)):
+            self.pods.pop(f"{pods[index].uid}~probe-{index}", None)
+        return tuple(nodes)
+
+    def place_scored(self, pod, extra_scores):
+        self.calls.append(f"scored {pod.uid} {list(extra_scores)}")
+        return self.place([pod])

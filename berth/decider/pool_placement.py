@@ -1,0 +1,99 @@
+"""How a pool's policy shapes the placement of its replicas: pure functions over pods and nodes.
+
+The cell asks the placement engine about a replica *as the pool's policy sees it*:
+
+- a capacity class (:func:`constrained`): ``on-demand`` adds the required node-affinity
+  expression ``karpenter.sh/capacity-type NotIn [spot]`` (nodes without the label count as
+  on-demand, as in Karpenter), ``spot`` the expression ``In [spot]``. The expression is added to
+  every required term the pod already has (terms are ORed, expressions within one ANDed);
+- preferred regions (``carbonAware.preferredRegions``): a preferred node-affinity term on
+  ``topology.kubernetes.io/region`` (:data:`REGION_PREFERENCE_WEIGHT`);
+- score terms (:func:`score_terms`): the existing NodeCost plugin for pools with a cost policy
+  and CarbonIntensity for carbon-aware pools, added to the profile for that pool's replicas only.
+
+What a replica costs (:func:`replica_cost_per_hour`) is its share of its node's price: its GPUs
+over the node's GPUs (a fraction counts as that share of one GPU), or for CPU-only replicas its
+CPU over the node's allocatable CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from berth.schemas import NodeInfo, PodInfo
+from berth.schemas.cluster import (
+    Affinity,
+    NodeAffinity,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PreferredSchedulingTerm,
+)
+
+from .pools import PoolPolicy
+from .scaling import CapacityClass, ProbedReplica
+
+LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+LABEL_REGION = "topology.kubernetes.io/region"
+COST_SCORE_WEIGHT = 3
+CARBON_SCORE_WEIGHT = 3
+REGION_PREFERENCE_WEIGHT = 50
+
+
+def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = ()) -> PodInfo:
+    """``pod`` restricted to nodes of ``capacity`` class and preferring ``regions``."""
+    regions = tuple(sorted(set(regions)))
+    if capacity == "any" and not regions:
+        return pod
+    affinity = pod.affinity or Affinity()
+    node_affinity = affinity.node_affinity or NodeAffinity()
+    required = node_affinity.required
+    if capacity != "any":
+        expression = NodeSelectorRequirement(key=LABEL_CAPACITY_TYPE, operator="In" if capacity == "spot" else "NotIn",
+                                             values=("spot",))
+        terms = required or (NodeSelectorTerm(),)
+        required = tuple(term.model_copy(update={"match_expressions": (*term.match_expressions, expression)})
+                         for term in terms)
+    preferred = node_affinity.preferred
+    if regions:
+        preferred = (*preferred, PreferredSchedulingTerm(
+            weight=REGION_PREFERENCE_WEIGHT, preference=NodeSelectorTerm(match_expressions=(
+                NodeSelectorRequirement(key=LABEL_REGION, operator="In", values=regions),))))
+    node_affinity = node_affinity.model_copy(update={"required": required, "preferred": preferred})
+    return pod.model_copy(update={"affinity": affinity.model_copy(update={"node_affinity": node_affinity})})
+
+
+def score_terms(policy: PoolPolicy | None) -> tuple[tuple[str, int], ...]:
+    """The Score plugins (and weights) a pool's replicas are placed with beyond the profile's."""
+    if policy is None:
+        return ()
+    terms: list[tuple[str, int]] = []
+    if policy.cost is not None:
+        terms.append(("NodeCost", COST_SCORE_WEIGHT))
+    if policy.carbon is not None:
+        terms.append(("CarbonIntensity", CARBON_SCORE_WEIGHT))
+    return tuple(terms)
+
+
+def preferred_regions(policy: PoolPolicy | None) -> tuple[str, ...]:
+    carbon = policy.carbon if policy is not None else None
+    return carbon.preferred_regions if carbon is not None else ()
+
+
+def replica_cost_per_hour(pod: PodInfo, node: NodeInfo) -> float | None:
+    """The replica's share of ``node.price_per_hour`` (None when the node has no price)."""
+    if node.price_per_hour is None:
+        return None
+    gpus = len(node.gpus) or node.allocatable.get("nvidia.com/gpu", 0)
+    if gpus and pod.gpu_fraction_milli is not None:
+        return node.price_per_hour * pod.gpu_fraction_milli / 1000 / gpus
+    if gpus and pod.whole_gpus:
+        return node.price_per_hour * min(pod.whole_gpus, gpus) / gpus
+    cpu = node.allocatable.get("cpu", 0)
+    if cpu:
+        return node.price_per_hour * min(pod.requests.get("cpu", 0), cpu) / cpu
+    return None
+
+
+def probed(pod: PodInfo, node: NodeInfo) -> ProbedReplica:
+    return ProbedReplica(node=node.name, spot=node.capacity_type == "spot",
+                         cost_per_hour=replica_cost_per_hour(pod, node), carbon_intensity=node.carbon_intensity)

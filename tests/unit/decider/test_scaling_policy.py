@@ -1,0 +1,153 @@
+"""The pure scaling policy (berth.decider.scaling.decide_scale): table-driven cases and properties."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from berth.decider.pools import PoolPolicy
+from berth.decider.scaling import ProbedReplica, ScalingInput, decide_scale, grid_dirty
+from berth.schemas import PoolLagState
+from berth.schemas.samples import T0
+
+
+def lag(tokens: int, rate: float = 1000, seconds: float = 0, ready: int | None = None) -> PoolLagState:
+    return PoolLagState(pool="p", namespace="ns", tokens_in_queue=tokens, token_rate=rate, smoothed_token_rate=rate,
+                        expected_ttft_ms=tokens / rate * 1000 if rate else None, ready_replicas=ready,
+                        updated_at=T0 + timedelta(seconds=seconds))
+
+
+def policy(**extra) -> PoolPolicy:
+    return PoolPolicy.model_validate({"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "minReplicas": 1,
+                                      "maxReplicas": 20, "cooldownSeconds": 300, "modelLoadSeconds": 0, **extra})
+
+
+class Room:
+    """A probe over fixed room per capacity class; records what it was asked."""
+
+    def __init__(self, spot: int = 100, on_demand: int = 100, price: float | None = 10.0) -> None:
+        self.left = {"spot": spot, "on-demand": on_demand}
+        self.price = price
+        self.asked: list[tuple[int, str]] = []
+
+    def __call__(self, count, capacity):
+        self.asked.append((count, capacity))
+        classes = ["spot", "on-demand"] if capacity == "any" else [capacity]
+        out = []
+        for cls in classes:
+            take = min(count - len(out), self.left[cls])
+            self.left[cls] -= take
+            out += [ProbedReplica(node=f"{cls}-{i}", spot=cls == "spot", cost_per_hour=self.price)
+                    for i in range(take)]
+        return out
+
+
+@pytest.mark.parametrize(("name", "extra", "state", "current", "probe", "expected"), [
+    ("SLO exceeded: the token rule", {}, lag(30_000), 2, None, 15),
+    ("within SLO: nothing", {}, lag(1_500), 2, None, None),
+    ("bounded by maxReplicas", {"maxReplicas": 8}, lag(30_000), 2, None, 8),
+    ("headroom triggers earlier and sizes for SLO − headroom",
+     {"scheduling": {"costOptimization": {"sloHeadroomMs": 1000}}}, lag(3_000), 1, Room(), 3),
+    ("only what fits", {}, lag(30_000), 2, Room(spot=0, on_demand=3), 5),
+    ("nothing fits: held", {}, lag(30_000), 2, Room(spot=0, on_demand=0), "held"),
+    ("spot disabled: on-demand only", {"scheduling": {"costOptimization": {"spotEnabled": False}}},
+     lag(30_000), 2, Room(spot=50, on_demand=4), 6),
+    ("spot within maxSpotPercent, the rest on-demand",
+     {"scheduling": {"costOptimization": {"spotEnabled": True, "maxSpotPercent": 50}}},
+     lag(8_000), 2, Room(spot=50, on_demand=50), 4),
+    ("cost ceiling: 20/h spent + 2 × 10/h <= 45/h", {"scheduling": {"costOptimization": {"maxCostPerHour": 45}}},
+     lag(30_000), 2, Room(price=10.0), 4),
+    ("below minReplicas", {"minReplicas": 3}, lag(0, rate=0), 1, None, 3),
+    ("above maxReplicas after a policy change", {"maxReplicas": 4}, lag(0, rate=0), 6, None, 4),
+])
+def test_decide_scale_table(name, extra, state, current, probe, expected):
+    verdict = decide_scale(ScalingInput(policy=policy(**extra), lag=state, current=current, probe=probe,
+                                        pool_cost_per_hour=20.0 if "maxCostPerHour" in str(extra) else None))
+    if expected is None:
+        assert verdict is None, name
+    elif expected == "held":
+        assert verdict is not None and verdict.outcome == "held" and verdict.replicas == current, name
+        assert "none can be added" in verdict.reason
+    else:
+        assert verdict is not None and verdict.outcome == "scaled" and verdict.replicas == expected, (name, verdict)
+
+
+def test_spot_share_is_capped_and_on_demand_is_the_fallback():
+    room = Room(spot=50, on_demand=50)
+    verdict = decide_scale(ScalingInput(
+        policy=policy(scheduling={"costOptimization": {"spotEnabled": True, "maxSpotPercent": 50}}),
+        lag=lag(8_000), current=2, spot_replicas=1, probe=room))
+    # 4 wanted → 2 more; half of 4 may be spot and one already is: 1 spot, 1 on-demand.
+    assert verdict is not None and verdict.replicas == 4
+    assert room.asked == [(1, "spot"), (1, "on-demand")]
+    assert sum(r.spot for r in verdict.placed_on) == 1
+
+
+def test_suspended_spot_goes_on_demand():
+    room = Room()
+    decide_scale(ScalingInput(policy=policy(scheduling={"costOptimization": {"spotEnabled": True}}),
+                              lag=lag(8_000), current=2, spot_suspended=True, probe=room))
+    assert room.asked == [(2, "on-demand")]
+
+
+def test_scale_up_leads_by_the_model_load_time():
+    previous, now = lag(2_000, seconds=0), lag(3_000, seconds=10)  # +100 tokens/s
+    led = decide_scale(ScalingInput(policy=policy(modelLoadSeconds=60), lag=now, previous_lag=previous, current=1))
+    # Expected TTFT 3000 ms > 2000 ms; in 60 s the queue is 9,000 tokens: ceil(9000 / 2000) = 5.
+    assert led is not None and led.replicas == 5 and "in 60s, the model load time" in led.reason
+    unled = decide_scale(ScalingInput(policy=policy(modelLoadSeconds=0), lag=now, previous_lag=previous, current=1))
+    assert unled is not None and unled.replicas == 2
+    # The lead alone can trigger a scale-up before the SLO is missed.
+    early = decide_scale(ScalingInput(policy=policy(modelLoadSeconds=60), lag=lag(1_800, seconds=10),
+                                      previous_lag=lag(1_000), current=1))
+    assert early is not None and early.replicas > 1 and not early.slo_critical
+
+
+def test_scale_down_one_step_after_the_cooldown_only():
+    p = policy()
+    assert decide_scale(ScalingInput(policy=p, lag=lag(100, rate=500, seconds=100), current=5,
+                                     last_scaled_at=T0)) is None
+    verdict = decide_scale(ScalingInput(policy=p, lag=lag(100, rate=500, seconds=301), current=5, last_scaled_at=T0))
+    assert verdict is not None and verdict.replicas == 4 and "queue short" in verdict.reason
+
+
+def test_time_shifting_defers_only_what_is_not_slo_critical():
+    green = policy(modelLoadSeconds=60, scheduling={"carbonAware": {
+        "maxCarbonIntensity": 100, "timeShifting": {"enabled": True}}})
+    # Headroom/lead only (the SLO itself holds): deferred while the grid is dirty.
+    deferred = decide_scale(ScalingInput(policy=green, lag=lag(1_800, seconds=10), previous_lag=lag(1_000),
+                                         current=1, carbon_intensity=300))
+    assert deferred is not None and deferred.outcome == "held" and "time shifting" in deferred.reason
+    clean = decide_scale(ScalingInput(policy=green, lag=lag(1_800, seconds=10), previous_lag=lag(1_000),
+                                      current=1, carbon_intensity=50))
+    assert clean is not None and clean.outcome == "scaled"
+    critical = decide_scale(ScalingInput(policy=green, lag=lag(30_000), current=1, carbon_intensity=300))
+    assert critical is not None and critical.outcome == "scaled"
+
+
+def test_clean_energy_hours_are_utc_event_time():
+    hours = policy(scheduling={"carbonAware": {"timeShifting": {"enabled": True, "cleanEnergyHours": "09:00-17:00"}}})
+    assert grid_dirty(hours, T0.replace(hour=10), None) is None
+    assert "outside the clean-energy hours" in grid_dirty(hours, T0.replace(hour=20), None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.integers(0, 2_000_000), rate=st.floats(0, 50_000), current=st.integers(0, 40),
+       room=st.integers(0, 40), max_replicas=st.integers(1, 30), budget=st.one_of(st.none(), st.floats(1, 500)))
+def test_never_beyond_max_room_or_budget_and_deterministic(tokens, rate, current, room, max_replicas, budget):
+    cost = {"costOptimization": {"maxCostPerHour": budget}} if budget is not None else {}
+    p = policy(maxReplicas=max_replicas, minReplicas=min(1, max_replicas), scheduling=cost)
+    inputs = dict(policy=p, lag=lag(tokens, rate=rate), current=current, pool_cost_per_hour=0.0)
+    verdict = decide_scale(ScalingInput(**inputs, probe=Room(spot=0, on_demand=room, price=7.0)))
+    again = decide_scale(ScalingInput(**inputs, probe=Room(spot=0, on_demand=room, price=7.0)))
+    assert verdict == again
+    if verdict is None or verdict.replicas <= current:
+        return
+    added = verdict.replicas - current
+    assert verdict.replicas <= max_replicas
+    assert added <= room
+    if budget is not None:
+        assert added * 7.0 <= budget + 1e-6
