@@ -94,6 +94,8 @@ _DEVICE_BITS = 6
 """Raw scores pack ``increase << 6 | device + 1``: one memoised int64 per node carries both."""
 _INCREASE_LIMIT = 1 << 50
 _DEDUPE_ABOVE = 32
+_RESULTS_KEPT = 200_000
+"""Content-addressed raw scores kept per state (about 200 bytes each) before starting over."""
 """Score distinct node states only when more nodes than this are asked for at once."""
 
 
@@ -204,6 +206,9 @@ class WorkloadExtension(StateExtension):
         self.total = 0
         self._learned: dict[float, tuple[tuple[Shape, int], ...]] = {}
         self._workloads: dict[tuple[tuple[Shape, int], ...], tuple[int, TargetWorkload]] = {}
+        self.results: dict[tuple[object, ...], int] = {}
+        """Raw scores by (pod shape, workload id, free CPU, model, free milli per device): a
+        pure function of the key, so a cache hit is the value a computation would give."""
 
     def _count(self, placed: PlacedPod, delta: int) -> None:
         shape = shape_of(placed.pod)
@@ -293,12 +298,14 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
         shape = shape_of(cycle.pod)
         assert shape is not None  # pre_score skipped the others
-        _, workload = self._cycle_workload(cycle)
+        workload_id, workload = self._cycle_workload(cycle)
         inv = gpu_inventory(cycle.state)
         rows = np.asarray(nodes, dtype=np.intp)
         free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
         cpu = _free_cpu(cycle.state, rows)
         constrained = any(workload.allowed_models)
+        if len(rows) <= _DEDUPE_ABOVE:
+            return self._small(cycle, rows, free, cpu, shape, workload_id, workload, constrained)
         if constrained:
             access = workload.model_access([inv.models[row][0] if inv.models[row] else None
                                             for row in rows.tolist()])
@@ -310,6 +317,31 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
                 distinct, inverse = found
                 return self._raw(distinct[:, :-1], distinct[:, -1], None, shape, workload)[inverse]
         return self._raw(free, cpu, access if constrained else None, shape, workload)
+
+    def _small(self, cycle: CycleContext, rows: npt.NDArray[np.intp], free: npt.NDArray[np.int64],
+               cpu: npt.NDArray[np.int64], shape: Shape, workload_id: int, workload: TargetWorkload,
+               constrained: bool) -> npt.NDArray[np.int64]:
+        """A few nodes (the usual case: those changed since the memo last saw this shape):
+        look each node state up in the extension's content-addressed results first — nodes
+        pass through the same states again and again — and score only the new ones."""
+        from berth.core.plugins.gpu_devices import gpu_inventory
+
+        extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
+        results = extension.results
+        models = gpu_inventory(cycle.state).models
+        keys = [(shape, workload_id, c, models[r][0] if (constrained and models[r]) else None, *f)
+                for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist())]
+        found = [results.get(key) for key in keys]
+        missing = [i for i, value in enumerate(found) if value is None]
+        if missing:
+            at = np.array(missing, dtype=np.intp)
+            access = (workload.model_access([keys[i][3] for i in missing]) if constrained else None)
+            computed = self._raw(free[at], cpu[at], access, shape, workload).tolist()
+            if len(results) > _RESULTS_KEPT:
+                results.clear()
+            for i, value in zip(missing, computed):
+                results[keys[i]] = found[i] = value
+        return np.array(found, dtype=np.int64)
 
     @staticmethod
     def _raw(free: npt.NDArray[np.int64], cpu: npt.NDArray[np.int64], access: npt.NDArray[np.bool_] | None,

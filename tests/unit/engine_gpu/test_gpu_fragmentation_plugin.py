@@ -72,10 +72,16 @@ def state_with(sched: Scheduler, *nodes: NodeInfo) -> ClusterState:
 
 
 def fresh_scores(plugin: GpuFragmentation, p: PodInfo, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
-    """The plugin's normalised scores computed from scratch (no memo)."""
+    """The plugin's normalised scores computed from scratch (no memo, no cached results)."""
     cycle = CycleContext(p, state, "berth")
     assert plugin.pre_score(cycle, nodes).is_success
-    return plugin.normalize_score(cycle, nodes, plugin.score(cycle, nodes))
+    inv = gpu_inventory(state)
+    free = np.where(inv.usable[nodes], inv.free_milli[nodes], 0)
+    cpu = state.allocatable_of(0, nodes) - state.requested_of(0, nodes)
+    workload = cycle.data["GpuFragmentation"][1]
+    access = workload.model_access([inv.models[n][0] if inv.models[n] else None for n in nodes.tolist()])
+    raw = plugin._raw(free, cpu, access, shape_of(p), workload)
+    return plugin.normalize_score(cycle, nodes, raw)
 
 
 def test_memoised_scores_equal_a_fresh_computation_while_pods_arrive() -> None:
