@@ -38,7 +38,6 @@ import yaml
 
 from berth.core import messages
 from berth.core.admission import QuotaLedger
-from berth.core.plugins.gpu_profile import GPU_PROFILE as _GPU_PROFILE
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
@@ -112,16 +111,13 @@ def _policy_events(bundle: ManifestBundle) -> list[PolicyObserved]:
     return events
 
 
-# Re-exported: what ``simulate`` runs without ``--config`` (see berth.core.plugins.gpu_profile).
-GPU_PROFILE = _GPU_PROFILE
-
-
 def load_scheduler_config(path: Path | None) -> Any:
-    """The scheduler configuration from ``path`` (YAML), or :data:`GPU_PROFILE`."""
-    from berth.core.config import ConfigError, load_config, parse_config
+    """The scheduler configuration from ``path`` (YAML), or the core's built-in profile
+    (``berth/core/default_config.yaml``, what the decision service runs without ``--config``)."""
+    from berth.core.config import ConfigError, default_config, load_config
 
     if path is None:
-        return parse_config(GPU_PROFILE)
+        return default_config()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -155,7 +151,7 @@ class Session:
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Any = None,
            policies: Iterable[PolicyObserved] = (), namespaces: Iterable[Any] = ()) -> Session:
-        """``config``: a SchedulerConfig, a Path to one, or None for :data:`GPU_PROFILE`."""
+        """``config``: a SchedulerConfig, a Path to one, or None for the built-in profile."""
         from berth.core.scheduler import Scheduler
         from berth.core.state import ClusterState
 

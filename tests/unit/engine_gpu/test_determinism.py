@@ -7,8 +7,7 @@ from datetime import datetime, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core.config import parse_config
-from berth.core.plugins.gpu_profile import GPU_PROFILE
+from berth.core.config import default_config
 from berth.core.scheduler import Scheduler
 from berth.core.state import ClusterState
 from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo, PodInfo
@@ -43,7 +42,7 @@ PENDING = [
         {"requests": {"nvidia.com/gpu": 1}},
         {"requests": {"nvidia.com/gpu": 8}},
     ])]
-SCHEDULER = Scheduler(parse_config(GPU_PROFILE))
+SCHEDULER = Scheduler(default_config())
 
 
 def run(node_order: list[int], bound_order: list[int]) -> list[tuple[str | None, tuple[int, ...], str]]:
