@@ -67,9 +67,7 @@ def duration_seconds(value: object) -> float:
         if not match:
             raise ValueError(f"{value!r} is not a duration; use e.g. 90s, 5m or 1h")
         seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match.group(2) or "s"]
-    if seconds < 0:
-        raise ValueError(f"{value!r}: a duration cannot be negative")
-    return seconds
+    return seconds  # the field's own bounds (ge/gt) say whether a negative one is wrong
 
 
 class _Block(BaseModel):
@@ -264,7 +262,7 @@ def error_text(exc: ValidationError, prefix: str = "spec") -> str:
     100; ...`` — pydantic's errors with the camelCase path a user wrote."""
     problems = []
     for error in exc.errors(include_url=False):
-        path = ".".join(str(part) for part in (prefix, *error["loc"]) if part != "")
+        path = ".".join(str(part) for part in (prefix, *error["loc"]) if part != "") or "spec"
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field (check the spelling; see the AgentPool CRD for the known keys)"

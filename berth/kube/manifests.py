@@ -1050,9 +1050,17 @@ def pdb_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> Po
 
 
 def agent_pool_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> AgentPoolManifest:
+    """An AgentPool, its spec kept as written after validating it against
+    :class:`berth.schemas.agentpool.AgentPoolSpec` (every problem named by its path)."""
+    from berth.schemas.agentpool import AgentPoolSpec, error_text
+
     reader, _, namespace, name = _meta(obj, "AgentPool", index, namespaced=True)
-    return AgentPoolManifest(namespace=namespace, name=name,
-                             spec=reader.mapping(obj.get("spec"), "spec"))
+    spec = reader.mapping(obj.get("spec"), "spec")
+    try:
+        AgentPoolSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise reader.fail("spec", error_text(exc, prefix="").removeprefix("spec: ")) from exc
+    return AgentPoolManifest(namespace=namespace, name=name, spec=spec)
 
 
 # --- whole files ---------------------------------------------------------------------------------

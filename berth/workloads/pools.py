@@ -27,17 +27,6 @@ from berth.schemas.policy import LimitRangeInfo, PriorityClassInfo
 
 from .model import LABEL_AGENT_POOL, AgentPool, PolicyObject, Workload, WorkloadError
 
-_POLICY_KEYS = {
-    "tokensPerSecondPerReplica": "tokens_per_second_per_replica",
-    "ttftSloMs": "ttft_slo_ms",
-    "minReplicas": "min_replicas",
-    "maxReplicas": "max_replicas",
-    "cooldownSeconds": "cooldown_s",
-    "modelLoadSeconds": "model_load_seconds",
-    "replicas": "initial_replicas",
-}
-
-
 def _template_from_requirements(spec: dict[str, Any]) -> dict[str, Any]:
     gpu = spec.get("gpuRequirements") or {}
     requests: dict[str, str] = {"cpu": "4", "memory": "32Gi"}
@@ -96,11 +85,19 @@ def replica_pod(pool: AgentPool, index: int, policies: Sequence[PolicyObject] = 
 
 def pool_policies(workload: Workload) -> dict[str, Any]:
     """The pools file (``{pools: {NAMESPACE/NAME: {...}}}``) that the decision and token-lag
-    services read, from the scaling fields of the workload's AgentPools. Pools without
+    services read: each scaled AgentPool's spec as :class:`berth.decider.pools.PoolPolicy`
+    validates it (keys the policy does not know are left out; the replica template stays, so
+    the decision cell can size replicas before the first one exists). Pools without
     ``tokensPerSecondPerReplica`` and ``ttftSloMs`` are not scaled and are left out."""
+    from berth.decider.pools import merge_cluster_spec
+
     pools: dict[str, Any] = {}
     for pool in sorted(workload.pools, key=lambda p: p.key):
         if "tokensPerSecondPerReplica" not in pool.spec or "ttftSloMs" not in pool.spec:
             continue
-        pools[pool.key] = {snake: pool.spec[camel] for camel, snake in _POLICY_KEYS.items() if camel in pool.spec}
+        try:
+            policy = merge_cluster_spec(None, pool.spec)
+        except ValueError as exc:
+            raise WorkloadError(f"AgentPool {pool.key}: {exc}") from exc
+        pools[pool.key] = policy.model_dump(mode="json", exclude_unset=True)
     return {"pools": pools}

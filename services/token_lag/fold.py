@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from berth.schemas import PoolLagState, QueueLagObserved
 
@@ -42,22 +42,38 @@ DEFAULT_MAX_TTFT_MS = 3_600_000.0
 
 
 class PoolSettings(BaseModel):
-    """What token-lag reads of a pool in the shared pools file (berth.decider.pools). The
-    decision service's scaling keys are accepted and left to it; any other key is a mistake."""
+    """What token-lag reads of a pool in the shared pools file (an AgentPool spec per pool, see
+    berth.decider.pools): its model load time. Every other AgentPool key is the decision
+    service's and is left to it; a key neither knows is a mistake."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     @model_validator(mode="before")
     @classmethod
     def _leave_scaling_keys_to_the_decision_service(cls, data: object) -> object:
         from berth.decider.pools import PoolPolicy
 
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items()
-                    if key in cls.model_fields or key not in PoolPolicy.model_fields}
-        return data
+        if not isinstance(data, dict):
+            return data
+        ours = {"model_load_seconds", "modelLoadSeconds", "modelLoadTime"}
+        theirs: set[str] = set()
+        for name, info in PoolPolicy.model_fields.items():
+            theirs.add(name)
+            if info.alias:
+                theirs.add(info.alias)
+            choices = getattr(info.validation_alias, "choices", None) or ()
+            theirs.update(c for c in choices if isinstance(c, str))
+        return {key: value for key, value in data.items() if key in ours or key not in theirs}
 
-    model_load_seconds: Annotated[float, Field(ge=0)] = DEFAULT_MODEL_LOAD_SECONDS
+    model_load_seconds: Annotated[float, Field(ge=0, validation_alias=AliasChoices(
+        "model_load_seconds", "modelLoadSeconds", "modelLoadTime"))] = DEFAULT_MODEL_LOAD_SECONDS
+
+    @field_validator("model_load_seconds", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float:
+        from berth.schemas.agentpool import duration_seconds
+
+        return duration_seconds(value)
 
 
 class LagSettings(BaseModel):
