@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
-        bench-pipeline bench-scaling schemas lint up down status clean deploy-render
+        bench-pipeline bench-scaling bench-k8s schemas lint up down status clean deploy-render
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision 
 
 bench-scaling: $(STAMP)  ## a simulated day of bursty chat traffic + spot notices: Berth vs KEDA-like vs Dynamo-like scaling
 	$(BIN)/python -m bench.scaling
+
+bench-k8s: $(STAMP)  ## kube-scheduler vs Berth on a real kube-apiserver: 1,000 8-GPU nodes, 5,000 pods, same QPS
+	$(BIN)/python -m bench.k8s
 
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export

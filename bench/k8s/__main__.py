@@ -1,0 +1,409 @@
+"""``python -m bench.k8s``: the same GPU-shaped workload scheduled by kube-scheduler and by Berth on
+a real kube-apiserver, one after the other, each on fresh state.
+
+For each scheduler: a fresh etcd + kube-apiserver 1.34 (:class:`~berth.devstack.kube.KubeControlPlane`),
+``--nodes`` fake 8-GPU nodes (:mod:`berth.devstack.fakenodes`), then the scheduler —
+
+* kube-scheduler 1.34, stock default profile, its client limited by the configuration file's
+  ``clientConnection.qps``/``burst``;
+* Berth: a fresh Kafka broker and Postgres, the audit store migrated, the topics created, and every
+  service as its own process (:mod:`berth.supervisor`, the arguments of ``berth dev up
+  --with-kubernetes``), the binder limited by ``--qps``/``--burst``;
+
+— a warm-up (one pod per decision cell bound and deleted, through the whole path), then the
+measured run: ``--pods`` pods (:mod:`bench.k8s.workload`) created as fast as 16 client threads
+can, while a watch notes when each pod gets its node. The run ends when every pod is bound, or
+when no pod was bound for ``--settle`` seconds after the last one was created (the rest do not
+fit). Figures: pods bound; pods per second = bound / (last binding − first creation); GPU
+allocation = GPUs of bound pods / all GPUs; and, as checks, nodes whose pods ask for more GPUs
+than the node has (must be none).
+
+Progress on stderr; a table, then as the LAST line one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.k8s.workload import (
+    DEFAULT_MIX,
+    GpuPod,
+    demand_ratio,
+    gpu_allocation,
+    gpu_pods,
+    overcommitted_nodes,
+    parse_mix,
+    pod_manifest,
+    stranded_gpus,
+    throughput,
+)
+
+console = Console(stderr=True)
+NAMESPACE = "bench"
+GPUS_PER_NODE = 8
+SCHEDULERS = ("kube-scheduler", "berth")
+SCHEDULER_NAMES = {"kube-scheduler": "default-scheduler", "berth": "berth"}
+CREATE_THREADS = 16
+CELL_LABEL = "berth.io/cell"  # = berth.schemas.cells.CELL_LABEL: routes a warm-up pod to a cell
+
+
+@dataclass
+class RunResult:
+    """One scheduler's run."""
+
+    scheduler: str
+    pods: int
+    bound: int = 0
+    seconds: float = 0.0
+    pods_per_s: float = 0.0
+    gpu_allocation: float = 0.0
+    allocated_gpus: int = 0
+    stranded_gpus: int = 0
+    creation_seconds: float = 0.0
+    overcommitted_nodes: list[str] = field(default_factory=list)
+    timed_out: bool = False
+
+
+# --- talking to the apiserver --------------------------------------------------------------------
+
+
+def _create_namespace(api: Any, name: str) -> None:
+    from kubernetes.client import CoreV1Api
+
+    CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+
+
+def _create_pod(api: Any, body: dict[str, Any]) -> None:
+    from kubernetes.client import CoreV1Api
+
+    # Plain JSON in and out: the generated models cost more CPU than the request itself.
+    CoreV1Api(api).create_namespaced_pod(NAMESPACE, body, _preload_content=False).release_conn()
+
+
+def _list_pods(api: Any) -> tuple[list[dict[str, Any]], str]:
+    """The namespace's pods (as JSON) and the list's resourceVersion."""
+    from kubernetes.client import CoreV1Api
+
+    response = CoreV1Api(api).list_namespaced_pod(NAMESPACE, _preload_content=False, _request_timeout=120)
+    document = json.loads(response.data)
+    return document["items"], document["metadata"]["resourceVersion"]
+
+
+class BindWatch:
+    """Notes the monotonic time at which each pod of the namespace is first seen with a node.
+
+    A thread watches pods from a resourceVersion (re-watching from the last one seen whenever the
+    server ends a watch) until :meth:`stop`.
+    """
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.bound_at: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bind-watch", daemon=True)
+        self._version = ""
+
+    def start(self) -> BindWatch:
+        items, self._version = _list_pods(self.api)
+        now = time.monotonic()
+        for pod in items:
+            if pod["spec"].get("nodeName"):
+                self.bound_at.setdefault(pod["metadata"]["name"], now)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=40)
+
+    def _run(self) -> None:
+        from kubernetes.client import CoreV1Api
+
+        core = CoreV1Api(self.api)
+        try:
+            while not self._stopping.is_set():
+                response = core.list_namespaced_pod(
+                    NAMESPACE, watch=True, resource_version=self._version, allow_watch_bookmarks=True,
+                    timeout_seconds=20, _preload_content=False, _request_timeout=60)
+                try:
+                    self._consume(response)
+                finally:
+                    response.release_conn()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+    def _consume(self, response: Any) -> None:
+        pending = b""
+        for chunk in response.stream(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            now = time.monotonic()
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                pod = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {pod}")  # 410 Gone cannot happen within a run
+                self._version = pod["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK" and (pod.get("spec") or {}).get("nodeName"):
+                    self.bound_at.setdefault(pod["metadata"]["name"], now)
+            if self._stopping.is_set():
+                return
+
+
+def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) -> None:
+    """One small pod per decision cell, bound (through the whole path) and deleted again."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    names = [f"warm-up-{cell}" for cell in range(cells)]
+    for cell, name in enumerate(names):
+        core.create_namespaced_pod(NAMESPACE, {
+            "metadata": {"name": name, "labels": {CELL_LABEL: str(cell)}},
+            "spec": {"schedulerName": scheduler_name, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}})
+    deadline = time.monotonic() + timeout
+    while not all(core.read_namespaced_pod(name, NAMESPACE).spec.node_name for name in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm-up pods were not bound within {timeout:.0f} s")
+        time.sleep(0.5)
+    for name in names:
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    while any(pod["metadata"]["name"] in names for pod in _list_pods(api)[0]):
+        time.sleep(0.3)
+
+
+# --- the measured run ----------------------------------------------------------------------------
+
+
+def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence[str], settle: float,
+            timeout: float) -> RunResult:
+    """Create ``pods`` for ``scheduler`` and follow them until all are bound or binding stops."""
+    result = RunResult(scheduler, len(pods))
+    watch = BindWatch(api).start()
+    bodies = [pod_manifest(pod, scheduler_name=SCHEDULER_NAMES[scheduler]) for pod in pods]
+    created = 0
+    created_lock = threading.Lock()
+
+    def create(body: dict[str, Any]) -> None:
+        nonlocal created
+        _create_pod(api, body)
+        with created_lock:
+            created += 1
+
+    started = time.monotonic()
+    pool = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="create")
+    futures = [pool.submit(create, body) for body in bodies]
+    creation_done: float | None = None
+    last_report = 0.0
+    try:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            if watch.error is not None:
+                raise RuntimeError(f"the pod watch failed: {watch.error}") from watch.error
+            for future in [f for f in futures if f.done()]:
+                future.result()  # a failed creation fails the run
+            bound = len(watch.bound_at)
+            if creation_done is None and created == len(bodies):
+                creation_done = now
+                result.creation_seconds = round(now - started, 2)
+            if now - last_report >= 5:
+                last_report = now
+                console.print(f"  {scheduler}: {now - started:6.1f} s  created {created:>6}/{len(bodies)}  "
+                              f"bound {bound:>6}  ({throughput(bound, now - started):.0f} pods/s so far)")
+            if bound == len(bodies):
+                break
+            last_bind = max(watch.bound_at.values(), default=started)
+            if creation_done is not None and now - max(last_bind, creation_done) >= settle:
+                break
+            if now - started > timeout:
+                result.timed_out = True
+                console.print(f"[yellow]! {scheduler}: stopped after {timeout:.0f} s[/]")
+                break
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        watch.stop()
+    last_bind = max(watch.bound_at.values(), default=started)
+    result.seconds = round(last_bind - started, 2)
+    # The authoritative state: a final list, not the watch.
+    items, _ = _list_pods(api)
+    gpus = {pod.name: pod.gpus for pod in pods}
+    placements = [(item["spec"]["nodeName"], gpus[item["metadata"]["name"]]) for item in items
+                  if item["spec"].get("nodeName") and item["metadata"]["name"] in gpus]
+    result.bound = len(placements)
+    result.allocated_gpus = sum(g for _, g in placements)
+    result.pods_per_s = round(throughput(result.bound, result.seconds), 1)
+    result.overcommitted_nodes = overcommitted_nodes(placements, GPUS_PER_NODE)
+    bound_names = {item["metadata"]["name"] for item in items if item["spec"].get("nodeName")}
+    smallest_pending = min((pod.gpus for pod in pods if pod.name not in bound_names), default=None)
+    result.stranded_gpus = stranded_gpus(placements, nodes, GPUS_PER_NODE, smallest_pending)
+    return result
+
+
+# --- the two schedulers --------------------------------------------------------------------------
+
+
+@contextmanager
+def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[None]:
+    """The stock kube-scheduler with its client limited to ``qps``/``burst`` by its configuration
+    file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there)."""
+    import yaml
+
+    from berth.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
+
+    kubeconfig = plane.kubeconfig_for(SCHEDULER_USER, work / "kube-scheduler.kubeconfig")
+    config = work / "kube-scheduler.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "default-scheduler"}],
+    }))
+    with KubeSchedulerProcess(plane, extra_args=[f"--config={config}"]):
+        yield
+
+
+@contextmanager
+def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[None]:
+    """Berth as ``berth dev up --with-kubernetes`` runs it, on a fresh Kafka and Postgres; the
+    binder limited to ``qps``/``burst``."""
+    from berth.audit import db
+    from berth.devstack.stack import SERVICE_ORDER, DevStack, service_args
+    from berth.settings import DatabaseSettings, KafkaSettings
+    from berth.supervisor import Supervisor, create_pipeline_topics
+
+    with DevStack() as stack:
+        env = stack.env()
+        db.upgrade(DatabaseSettings(url=env["BERTH_DATABASE_URL"]))
+        asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=env["BERTH_KAFKA_BOOTSTRAP"])))
+        args = service_args(plane.kubeconfig_path, work)
+        args["binder"] += ["--qps", str(qps), "--burst", str(burst)]
+        with Supervisor(work / "logs", {**env, "BERTH_LOG_LEVEL": "warning"}) as services:
+            for name in SERVICE_ORDER:
+                services.start(name, args[name], wait=False)
+            for service in services.services.values():
+                service.wait_ready(timeout=180)
+            yield
+
+
+def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
+    """A fresh control plane and nodes, ``scheduler`` on them, the warm-up, the measured run."""
+    from berth.devstack.fakenodes import create_fake_nodes
+    from berth.devstack.kube import KubeControlPlane
+    from berth.schemas.topics import DECISION_INPUTS
+
+    work.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        step = time.monotonic()
+        plane = stack.enter_context(KubeControlPlane())
+        api = stack.enter_context(plane.connection().api_client(pool_size=CREATE_THREADS + 4))
+        nodes = create_fake_nodes(api, args.nodes, gpus=GPUS_PER_NODE, prefix="gpu-")
+        _create_namespace(api, NAMESPACE)
+        console.print(f"[green]✓[/] {scheduler}: control plane and {args.nodes} nodes in {time.monotonic() - step:.0f} s")
+        step = time.monotonic()
+        start: Callable[..., Any] = kube_scheduler if scheduler == "kube-scheduler" else berth_pipeline
+        stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
+        _warm_up(api, SCHEDULER_NAMES[scheduler], DECISION_INPUTS.partitions if scheduler == "berth" else 1)
+        console.print(f"[green]✓[/] {scheduler}: running and warmed up in {time.monotonic() - step:.0f} s")
+        result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout)
+    console.print(f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
+                  f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.k8s", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="fake 8-GPU nodes (default %(default)s)")
+    parser.add_argument("--pods", type=int, default=5000, help="pods to schedule (default %(default)s)")
+    parser.add_argument("--mix", type=parse_mix, default=dict(DEFAULT_MIX),
+                        help="GPUS:WEIGHT,... share of pods per GPU count (default 1:0.6,2:0.25,4:0.1,8:0.05)")
+    parser.add_argument("--seed", type=int, default=1, help="workload seed (default %(default)s)")
+    parser.add_argument("--qps", type=float, default=50.0,
+                        help="API requests per second for both schedulers' clients (default %(default)s, "
+                             "kube-scheduler's own default)")
+    parser.add_argument("--burst", type=int, default=100, help="API burst for both (default %(default)s)")
+    parser.add_argument("--settle", type=float, default=20.0,
+                        help="seconds without a new binding after the last creation that end a run (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)")
+    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                        help="which to run, in order (default %(default)s)")
+    parser.add_argument("--keep-logs", type=Path, help="keep the schedulers' configuration and Berth's logs here")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.schedulers.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(SCHEDULERS))
+    if unknown or not chosen:
+        parser.error(f"--schedulers: choose from {', '.join(SCHEDULERS)} (got {args.schedulers!r})")
+
+    from berth.devstack.gobuild import ensure_kubernetes_binaries
+
+    ensure_kubernetes_binaries()
+    pods = gpu_pods(args.pods, seed=args.seed, mix=args.mix)
+    demand = demand_ratio(pods, args.nodes, GPUS_PER_NODE)
+    console.print(f"{args.pods} pods asking for {sum(p.gpus for p in pods)} GPUs ({demand:.0%} of "
+                  f"{args.nodes * GPUS_PER_NODE}); client QPS {args.qps:g}, burst {args.burst}")
+    started = time.monotonic()
+    results: dict[str, RunResult] = {}
+    with TemporaryDirectory(prefix="berth-bench-k8s-") as scratch:
+        root = args.keep_logs or Path(scratch)
+        for scheduler in chosen:
+            result = run_one(scheduler, pods, args, root / scheduler)
+            result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
+            results[scheduler] = result
+    _print_table(results)
+    summary: dict[str, Any] = {"pods": args.pods}
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_bound"] = result.bound if result else None
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_pods_per_s"] = result.pods_per_s if result else None
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_gpu_allocation"] = result.gpu_allocation if result else None
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_stranded_gpus"] = result.stranded_gpus if result else None
+    summary.update({"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "gpu_demand": round(demand, 3),
+                    "qps": args.qps, "burst": args.burst,
+                    "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
+                    "elapsed_s": round(time.monotonic() - started, 1)})
+    print(json.dumps(summary), flush=True)
+    return 1 if summary["overcommitted_nodes"] else 0
+
+
+def _print_table(results: dict[str, RunResult]) -> None:
+    table = Table(title="GPU-shaped pods on a real kube-apiserver")
+    for column in ("scheduler", "bound", "seconds", "pods/s", "GPU allocation", "stranded GPUs", "creation s",
+                   "overcommitted"):
+        table.add_column(column, justify="right" if column != "scheduler" else "left")
+    for result in results.values():
+        table.add_row(result.scheduler, f"{result.bound}/{result.pods}", f"{result.seconds:.1f}",
+                      f"{result.pods_per_s:.1f}", f"{result.gpu_allocation:.2%}", str(result.stranded_gpus),
+                      f"{result.creation_seconds:.1f}",
+                      str(len(result.overcommitted_nodes)) + (" (timed out)" if result.timed_out else ""))
+    console.print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
