@@ -11,10 +11,12 @@ hypothetical placement. The verdict's ``placed_on`` says which capacity class ea
 gets, as the cell constrains the pool's pending replicas. So the benchmark measures the real
 policy on the real state.
 
-Spot notices, as the cell handles them: the interruption is counted for the pool (and may
-suspend spot), then a surge of k replacements, k = how many of the node's replicas can be placed
-elsewhere now — on-demand first, then spot within ``maxSpotPercent`` unless suspended. The
-simulator cordons, places, evicts and gives the surge back (see :mod:`bench.scaling.sim`).
+Spot notices, as the cell handles them (``CellDecider._on_spot`` / ``_surge`` /
+``_capacity_order``): the interruption is counted for the pool (and may suspend spot), then a
+surge of k replacements, k = how many of the node's replicas can be placed elsewhere now —
+on-demand first, then spot if one more spot replica stays within ``maxSpotPercent`` and spot is
+not suspended; the surge restarts the cooldown. The simulator cordons, places, evicts and gives
+the surge back (see :mod:`bench.scaling.sim`).
 """
 
 from __future__ import annotations
@@ -134,11 +136,14 @@ class BerthPolicy:
         self.spot.record(at(notice.now), cost.interruption_threshold if cost is not None else None)
         wanted = notice.replicas_on_node
         classes: list[CapacityClass] = ["on-demand"] * len(view.probe(wanted, "on-demand"))
-        if len(classes) < wanted and cost is not None and cost.spot_enabled and not self.spot.suspended:
-            pool_size = (self._current or view.target) + wanted
-            allowance = math.floor(cost.max_spot_percent / 100 * pool_size) - (view.spot_replicas - wanted)
-            spot = min(wanted - len(classes), max(allowance, 0))
-            classes += ["spot"] * len(view.probe(spot, "spot")) if spot else []
+        placed = view.ready + view.loading
+        spot_ok = (cost is not None and cost.spot_enabled and not self.spot.suspended
+                   and view.spot_replicas + 1 <= math.floor(cost.max_spot_percent / 100 * (placed + 1)))
+        if len(classes) < wanted and spot_ok:
+            classes += ["spot"] * len(view.probe(wanted - len(classes), "spot"))
+        if classes:
+            # The cell's surge is a scale: it restarts the cooldown.
+            self._last_scaled_at = at(notice.now)
         return tuple(classes)
 
 
