@@ -141,20 +141,23 @@ class Supervisor:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, args: Sequence[str] = ("run",), *, ready_timeout: float = 60.0,
-              wait: bool = True) -> ServiceProcess:
+              wait: bool = True, key: str | None = None) -> ServiceProcess:
+        """Start ``berth <name> <args>``; ``key`` (default ``name``) names this instance in
+        :attr:`services` and its log file, for several instances of one service."""
+        key = key or name
         [port] = procs.free_ports(1)
-        service = ServiceProcess(name, list(args), self.log_dir / f"{name}.log", self.env, port,
+        service = ServiceProcess(name, list(args), self.log_dir / f"{key}.log", self.env, port,
                                  detached=self.detached)
         service.start()
-        self.services[name] = service
+        self.services[key] = service
         if wait:
             service.wait_ready(ready_timeout)
         return service
 
-    def restart(self, name: str, *, ready_timeout: float = 60.0) -> ServiceProcess:
-        old = self.services[name]
+    def restart(self, key: str, *, ready_timeout: float = 60.0) -> ServiceProcess:
+        old = self.services[key]
         old.stop()
-        return self.start(name, old.args, ready_timeout=ready_timeout)
+        return self.start(old.name, old.args, ready_timeout=ready_timeout, key=key)
 
     def check_alive(self) -> None:
         for service in self.services.values():
@@ -174,35 +177,12 @@ class Supervisor:
 
 
 async def create_pipeline_topics(kafka: KafkaSettings) -> list[str]:
-    """Create every Berth topic and the inventory's internal topics that do not exist yet; return
-    the names created.
+    """Create every Berth topic that does not exist yet; return the names created.
 
-    The inventory's own topics must exist before it starts on a brand-new broker: faust's first
-    rebalance can otherwise run before faust created them, its assignor then ignores the missing
-    by-node topic and the inventory never routes a node (every pod ends up unschedulable).
+    The faust services create their own internal topics when they start
+    (:func:`berth.bus.streams.internal_topics`), so the contract's topics are all a pipeline needs
+    up front.
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
     from berth.bus import ensure_topics
-    from berth.schemas.topics import NODES, PODS
-    from berth.services.inventory.app import APP_ID, NODE_INPUTS
 
-    created = list(await ensure_topics(kafka))
-    compacted = {"cleanup.policy": "compact"}
-    replication = kafka.replication_factor
-    internal = [NewTopic(NODE_INPUTS, NODES.partitions, replication),
-                NewTopic(f"{APP_ID}-nodes-changelog", NODES.partitions, replication, topic_configs=compacted),
-                NewTopic(f"{APP_ID}-pod-routes-changelog", PODS.partitions, replication, topic_configs=compacted)]
-    admin = AIOKafkaAdminClient(**kafka.client_options())
-    await admin.start()
-    try:
-        for topic in internal:
-            try:
-                await admin.create_topics([topic])
-                created.append(topic.name)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        await admin.close()
-    return created
+    return list(await ensure_topics(kafka))

@@ -108,6 +108,15 @@ class Recorder:
                         self.node_inputs += 1
 
 
+def _scrape_all(ports: list[int]) -> dict[str, float]:
+    """The samples of several instances of a service, added up by name and labels."""
+    total: dict[str, float] = {}
+    for port in ports:
+        for name, value in _scrape(port).items():
+            total[name] = total.get(name, 0.0) + value
+    return total
+
+
 def _scrape(port: int) -> dict[str, float]:
     """A service's /metrics as {sample name with labels: value}."""
     try:
@@ -219,7 +228,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = NODES,
-        seed: int = 1, keep_logs: Path | None = None) -> dict[str, Any]:
+        seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1) -> dict[str, Any]:
     from berth.audit import db
     from berth.bus import ensure_topics
     from berth.devstack.stack import DevStack
@@ -250,13 +259,14 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
                 with console.status("starting audit, inventory, decision …"):
                     services.start("audit")
                     services.start("inventory")
-                    decision = services.start("decision")
+                    # Workers of the group berth-decision share the cells (partitions) between them.
+                    deciders = [services.start("decision", key=f"decision-{n}") for n in range(decision_workers)]
                 inventory = services.services["inventory"]
                 recorder = Recorder(settings.kafka)
                 recorder.start()
                 try:
                     steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s,
-                                   decision.metrics_port, inventory.metrics_port)
+                                   [d.metrics_port for d in deciders], inventory.metrics_port)
                 finally:
                     recorder.stop()
         finally:
@@ -274,6 +284,7 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
         "goal_met": bool(best and best["achieved_pods_per_s"] >= 680 and best["p99_latency_ms"] < 1000),
         "steps": steps,
         "nodes": nodes,
+        "decision_workers": decision_workers,
         "cpus": os.cpu_count(),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
@@ -282,7 +293,8 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
 
 
 def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pods: list[Any],
-           rates: tuple[float, ...], step_s: float, decision_port: int, inventory_port: int) -> list[dict[str, Any]]:
+           rates: tuple[float, ...], step_s: float, decision_ports: list[int],
+           inventory_port: int) -> list[dict[str, Any]]:
     with console.status(f"publishing {len(nodes):,} NodeObserved …"):
         t0 = time.monotonic()
         asyncio.run(_publish_nodes(settings, nodes))
@@ -314,7 +326,7 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
     for rate in rates:
         pods = rest[offset:offset + int(rate * step_s)]
         offset += len(pods)
-        before = _scrape(decision_port)
+        before = _scrape_all(decision_ports)
         with console.status(f"offering {rate:g} pods/s for {step_s:g} s …"):
             took = asyncio.run(_offer(settings, pods, rate, recorder))
         deadline = time.monotonic() + DRAIN_S
@@ -323,7 +335,7 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
                 services.check_alive()
                 recorder.check()
                 time.sleep(0.1)
-        after = _scrape(decision_port)
+        after = _scrape_all(decision_ports)
         inventory_lag = _sum(_scrape(inventory_port), r"berth_consumer_lag_records\{.*\}")
         step = _step_figures(recorder, pods, rate, took, before, after)
         step["publish_s"] = round(took, 2)
@@ -366,9 +378,12 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=STEP_S, help="seconds per step (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=NODES, help="nodes (default %(default)s)")
     parser.add_argument("--keep-logs", type=Path, help="keep the services' logs in this directory")
+    parser.add_argument("--decision-workers", type=int, default=1,
+                        help="decision processes sharing the cells (default %(default)s; the cells are "
+                             "the partitions of berth.scheduler.inputs.v1, so more than that idle)")
     args = parser.parse_args()
     rates = tuple(float(r) for r in args.rates.split(","))
-    summary = run(rates, args.step_s, args.nodes, keep_logs=args.keep_logs)
+    summary = run(rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers)
     print(json.dumps(summary))
     sys.stdout.flush()
 
