@@ -26,8 +26,9 @@ Routing contract (the cell inputs of ``berth.scheduler.inputs.v1``):
   bound after waiting in another cell) the old cell receives a ``PodDeleted`` / ``NodeRemoved``
   for it, meaning "this no longer concerns you", and the new cell receives the node first and
   then its bound pods, so that everything about a node meets in one ordered log;
-* ``PodGroup`` policies go to :func:`~berth.schemas.cells.cell_of_pod_group`; every other policy
-  kind is broadcast to every cell (quotas, priorities and budgets constrain every cell).
+* every policy is broadcast to every cell (quotas, priorities and budgets constrain every cell);
+  PodGroups too, because a gang's members need not be in the group's own cell: a node-pool
+  selector or a ``berth.io/cell`` label routes them first (:func:`~berth.schemas.cells.cell_of_pod`).
 
 GPU accounting (per device, in milli-GPUs): a pod with ``gpu_fraction_milli`` holds that share on
 each device it lists (normally exactly one); any other pod holds each listed device whole. Pods in
@@ -59,7 +60,7 @@ from berth.schemas import (
     PolicyRemoved,
     SpotInterruptionNotice,
 )
-from berth.schemas.cells import cell_of_node, cell_of_pod, cell_of_pod_group
+from berth.schemas.cells import cell_of_node, cell_of_pod
 
 BERTH_SCHEDULER = "berth"
 """``spec.schedulerName`` of the pods Berth places."""
@@ -227,14 +228,7 @@ def _deletion_of(pod: PodInfo, at: datetime, node_name: str | None) -> PodDelete
 
 
 def route_policy(event: PolicyObserved | PolicyRemoved, cells: int) -> tuple[ToCell, ...]:
-    """PodGroups to their gang's cell; every other kind to every cell, in cell order."""
-    if event.kind == "PodGroup":
-        if isinstance(event, PolicyObserved):
-            group = event.obj
-            namespace, name = group.namespace, group.name  # type: ignore[attr-defined]
-        else:
-            namespace, name = event.namespace, event.name
-        return (ToCell(cell_of_pod_group(namespace, name, cells), event),)
+    """Every policy to every cell, in cell order (PodGroups included: see the module docstring)."""
     return tuple(ToCell(cell, event) for cell in range(cells))
 
 

@@ -25,7 +25,7 @@ from berth.schemas import (
     PriorityClassInfo,
     SpotInterruptionNotice,
 )
-from berth.schemas.cells import CELL_LABEL, cell_of_pod, cell_of_pod_group
+from berth.schemas.cells import CELL_LABEL, cell_of_pod
 from berth.services.inventory.fold import (
     NODE_INPUT,
     NODE_STATE,
@@ -340,13 +340,14 @@ def test_a_pending_pod_whose_cell_changes_is_withdrawn_from_the_old_one():
 # --- policies ------------------------------------------------------------------------------------
 
 
-def test_pod_groups_go_to_their_gang_cell_and_other_policies_everywhere():
+def test_every_policy_goes_everywhere_pod_groups_too():
+    # A gang whose members select a node pool lives in the pool's cell, not the group's.
     group = PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=8),
                            observed_at=T0)
-    assert [o.cell for o in route_policy(group, CELLS)] == [cell_of_pod_group("ml", "train", CELLS)]
     removed = PolicyRemoved(kind="PodGroup", namespace="ml", name="train", observed_at=T0)
-    assert [o.cell for o in route_policy(removed, CELLS)] == [cell_of_pod_group("ml", "train", CELLS)]
     for event in (
+        group,
+        removed,
         PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="high", value=1000),
                        observed_at=T0),
         PolicyObserved(kind="LimitRange", limit_range=LimitRangeInfo(
