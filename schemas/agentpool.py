@@ -7,9 +7,10 @@ services read, and the decision cell (which receives the cluster's AgentPools as
 
 Keys are camelCase as in the CRD; the snake_case field names are accepted too (older pools
 files). The top level ignores keys it does not know (the CRD preserves unknown fields, so a pool
-written for a later version still validates), but the typed blocks (``gpuRequirements``,
-``scheduling`` and everything in it) forbid unknown keys: a typo there is a clear error, not a
-silently ignored policy.
+written for a later version still validates), and so does ``scheduling`` (the seed puts more
+blocks there than Berth acts on), but the typed blocks (``gpuRequirements``,
+``scheduling.costOptimization``, ``carbonAware``, ``cacheAware``, ``dataLocality``) forbid unknown
+keys: a typo there is a clear error, not a silently ignored policy.
 
 Shape (every field optional; a pool is *scaled* only with ``tokensPerSecondPerReplica`` and
 ``ttftSloMs``)::
@@ -172,7 +173,12 @@ class DataLocality(_Block):
     anti_affinity: tuple[str, ...] = Field(default=(), alias="antiAffinity")
 
 
-class PoolScheduling(_Block):
+class PoolScheduling(BaseModel):
+    """``spec.scheduling``: keys it does not know are kept aside (the seed has more blocks than
+    Berth acts on, e.g. ``fastScheduling``); the blocks it knows are strict."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
     priority: int | None = None
     cost_optimization: CostOptimization | None = Field(default=None, alias="costOptimization")
     carbon_aware: CarbonAware | None = Field(default=None, alias="carbonAware")
