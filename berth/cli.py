@@ -101,14 +101,21 @@ def _devstack(action: str, **kwargs: Any) -> Any:
 def dev_up(
     with_kubernetes: Annotated[bool, typer.Option(
         help="Also run etcd and kube-apiserver v1.34 (built from the Go module proxy on first use, "
-             "about 10 minutes) and print BERTH_KUBECONFIG.")] = False,
+             "about 10 minutes), print BERTH_KUBECONFIG, and start Berth's services against it "
+             "(see --services).")] = False,
+    services: Annotated[bool, typer.Option(
+        "--services/--no-services",
+        help="With --with-kubernetes: migrate the audit store, create the topics and start ingest, "
+             "inventory, token-lag, decision, audit and binder (--backend kube) in the background, "
+             "so pods with schedulerName: berth get scheduled. --no-services: the infrastructure only.")] = True,
 ) -> None:
     """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints.
 
     stdout gets only `BERTH_KAFKA_BOOTSTRAP=…` and `BERTH_DATABASE_URL=…` (and `BERTH_KUBECONFIG=…`),
-    so `export $(berth dev up)` points later commands at them.
+    so `export $(berth dev up)` points later commands at them. `berth dev status` shows what runs,
+    `berth dev down` stops it all.
     """
-    _devstack("up", with_kubernetes=with_kubernetes)
+    _devstack("up", with_kubernetes=with_kubernetes, with_services=with_kubernetes and services)
 
 
 @dev_app.command("nodes")
@@ -135,13 +142,14 @@ def dev_nodes(
 
 @dev_app.command("down")
 def dev_down() -> None:
-    """Stop everything `berth dev up` started and remove its data."""
+    """Stop everything `berth dev up` started (Berth's services first) and remove its data."""
     _devstack("down")
 
 
 @dev_app.command("status")
 def dev_status() -> None:
-    """Show what `berth dev up` started and whether it answers (exit 1 when not healthy)."""
+    """Show what `berth dev up` started (infrastructure and Berth's services) and whether each
+    answers (exit 1 when not healthy)."""
     if not _devstack("status").healthy:
         raise typer.Exit(1)
 

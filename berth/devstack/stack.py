@@ -1,7 +1,11 @@
 """Kafka and Postgres together: in-process (:class:`DevStack`) or in the background (``up``/``down``).
 
 With ``with_kubernetes=True`` (``berth dev up --with-kubernetes``) the stack also runs etcd and
-kube-apiserver (:class:`~berth.devstack.kube.KubeControlPlane`) and exports ``BERTH_KUBECONFIG``.
+kube-apiserver (:class:`~berth.devstack.kube.KubeControlPlane`) and exports ``BERTH_KUBECONFIG``;
+with ``with_services=True`` as well (what the ``berth`` CLI asks for), :func:`up` then migrates the
+audit store, creates the topics and starts Berth itself against that apiserver — ingest,
+inventory, token-lag, decision, audit and ``binder --backend kube`` — each detached, with its log
+and data under ``$BERTH_RUN_DIR/services/`` (:data:`SERVICE_ORDER`, :func:`service_args`).
 
 In-process, for tests and scripts::
 
@@ -51,6 +55,29 @@ def run_dir() -> Path:
 
 def state_file() -> Path:
     return run_dir() / "devstack.json"
+
+
+def services_dir() -> Path:
+    """Logs and local state of the Berth services :func:`up` starts (removed by :func:`down`)."""
+    return run_dir() / "services"
+
+
+#: The Berth services of a stack with Kubernetes, in start order: ingest last, since it publishes
+#: the cluster as soon as it holds its Lease. They stop in reverse order.
+SERVICE_ORDER = ("audit", "inventory", "token-lag", "decision", "binder", "ingest")
+
+
+def service_args(kubeconfig: Path, work: Path) -> dict[str, list[str]]:
+    """``berth <service>`` arguments of each service of :data:`SERVICE_ORDER` for the cluster of
+    ``kubeconfig``; ``work`` holds the faust services' local table stores."""
+    return {
+        "audit": ["run"],
+        "inventory": ["run", "--data-dir", str(work / "inventory")],
+        "token-lag": ["run", "--data-dir", str(work / "token-lag")],
+        "decision": ["run"],
+        "binder": ["run", "--backend", "kube", "--kubeconfig", str(kubeconfig)],
+        "ingest": ["run", "--kubeconfig", str(kubeconfig), "--lease-namespace", "default"],
+    }
 
 
 class DevStack:
@@ -163,7 +190,7 @@ def _print_env(env: dict[str, str], out: TextIO) -> None:
     out.flush()
 
 
-def up(*, out: TextIO | None = None, with_kubernetes: bool = False) -> dict[str, str]:
+def up(*, out: TextIO | None = None, with_kubernetes: bool = False, with_services: bool = False) -> dict[str, str]:
     """Start Kafka and Postgres in the background and record them in :func:`state_file`.
 
     Prints ``BERTH_KAFKA_BOOTSTRAP=...`` and ``BERTH_DATABASE_URL=...`` lines on ``out``
@@ -175,15 +202,25 @@ def up(*, out: TextIO | None = None, with_kubernetes: bool = False) -> dict[str,
     ``with_kubernetes``: also etcd + kube-apiserver (building them first if the cache lacks them:
     many minutes the first time), and a ``BERTH_KUBECONFIG=...`` line. A running stack without
     Kubernetes gets a control plane added to it.
+
+    ``with_services`` (only with ``with_kubernetes``): then migrate the audit store, create the
+    topics and start the Berth services against the control plane (see the module docstring),
+    returning once each one's /metrics answers; a running stack without them gets them added.
     """
     out = out or sys.stdout
+    if with_services and not with_kubernetes:
+        raise DevStackError("the Berth services need the Kubernetes control plane: add --with-kubernetes")
     state = _read_state()
     if state is not None:
         current = status(quiet=True)
         if current.healthy:
+            added = False
             if with_kubernetes and not state.get("kubernetes"):
-                return _add_kubernetes(state, out)
-            err_console.print("[green]Dev stack already running[/green] (berth dev status for details)")
+                state, added = _add_kubernetes(state), True
+            if with_services and not state.get("services"):
+                state, added = _add_services(state), True
+            if not added:
+                err_console.print("[green]Dev stack already running[/green] (berth dev status for details)")
             _print_env(state["env"], out)
             return dict(state["env"])
         err_console.print("[yellow]Recorded dev stack is not healthy; replacing it.[/yellow]")
@@ -207,12 +244,18 @@ def up(*, out: TextIO | None = None, with_kubernetes: bool = False) -> dict[str,
         f"[green]✓[/green] Kafka {stack.kafka.version} (pid {stack.kafka.pid}){kube_note} and "
         f"Postgres (pid {stack.postgres.pid}) running; state in {state_file()}. Stop with: berth dev down"
     )
-    env = stack.env()
-    _print_env(env, out)
-    return env
+    state = stack.to_state()
+    if with_services:
+        try:
+            state = _add_services(state)
+        except BaseException:
+            down(quiet=True)  # nothing half-started is left running
+            raise
+    _print_env(state["env"], out)
+    return dict(state["env"])
 
 
-def _add_kubernetes(state: dict[str, Any], out: TextIO) -> dict[str, str]:
+def _add_kubernetes(state: dict[str, Any]) -> dict[str, Any]:
     """Start a detached control plane next to a running stack and record it in the same state file."""
     kube = KubeControlPlane(detached=True)
     kube.binaries = ensure_kubernetes_binaries()
@@ -227,8 +270,54 @@ def _add_kubernetes(state: dict[str, Any], out: TextIO) -> dict[str, str]:
         raise
     err_console.print(f"[green]✓[/green] kube-apiserver (pid {kube.apiserver_pid}) added to the running dev stack. "
                       "Stop everything with: berth dev down")
-    _print_env(state["env"], out)
-    return dict(state["env"])
+    return state
+
+
+def _add_services(state: dict[str, Any]) -> dict[str, Any]:
+    """Migrate the audit store, create the topics and start every Berth service detached against
+    the recorded stack; record them in the state file. If one does not become ready, those
+    started are stopped again and :class:`DevStackError` carries the tail of its log."""
+    import asyncio
+
+    from berth.audit import db
+    from berth.settings import DatabaseSettings, KafkaSettings
+    from berth.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
+
+    env = state["env"]
+    work = services_dir()
+    procs.remove_dir(work)  # leftovers of a stack that was not stopped with down(): stale tables
+    with err_console.status("Migrating the audit store and creating the topics…"):
+        db.upgrade(DatabaseSettings(url=env[ENV_DATABASE]))
+        asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=env[ENV_KAFKA])))
+    args = service_args(Path(env[ENV_KUBECONFIG]), work)
+    supervisor = Supervisor(work / "logs", {ENV_KAFKA: env[ENV_KAFKA], ENV_DATABASE: env[ENV_DATABASE]},
+                            detached=True)
+    try:
+        with err_console.status(f"Starting {', '.join(SERVICE_ORDER)}…"):
+            # All at once, then wait for each: on 2 cores the faust workers take ~10 s apiece.
+            for name in SERVICE_ORDER:
+                supervisor.start(name, args[name], wait=False)
+            for service in supervisor.services.values():
+                service.wait_ready(timeout=180)
+        state["services"] = [service.to_state() for service in supervisor.services.values()]
+        _write_state(state)
+    except ServiceFailed as exc:
+        supervisor.stop_all()
+        raise DevStackError(f"a Berth service did not start: {exc}") from exc
+    except BaseException:
+        supervisor.stop_all()
+        raise
+    err_console.print("[green]✓[/green] Berth running against the apiserver: " + ", ".join(
+        f"{name} (pid {service.pid})" for name, service in supervisor.services.items())
+        + f"; logs in {work / 'logs'}")
+    return state
+
+
+def recorded_services(state: dict[str, Any]) -> list[Any]:
+    """Handles (:class:`~berth.supervisor.ServiceProcess`) on the services recorded in ``state``."""
+    from berth.supervisor import ServiceProcess
+
+    return [ServiceProcess.from_state(entry) for entry in state.get("services") or ()]
 
 
 def recorded_kubeconfig() -> Path:
@@ -292,6 +381,11 @@ def status(*, quiet: bool = False, out: TextIO | None = None) -> StackStatus:
             services.append(ServiceStatus(
                 "kubernetes", stack.kube.apiserver_pid, kube_alive, kube_alive and stack.kube.is_answering(timeout=3.0),
                 state["kubernetes"].get("server"), state["kubernetes"].get("data_dir")))
+        for service in recorded_services(state):
+            alive = service.is_alive()
+            services.append(ServiceStatus(
+                service.name, service.pid, alive, alive and service.is_answering(timeout=3.0),
+                f"http://127.0.0.1:{service.metrics_port}/metrics", str(service.log_path)))
         result = StackStatus(recorded=True, state_file=state_file(), env=dict(state.get("env", {})),
                              services=services)
     if not quiet:
@@ -309,7 +403,7 @@ def _render_status(result: StackStatus, out: TextIO) -> None:
     for service in result.services:
         alive = "[green]alive[/green]" if service.alive else "[red]not running[/red]"
         answering = "[green]answering[/green]" if service.answering else "[red]not answering[/red]"
-        console.print(f"  {service.name:<9} pid {service.pid}  {alive}  {answering}  "
+        console.print(f"  {service.name:<10} pid {service.pid}  {alive}  {answering}  "
                       f"{service.endpoint or '-'}  {service.directory or '-'}")
     if result.healthy:
         for key, value in result.env.items():
@@ -330,12 +424,22 @@ def down(*, quiet: bool = False, out: TextIO | None = None) -> list[str]:
             print(f"No dev stack recorded ({state_file()}); nothing to stop.", file=out or sys.stdout)
         return []
     stack = DevStack.from_state(state)
-    services: list[tuple[str, Any]] = [("kafka", stack.kafka), ("postgres", stack.postgres)]
+    berth_services = recorded_services(state)
+    services: list[tuple[str, Any]] = [(service.name, service) for service in berth_services]
+    services += [("kafka", stack.kafka), ("postgres", stack.postgres)]
     if stack.kube is not None:
         services.append(("kubernetes", stack.kube))
     running = [name for name, service in services if service.is_alive()]
-    stack.stop()
+    try:
+        # Berth first (reverse start order), while Kafka, Postgres and the apiserver still answer
+        # its goodbyes (offset commits, the Lease release).
+        for service in reversed(berth_services):
+            service.stop()
+    finally:
+        stack.stop()
     state_file().unlink(missing_ok=True)
+    if services_dir().exists():
+        procs.remove_dir(services_dir())
     procs.sweep_stale_dirs()
     if not quiet:
         stopped = ", ".join(running) if running else "nothing was running"
