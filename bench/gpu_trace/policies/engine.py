@@ -22,7 +22,7 @@ How the trace maps onto the engine's inputs:
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -130,7 +130,10 @@ class BerthEngine(Policy):
             shape = int(shapes.shape_of_pod[pod_index])
             arrived += int(total_req[pod_index])
             uid = pod_uid(pods, workload, position)
-            pod = templates[shape].model_copy(update={"uid": uid, "name": uid})
+            # Created in arrival order, as a real cluster stamps them (GpuFragmentation learns from
+            # the oldest placed pods).
+            pod = templates[shape].model_copy(update={"uid": uid, "name": uid,
+                                                      "creation_time": _T0 + timedelta(seconds=position)})
             decision = scheduler.schedule(pod, engine, SCHEDULER_NAME)
             if decision.status == "placed" and decision.node is not None:
                 engine.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)

@@ -4,7 +4,8 @@ workload, CPU-only pods and the device it hands to Reserve."""
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
+from collections import Counter
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from berth.core.plugins.gpu_fragmentation import (
     WorkloadExtension,
     bucket_count,
     learned_workload,
+    milestone,
     shape_of,
 )
 from berth.core.scheduler import Scheduler
@@ -168,6 +170,43 @@ def test_the_learned_workload_follows_placed_pods_and_is_restored_exactly() -> N
     state.assume(pod("p3", whole=1), "b", (0,))
     state.remove_pod("p3")  # removing what was added restores the same learned workload
     assert plugin._workload(state)[0] == learned_id
+
+
+def test_milestones_grow_by_a_quarter() -> None:
+    terms = sorted({milestone(n) for n in range(0, 200)})
+    assert terms == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 18, 22, 27, 33, 41, 51, 63, 78, 97, 121, 151, 188]
+    assert milestone(187) == 151 and milestone(188) == 188
+
+
+def test_the_learning_window_is_the_oldest_pods_whatever_the_order_of_events() -> None:
+    # The window must be a pure function of the placed set: after any sequence of adds and
+    # removes it holds the shapes of the milestone(n) oldest placed pods (creation time, UID).
+    rng = random.Random(7)
+    sched = scheduler(minLearnedPods=1)
+    state = state_with(sched, node("a", gpus=8, cpu=10**9))
+    shapes = [dict(fraction=250), dict(fraction=500), dict(whole=1), dict(cpu=3000)]
+    placed: dict[str, PodInfo] = {}
+    changes = 0
+    before = None
+    for step in range(400):
+        if placed and rng.random() < 0.3:
+            uid = rng.choice(sorted(placed))
+            state.remove_pod(uid)
+            del placed[uid]
+        else:
+            uid = f"p{step:03d}"
+            kind = rng.choice(shapes)
+            p = pod(uid, **kind).model_copy(update={"creation_time": T0 + timedelta(seconds=rng.randrange(50))})
+            state.upsert_bound_pod(p.model_copy(update={"node_name": "a"}))
+            placed[uid] = p
+        extension = state.extension(WorkloadExtension.KEY)
+        oldest = sorted(placed.values(), key=lambda q: (q.creation_time, q.uid))[: milestone(len(placed))]
+        assert extension.window == Counter(shape_of(q) for q in oldest), step
+        assert extension.total == len(placed)
+        current = extension.workload(0.95)[0]
+        changes += current != before
+        before = current
+    assert changes < 200  # most events leave the learned workload as it was
 
 
 def test_cpu_only_pods_are_scored_only_when_there_are_gpus() -> None:
