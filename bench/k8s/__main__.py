@@ -54,12 +54,14 @@ from bench.k8s.workload import (
     throughput,
 )
 
-console = Console(stderr=True)
+console = Console(stderr=True, width=120)
 NAMESPACE = "bench"
 GPUS_PER_NODE = 8
 SCHEDULERS = ("kube-scheduler", "berth")
 SCHEDULER_NAMES = {"kube-scheduler": "default-scheduler", "berth": "berth"}
 CREATE_THREADS = 16
+FIRST_BIND_S = 60.0
+"""A run in which nothing was bound ends only this long after its start (plus --settle)."""
 CELL_LABEL = "berth.io/cell"  # = berth.schemas.cells.CELL_LABEL: routes a warm-up pod to a cell
 
 
@@ -92,8 +94,14 @@ def _create_namespace(api: Any, name: str) -> None:
 def _create_pod(api: Any, body: dict[str, Any]) -> None:
     from kubernetes.client import CoreV1Api
 
-    # Plain JSON in and out: the generated models cost more CPU than the request itself.
-    CoreV1Api(api).create_namespaced_pod(NAMESPACE, body, _preload_content=False).release_conn()
+    # Plain JSON in and out: the generated models cost more CPU than the request itself. The
+    # answer is read whole before the connection goes back to the pool (else the next request on
+    # it would read this answer's rest).
+    response = CoreV1Api(api).create_namespaced_pod(NAMESPACE, body, _preload_content=False, _request_timeout=60)
+    try:
+        response.read()
+    finally:
+        response.release_conn()
 
 
 def _list_pods(api: Any) -> tuple[list[dict[str, Any]], str]:
@@ -196,8 +204,9 @@ def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) 
 
 
 def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence[str], settle: float,
-            timeout: float) -> RunResult:
-    """Create ``pods`` for ``scheduler`` and follow them until all are bound or binding stops."""
+            timeout: float, check_alive: Callable[[], None]) -> RunResult:
+    """Create ``pods`` for ``scheduler`` and follow them until all are bound or binding stops
+    (``check_alive`` raises if the scheduler died: a dead scheduler is a failed run, not a slow one)."""
     result = RunResult(scheduler, len(pods))
     watch = BindWatch(api).start()
     bodies = [pod_manifest(pod, scheduler_name=SCHEDULER_NAMES[scheduler]) for pod in pods]
@@ -219,6 +228,7 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
         while True:
             time.sleep(0.5)
             now = time.monotonic()
+            check_alive()
             if watch.error is not None:
                 raise RuntimeError(f"the pod watch failed: {watch.error}") from watch.error
             for future in [f for f in futures if f.done()]:
@@ -234,7 +244,9 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
             if bound == len(bodies):
                 break
             last_bind = max(watch.bound_at.values(), default=started)
-            if creation_done is not None and now - max(last_bind, creation_done) >= settle:
+            # Nothing bound at all yet: a pipeline may still be catching up (up to FIRST_BIND_S).
+            quiet_since = max(last_bind, creation_done or now) if bound else started + FIRST_BIND_S
+            if creation_done is not None and now - quiet_since >= settle:
                 break
             if now - started > timeout:
                 result.timed_out = True
@@ -264,9 +276,10 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
 
 
 @contextmanager
-def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[None]:
+def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[Callable[[], None]]:
     """The stock kube-scheduler with its client limited to ``qps``/``burst`` by its configuration
-    file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there)."""
+    file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there).
+    Yields a check that raises if it died."""
     import yaml
 
     from berth.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
@@ -280,14 +293,17 @@ def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": "default-scheduler"}],
     }))
-    with KubeSchedulerProcess(plane, extra_args=[f"--config={config}"]):
-        yield
+    with KubeSchedulerProcess(plane, extra_args=[f"--config={config}"]) as process:
+        def check_alive() -> None:
+            if not process.is_alive():
+                raise RuntimeError(f"kube-scheduler exited; its log: {process.log_path}")
+        yield check_alive
 
 
 @contextmanager
-def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[None]:
+def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[Callable[[], None]]:
     """Berth as ``berth dev up --with-kubernetes`` runs it, on a fresh Kafka and Postgres; the
-    binder limited to ``qps``/``burst``."""
+    binder limited to ``qps``/``burst``. Yields a check that raises if a service died."""
     from berth.audit import db
     from berth.devstack.stack import SERVICE_ORDER, DevStack, service_args
     from berth.settings import DatabaseSettings, KafkaSettings
@@ -304,7 +320,7 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
                 services.start(name, args[name], wait=False)
             for service in services.services.values():
                 service.wait_ready(timeout=180)
-            yield
+            yield services.check_alive
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
@@ -323,10 +339,12 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         console.print(f"[green]✓[/] {scheduler}: control plane and {args.nodes} nodes in {time.monotonic() - step:.0f} s")
         step = time.monotonic()
         start: Callable[..., Any] = kube_scheduler if scheduler == "kube-scheduler" else berth_pipeline
-        stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
+        check_alive = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
         _warm_up(api, SCHEDULER_NAMES[scheduler], DECISION_INPUTS.partitions if scheduler == "berth" else 1)
         console.print(f"[green]✓[/] {scheduler}: running and warmed up in {time.monotonic() - step:.0f} s")
-        result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout)
+        result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
+                         check_alive=check_alive)
+    result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
     console.print(f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
                   f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}")
     return result
@@ -367,9 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     with TemporaryDirectory(prefix="berth-bench-k8s-") as scratch:
         root = args.keep_logs or Path(scratch)
         for scheduler in chosen:
-            result = run_one(scheduler, pods, args, root / scheduler)
-            result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
-            results[scheduler] = result
+            results[scheduler] = run_one(scheduler, pods, args, root / scheduler)
     _print_table(results)
     summary: dict[str, Any] = {"pods": args.pods}
     for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
