@@ -95,6 +95,8 @@ Shape = tuple[int, int, int, frozenset[str]]
 GPU_PRODUCT_LABEL_KEYS = ("nvidia.com/gpu.product",)
 """Node labels naming a node's GPU model (GPU Feature Discovery's)."""
 
+_SHAPE = "GpuFragmentation/shape"
+"""Cycle data: the pod's :data:`Shape`, computed once in PreScore."""
 _DEVICE_BITS = 6
 """Raw scores pack ``increase << 6 | device + 1``: one memoised int64 per node carries both."""
 _INCREASE_LIMIT = 1 << 50
@@ -354,8 +356,10 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         from berth.core.plugins.gpu_devices import gpu_inventory
 
-        if shape_of(cycle.pod) is None or not gpu_inventory(cycle.state).node_total.any():
+        shape = shape_of(cycle.pod)
+        if shape is None or not gpu_inventory(cycle.state).node_total.any():
             return Status.skip()  # nothing the measure understands, or no GPUs to fragment
+        cycle.data[_SHAPE] = shape
         self._cycle_workload(cycle)
         return Status.success()
 
@@ -369,14 +373,13 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
     def score_signature(self, cycle: CycleContext) -> Hashable | None:
         # The raw score of a node depends on the pod's shape, the workload and that node's row
         # (free GPU milli per device, free CPU, GPU model) only.
-        return (shape_of(cycle.pod), self._cycle_workload(cycle)[0])
+        return (cycle.data[_SHAPE], self._cycle_workload(cycle)[0])
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         """Raw: ``increase << 6 | (device + 1)``, increase in weighted units (lower is better)."""
         from berth.core.plugins.gpu_devices import gpu_inventory
 
-        shape = shape_of(cycle.pod)
-        assert shape is not None  # pre_score skipped the others
+        shape: Shape = cycle.data[_SHAPE]  # type: ignore[assignment]  # set by PreScore
         workload_id, workload = self._cycle_workload(cycle)
         inv = gpu_inventory(cycle.state)
         rows = np.asarray(nodes, dtype=np.intp)
