@@ -367,28 +367,9 @@ class Framework:
     def _rank(self, pod: PodInfo, state: ClusterState, scores: Scores) -> npt.NDArray[np.intp]:
         """Positions into ``scores.nodes``, best first, at least ``keep_top_scores`` long
         (and at least 1): highest total, then lowest tie-break hash, then name order."""
+        tie = tie_break_keys(pod.uid, state.name_hash[scores.nodes]) >> np.uint64(64 - _HASH_BITS)
+        key = (scores.total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
         wanted = max(1, self.keep_top_scores)
-        total = scores.total
-        within: npt.NDArray[np.intp] | None = None
-        if wanted < total.size:
-            # Only nodes whose total reaches the wanted-th largest can rank in the top: hash
-            # those alone (usually a few, all of them when many nodes tie).
-            floor = np.partition(total, total.size - wanted)[total.size - wanted]
-            within = np.flatnonzero(total >= floor)
-            if within.size == total.size:
-                within = None
-            else:
-                total = total[within]
-        nodes = scores.nodes if within is None else scores.nodes[within]
-        tie = tie_break_keys(pod.uid, state.name_hash[nodes]) >> np.uint64(64 - _HASH_BITS)
-        key = (total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
-        ranked = self._rank_keys(key, wanted)
-        return ranked if within is None else within[ranked]
-
-    @staticmethod
-    def _rank_keys(key: npt.NDArray[np.int64], wanted: int) -> npt.NDArray[np.intp]:
-        """Positions of the ``wanted`` largest keys (all, if fewer), largest first; equal keys
-        by position."""
         if wanted < key.size:
             # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
             # collision between equal totals) by position, so the choice never depends on how
