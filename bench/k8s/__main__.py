@@ -65,6 +65,29 @@ FIRST_BIND_S = 60.0
 CELL_LABEL = "berth.io/cell"  # = berth.schemas.cells.CELL_LABEL: routes a warm-up pod to a cell
 
 
+@dataclass(frozen=True)
+class RunningScheduler:
+    """What the measured run needs from a scheduler: a liveness check (raises if it died) and its
+    client's API requests so far by HTTP method (from its ``rest_client_requests_total``)."""
+
+    check_alive: Callable[[], None]
+    metrics_text: Callable[[], str]
+
+    def api_requests(self) -> dict[str, int]:
+        return requests_by_method(self.metrics_text())
+
+
+def requests_by_method(metrics_text: str) -> dict[str, int]:
+    """Sum ``rest_client_requests_total`` over codes and hosts, by method, from Prometheus text."""
+    totals: dict[str, int] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith("rest_client_requests_total{"):
+            labels, _, value = line.rpartition(" ")
+            method = labels.split('method="', 1)[1].split('"', 1)[0] if 'method="' in labels else "?"
+            totals[method] = totals.get(method, 0) + int(float(value))
+    return dict(sorted(totals.items()))
+
+
 @dataclass
 class RunResult:
     """One scheduler's run."""
@@ -79,6 +102,7 @@ class RunResult:
     stranded_gpus: int = 0
     creation_seconds: float = 0.0
     overcommitted_nodes: list[str] = field(default_factory=list)
+    api_requests: dict[str, int] = field(default_factory=dict)
     timed_out: bool = False
 
 
@@ -276,10 +300,9 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
 
 
 @contextmanager
-def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[Callable[[], None]]:
+def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[RunningScheduler]:
     """The stock kube-scheduler with its client limited to ``qps``/``burst`` by its configuration
-    file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there).
-    Yields a check that raises if it died."""
+    file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there)."""
     import yaml
 
     from berth.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
@@ -297,13 +320,15 @@ def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
         def check_alive() -> None:
             if not process.is_alive():
                 raise RuntimeError(f"kube-scheduler exited; its log: {process.log_path}")
-        yield check_alive
+        yield RunningScheduler(check_alive, process.metrics)
 
 
 @contextmanager
-def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[Callable[[], None]]:
+def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterator[RunningScheduler]:
     """Berth as ``berth dev up --with-kubernetes`` runs it, on a fresh Kafka and Postgres; the
-    binder limited to ``qps``/``burst``. Yields a check that raises if a service died."""
+    binder limited to ``qps``/``burst``."""
+    import urllib.request
+
     from berth.audit import db
     from berth.devstack.stack import SERVICE_ORDER, DevStack, service_args
     from berth.settings import DatabaseSettings, KafkaSettings
@@ -320,7 +345,12 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
                 services.start(name, args[name], wait=False)
             for service in services.services.values():
                 service.wait_ready(timeout=180)
-            yield services.check_alive
+            binder = services.services["binder"]
+
+            def binder_metrics() -> str:
+                with urllib.request.urlopen(f"http://127.0.0.1:{binder.metrics_port}/metrics", timeout=10) as answer:
+                    return answer.read().decode()
+            yield RunningScheduler(services.check_alive, binder_metrics)
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
@@ -339,14 +369,18 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         console.print(f"[green]✓[/] {scheduler}: control plane and {args.nodes} nodes in {time.monotonic() - step:.0f} s")
         step = time.monotonic()
         start: Callable[..., Any] = kube_scheduler if scheduler == "kube-scheduler" else berth_pipeline
-        check_alive = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
+        running: RunningScheduler = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
         _warm_up(api, SCHEDULER_NAMES[scheduler], DECISION_INPUTS.partitions if scheduler == "berth" else 1)
         console.print(f"[green]✓[/] {scheduler}: running and warmed up in {time.monotonic() - step:.0f} s")
+        before = running.api_requests()
         result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
-                         check_alive=check_alive)
+                         check_alive=running.check_alive)
+        after = running.api_requests()
+        result.api_requests = {method: after[method] - before.get(method, 0) for method in after}
     result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
     console.print(f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
-                  f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}")
+                  f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}; its API "
+                  f"requests during the run, by method: {result.api_requests}")
     return result
 
 

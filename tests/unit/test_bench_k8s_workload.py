@@ -55,3 +55,14 @@ def test_figures():
     # Free GPUs on nodes with fewer free than the smallest pending pod asks for are stranded.
     assert stranded_gpus([("a", 6), ("b", 1)], ["a", "b", "c"], 8, smallest_pending=4) == 2
     assert stranded_gpus([("a", 6)], ["a", "b"], 8, smallest_pending=None) == 0
+
+
+def test_api_requests_are_summed_by_method_from_prometheus_text():
+    from bench.k8s.__main__ import requests_by_method
+
+    text = ('# HELP rest_client_requests_total x\n'
+            'rest_client_requests_total{code="201",host="h",method="POST"} 3.0\n'
+            'rest_client_requests_total{code="409",host="h",method="POST"} 1.0\n'
+            'rest_client_requests_total{code="200",host="h",method="GET"} 2\n'
+            'rest_client_request_duration_seconds_count{verb="GET"} 9\n')
+    assert requests_by_method(text) == {"GET": 2, "POST": 4}
