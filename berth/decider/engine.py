@@ -103,7 +103,11 @@ class CoreEngine:
             for uid in decision.victims:
                 placed = self.state.placed_pod(uid)
                 if placed is not None:
-                    victims.append(placed.pod)
+                    # Where the victim holds its room, also when it is only assumed (its own
+                    # binding still in flight, so its PodInfo names no node yet): the cell keeps
+                    # that node for the preemptor until the victim is really gone.
+                    victims.append(placed.pod.model_copy(update={
+                        "node_name": placed.node_name, "gpu_devices": placed.gpu_devices}))
                 self.state.remove_pod(uid)
             decision = self.scheduler.schedule(pod, self.state, self.profile)
         if decision.status not in ("placed", "held"):
