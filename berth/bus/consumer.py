@@ -178,7 +178,10 @@ async def read_matching(
     found: list[ConsumedEvent] = []
     try:
         async with asyncio.timeout(timeout_s):
-            async with EventConsumer(kafka, [topic], group_id=None, name=name) as consumer:
+            # The topic may not exist yet (its producer creates it): refresh metadata every
+            # second rather than every five minutes, so that it is found once it does.
+            async with EventConsumer(kafka, [topic], group_id=None, name=name,
+                                     metadata_max_age_ms=1000) as consumer:
                 async for item in consumer.events():
                     if match(item.event):
                         found.append(item)
