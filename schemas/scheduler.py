@@ -167,6 +167,10 @@ class DecisionRecord(FrozenModel):
     gpu_devices: tuple[NonNegativeInt, ...] = ()
     message: str = ""
     verdicts: tuple[NodeVerdict, ...] = ()
+    pods: tuple[str, ...] = ()
+    """``namespace/name`` of the pods a gang decision is about (its subject is the pod group);
+    empty when the subject is the pod itself. Whoever reports on pods (the binder's
+    ``FailedScheduling``) reports on each of these."""
     config_version: str
     snapshot_hash: str
     config_hash: str

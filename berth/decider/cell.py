@@ -765,7 +765,8 @@ class CellDecider:
             if lead is not None and lead.last_message != message:
                 for entry in members:
                     entry.last_message = message
-                return CellDecision(self._record(position, subject, "held", now, message=message))
+                return CellDecision(self._record(position, subject, "held", now, message=message,
+                                                 pods=[entry.pod.key for entry in members]))
             return None
         for entry in members:
             self._drop_from_active(entry)
@@ -792,13 +793,15 @@ class CellDecider:
                 return None  # unchanged: don't repeat the same verdict on every retry
             for entry in entries:
                 entry.last_message = outcome.message
+            members = [entry.pod.key for entry in entries] if pod_group is not None else []
             return CellDecision(self._record(position, subject, "unschedulable", now, snapshot=snapshot,
-                                             message=outcome.message, verdicts=outcome.verdicts))
+                                             message=outcome.message, verdicts=outcome.verdicts, pods=members))
         first = outcome.placements[0]
         record = self._record(
             position, subject, "placed", now, node=first.node, gpu_devices=first.gpu_devices,
             verdicts=outcome.verdicts, snapshot=snapshot,
             message=("preempting " + ", ".join(v.key for v in outcome.victims)) if outcome.victims else "",
+            pods=[p.pod.key for p in outcome.placements] if pod_group is not None else (),
         )
         # Victims travel inside the placement: the binder evicts them first, in order, which
         # separate EvictPod commands (other partitions) could not guarantee.
@@ -835,7 +838,7 @@ class CellDecider:
     def _record(self, position: InputPosition, subject: str, outcome: str, now: datetime, *,
                 node: str | None = None, gpu_devices: Iterable[int] = (), message: str = "",
                 verdicts: Iterable[NodeVerdict] = (), snapshot: str | None = None,
-                part: str | None = None) -> DecisionRecord:
+                part: str | None = None, pods: Iterable[str] = ()) -> DecisionRecord:
         """A signed record: ``decision_hash`` covers every other field, canonically encoded.
         ``snapshot`` is the engine's snapshot hash before the decision (default: now); ``part``
         tells apart two decisions about one subject from one input (e.g. a pool's spot
@@ -845,12 +848,15 @@ class CellDecider:
         fields: dict[str, Any] = {
             "decision_id": decision_id, "cell": self.cell_name, "input": position, "subject": subject,
             "outcome": outcome, "node": node, "gpu_devices": tuple(gpu_devices), "message": message,
-            "verdicts": tuple(verdicts), "config_version": self.engine.config_version,
+            "verdicts": tuple(verdicts), "pods": tuple(pods), "config_version": self.engine.config_version,
             "snapshot_hash": snapshot or self.engine.snapshot_hash(), "config_hash": self.engine.config_hash,
             "event_time": now,
         }
         unsigned = DecisionRecord(decision_hash="-", **fields)
-        canonical = json.dumps(unsigned.model_dump(mode="json", exclude={"decision_hash"}),
+        # ``pods`` came later: leaving it out when empty keeps the hashes of decisions recorded
+        # before it (replayed by a newer auditor) as they were.
+        excluded = {"decision_hash"} if unsigned.pods else {"decision_hash", "pods"}
+        canonical = json.dumps(unsigned.model_dump(mode="json", exclude=excluded),
                                sort_keys=True, separators=(",", ":"))
         return unsigned.model_copy(update={"decision_hash": _digest(canonical, size=32)})
 

@@ -12,8 +12,8 @@ the message last reported per pod (forgotten when the pod is placed or gone), so
 asked nothing for an unchanged message. After a restart the LRU is empty, and the backend's
 check of the pod's current condition keeps the event from being written a second time.
 
-Gangs are decided as a whole (``subject`` names the pod group, not a pod): such a verdict finds no
-pod of that name and is counted as ``gone``.
+Gangs are decided as a whole: ``subject`` names the pod group and ``pods`` its members, and each
+member is reported, as kube's coscheduling plugin marks each pod of a gang that cannot fit.
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ def latest_verdicts(records: Iterable[Any]) -> dict[str, str | None]:
     for record in records:
         if not isinstance(record, DecisionRecord):
             continue
-        if record.outcome == "unschedulable":
-            latest[record.subject] = record.message
-        elif record.outcome == "placed":
-            latest[record.subject] = None
+        pods = record.pods or (record.subject,)  # a gang's verdict names its members
+        for pod in pods:
+            if record.outcome == "unschedulable":
+                latest[pod] = record.message
+            elif record.outcome == "placed":
+                latest[pod] = None
     return latest
 
 

@@ -475,7 +475,7 @@ def test_a_gang_is_bound_all_together_or_not_at_all(pipeline, suite, namespace):
     assert Counter(pod.spec.node_name for pod in bound.values()).most_common() in (
         [(nodes[0], 2), (nodes[1], 1)], [(nodes[1], 2), (nodes[0], 1)])
     # 4 GPUs are left: one member of the pair would fit, both cannot — so neither may be bound.
-    # Nothing on the API says that the pair was decided (see the xfail test below), so give the
+    # Nothing on the API says that the pair was decided (the test below checks the members say why), so give the
     # pipeline time to decide it, then send a single pod of the same size: it takes the 4 GPUs
     # only if the pair did not take them first.
     pair = ["pair-0", "pair-1"]
@@ -495,9 +495,6 @@ def test_a_gang_is_bound_all_together_or_not_at_all(pipeline, suite, namespace):
     assert max(used.values()) <= 8, used
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the decision records a gang's verdict under the pod group's name "
-                                       "(subject namespace/group), so the binder finds no pod to mark "
-                                       "(services/binder/unschedulable.py); kube's coscheduling marks each member")
 def test_members_of_a_gang_that_cannot_fit_say_why(pipeline, suite, namespace):
     make_nodes(pipeline, suite, 1)
     _pod_group(pipeline, namespace, "too-wide", 2)

@@ -142,6 +142,21 @@ def test_gangs_wait_for_min_member_then_go_as_one_command():
     [command] = decision.commands
     assert decision.record.subject == "ml/train" and command.pod_group == "train"
     assert sorted(p.name for p in command.placements) == ["t0", "t1", "t2"]
+    assert sorted(decision.record.pods) == ["ml/t0", "ml/t1", "ml/t2"]
+
+
+def test_a_gang_that_cannot_fit_names_its_members_in_the_verdict():
+    feed = Feed(CellDecider(0, FakeEngine()))
+    feed(node("gpu-a", gpus=2))
+    feed(PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="wide", min_member=2),
+                        observed_at=T0))
+    feed(pod("w0", gpus=2, group="wide"))
+    [decision] = feed(pod("w1", gpus=2, group="wide"))
+    assert decision.record.outcome == "unschedulable" and decision.record.subject == "ml/wide"
+    assert sorted(decision.record.pods) == ["ml/w0", "ml/w1"]
+    # Single pods keep an empty list (their subject is the pod), so their hashes did not change.
+    [single] = feed(pod("solo", gpus=4))
+    assert single.record.pods == ()
 
 
 def test_spot_notice_cordons_the_node_and_keeps_new_pods_off_it():

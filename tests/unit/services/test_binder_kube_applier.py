@@ -89,6 +89,13 @@ def test_only_the_last_verdict_per_pod_counts():
     assert latest_verdicts(records) == {"ml/a": "second", "ml/b": None}
 
 
+def test_a_gangs_verdict_is_reported_on_each_member():
+    gang = verdict("ml/train", offset=1).model_copy(update={"pods": ("ml/t0", "ml/t1")})
+    placed = verdict("ml/train", "placed", offset=2).model_copy(update={"pods": ("ml/t0",)})
+    assert latest_verdicts([gang]) == {"ml/t0": MESSAGE, "ml/t1": MESSAGE}
+    assert latest_verdicts([gang, placed]) == {"ml/t0": None, "ml/t1": MESSAGE}
+
+
 async def test_a_verdict_is_reported_once_while_its_message_is_unchanged():
     fake = cluster("p1")
     reporter = UnschedulableReporter(binder(fake))
