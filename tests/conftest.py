@@ -172,6 +172,27 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     return f"test.{readable}.{uuid.uuid4().hex[:12]}"
 
 
+# --- private brokers and databases, for tests whose topic or table names are fixed ------------------
+
+
+@pytest.fixture
+def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
+    """An empty broker for this test alone (``kafka_bootstrap`` proves the jars are there)."""
+    from berth.devstack.scratch import empty_kafka
+
+    with empty_kafka() as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A new, empty database on the session's Postgres server for this test; dropped afterwards."""
+    from berth.devstack.scratch import scratch_database
+
+    with scratch_database(database_url, "test") as url:
+        yield url
+
+
 # --- Kubernetes (DESIGN.md §6): BERTH_KUBECONFIG -> our own etcd + kube-apiserver -> fail/skip ---
 
 KUBECONFIG_ENV = "BERTH_KUBECONFIG"

@@ -6,7 +6,6 @@ import asyncio
 import uuid
 
 import pytest
-from aiokafka import TopicPartition
 from sqlalchemy import func, select
 
 from berth.audit import db

@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from berth.audit import db
 from berth.audit.models import DecisionRow
@@ -36,38 +33,6 @@ MAX_PODS = 300
 SPEED = "40"
 KILL_AT = 1 / 3
 RUN_TIMEOUT_S = 150.0
-
-
-@pytest.fixture
-def fresh_database(database_url: str) -> Iterator[str]:
-    """A new, empty database on the session's Postgres server; dropped afterwards."""
-    name = f"crash_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(make_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            connection.execute(sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name})
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    finally:
-        admin.dispose()
-
-
-@pytest.fixture
-def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
-    """A second, empty broker just for this test (the session one proves the jars are there)."""
-    from berth.devstack.cache import ensure_kafka_jars, kafka_jars_present
-    from berth.devstack.kafka import KafkaProcess
-
-    if not kafka_jars_present():
-        ensure_kafka_jars(quiet=True)
-    kafka = KafkaProcess().start()
-    try:
-        yield kafka.bootstrap_servers
-    finally:
-        kafka.stop()
 
 
 async def _placements(settings: BerthSettings) -> tuple[dict[str, list[str]], dict[str, set[str]]]:

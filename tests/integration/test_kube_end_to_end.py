@@ -32,16 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 import yaml
 from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
-from kubernetes.client.exceptions import ApiException
-from sqlalchemy.engine import make_url
 
 from berth.audit import db
 from berth.devstack.fakenodes import create_fake_nodes
 from berth.devstack.kube import KubeConnection, KubeControlPlane
 from berth.settings import DatabaseSettings, KafkaSettings
+from berth.devstack.scratch import empty_kafka, scratch_database
 from berth.supervisor import Supervisor, create_pipeline_topics
 
 pytestmark = pytest.mark.integration
@@ -115,29 +113,16 @@ def control_plane(kube_apiserver: KubeConnection) -> Iterator[KubeControlPlane]:
 @pytest.fixture(scope="module")
 def module_kafka(kafka_bootstrap: str) -> Iterator[str]:
     """A second, empty broker for this module (the session one proves the jars are there)."""
-    from berth.devstack.kafka import KafkaProcess
-
-    with KafkaProcess() as kafka:
-        yield kafka.bootstrap_servers
+    with empty_kafka() as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture(scope="module")
 def module_database(database_url: str) -> Iterator[str]:
     """A new, empty, migrated database on the session's Postgres server; dropped afterwards."""
-    name = f"e2e_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(make_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        url = make_url(database_url).set(database=name).render_as_string(hide_password=False)
+    with scratch_database(database_url, "e2e") as url:
         db.upgrade(DatabaseSettings(url=url))
         yield url
-        with admin.connect() as connection:
-            connection.execute(sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name})
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-    finally:
-        admin.dispose()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,21 +40,6 @@ pytestmark = pytest.mark.integration
 
 NS, POOL = "serving", "llama"
 BERTH = str(Path(sys.executable).with_name("berth"))
-
-
-@pytest.fixture
-def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
-    """An empty broker for this test alone (the session one proves the jars are there)."""
-    from berth.devstack.cache import ensure_kafka_jars, kafka_jars_present
-    from berth.devstack.kafka import KafkaProcess
-
-    if not kafka_jars_present():
-        ensure_kafka_jars(quiet=True)
-    kafka = KafkaProcess().start()
-    try:
-        yield kafka.bootstrap_servers
-    finally:
-        kafka.stop()
 
 
 def _documents(cell: int) -> list[dict[str, Any]]:
