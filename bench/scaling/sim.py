@@ -291,6 +291,21 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
     log: dict[int, dict[str, object]] = {}
     moves: dict[int, _Move] = {}
 
+    def start_oldest(at: float) -> None:
+        """Give a free slot, at time ``at``, to the oldest waiting request (retries first),
+        counting its time to first token."""
+        nonlocal waiting_tokens, served, minute_samples, over_slo_total, minute_over
+        arrived, tok = retries.popleft() if retries else queue.popleft()
+        waiting_tokens -= tok
+        ttft = at - arrived
+        histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
+        served += 1
+        minute_samples += 1
+        if ttft > slo_s:
+            over_slo_total += 1
+            minute_over += 1
+        heapq.heappush(running, (at + tok / seq_rate, tok))
+
     def advance_moves() -> None:
         """Each surge replica placed since the last call evicts one old replica (loading first)
         and gives its surge back, as the cell does on seeing the replacement bound."""
@@ -394,16 +409,7 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
         clock = now
         busy = 0.0
         while len(running) < capacity and (retries or queue):
-            arrived, tok = retries.popleft() if retries else queue.popleft()
-            waiting_tokens -= tok
-            ttft = now - arrived
-            histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
-            served += 1
-            minute_samples += 1
-            if ttft > slo_s:
-                over_slo_total += 1
-                minute_over += 1
-            heapq.heappush(running, (now + tok / seq_rate, tok))
+            start_oldest(now)
         while True:
             next_arrival = arrivals[ai] if ai < n_requests else math.inf
             next_finish = running[0][0] if running else math.inf
@@ -414,16 +420,7 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
                 busy += (len(running) + 1) * (next_finish - clock)
                 clock = next_finish
                 if len(running) < capacity and (retries or queue):
-                    arrived, tok = retries.popleft() if retries else queue.popleft()
-                    waiting_tokens -= tok
-                    ttft = clock - arrived
-                    histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
-                    served += 1
-                    minute_samples += 1
-                    if ttft > slo_s:
-                        over_slo_total += 1
-                        minute_over += 1
-                    heapq.heappush(running, (clock + tok / seq_rate, tok))
+                    start_oldest(clock)
             else:
                 if next_arrival >= end:
                     break
