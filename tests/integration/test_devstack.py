@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from berth.devstack.kafka import KafkaProcess, fetch_cluster_metadata, find_java
 from berth.devstack.postgres import find_pg_bin
 from berth.devstack.procs import DevStackError, is_running, pids_mentioning
+from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +35,6 @@ def local_binaries() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
-
-
-def _wait_until_gone(pids: list[int], markers: list[str], timeout: float = 15.0) -> list[int]:
-    """Poll until none of ``pids`` runs any more; return those still running at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid, marker in zip(pids, markers, strict=True) if is_running(pid, cmdline_contains=marker)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
 
 
 # --- the fixtures provide working services ------------------------------------------------------
@@ -126,23 +115,7 @@ time.sleep(600)
 
 @pytest.mark.usefixtures("local_binaries")
 def test_services_die_when_their_parent_is_killed() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT_SCRIPT],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert parent.stdout is not None
-        line = parent.stdout.readline()
-        assert line, f"child failed before starting services: {parent.communicate(timeout=30)[1]}"
-        started = json.loads(line)
-        assert all(is_running(pid, cmdline_contains=m) for pid, m in zip(started["pids"], started["markers"]))
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        assert _wait_until_gone(started["pids"], started["markers"]) == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(10)
-        parent.stdout.close()
-        parent.stderr.close()
+    assert_children_die_with_their_parent(_KILLED_PARENT_SCRIPT)
 
 
 @pytest.mark.usefixtures("local_binaries")
@@ -171,7 +144,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
 
         stopped = run("down")
         assert stopped.returncode == 0, stopped.stderr
-        assert _wait_until_gone(pids, markers, timeout=5) == []
+        assert wait_until_gone(pids, markers, timeout=5) == []
         assert not (tmp_path / "devstack.json").exists()
         assert not any(Path(m).exists() for m in markers)
         assert run("status").returncode == 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -36,7 +35,8 @@ from berth.devstack.gobuild import kubernetes_binaries_present
 from berth.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
 from berth.devstack.kafka import find_java
 from berth.devstack.postgres import find_pg_bin
-from berth.devstack.procs import DevStackError, is_running, pids_mentioning
+from berth.devstack.procs import DevStackError, pids_mentioning
+from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
@@ -93,15 +93,6 @@ def _pod(name: str, *, scheduler: str | None = None, gpus: int = 0,
     if node_selector:
         spec["nodeSelector"] = node_selector
     return {"metadata": {"name": name}, "spec": spec}
-
-
-def _wait_until_gone(pids: list[int], markers: list[str], timeout: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid, marker in zip(pids, markers, strict=True) if is_running(pid, cmdline_contains=marker)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
 
 
 # --- pure helpers -------------------------------------------------------------------------------
@@ -265,31 +256,14 @@ _KILLED_PARENT_SCRIPT = """
 import json, time
 from berth.devstack.kube import KubeControlPlane
 kube = KubeControlPlane().start()
-print(json.dumps({"pids": [kube.etcd_pid, kube.apiserver_pid], "marker": str(kube.data_dir)}), flush=True)
+print(json.dumps({"pids": [kube.etcd_pid, kube.apiserver_pid], "markers": [str(kube.data_dir)] * 2}), flush=True)
 time.sleep(600)
 """
 
 
 @pytest.mark.usefixtures("cached_binaries")
 def test_control_plane_dies_when_its_parent_is_killed() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT_SCRIPT],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert parent.stdout is not None
-        line = parent.stdout.readline()
-        assert line, f"child failed before starting the control plane: {parent.communicate(timeout=30)[1]}"
-        started = json.loads(line)
-        markers = [started["marker"]] * 2
-        assert all(is_running(pid, cmdline_contains=m) for pid, m in zip(started["pids"], markers))
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        assert _wait_until_gone(started["pids"], markers) == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(10)
-        parent.stdout.close()
-        parent.stderr.close()
+    assert_children_die_with_their_parent(_KILLED_PARENT_SCRIPT)
 
 
 @pytest.mark.usefixtures("cached_binaries", "local_binaries")
@@ -322,7 +296,7 @@ def test_cli_up_with_kubernetes_nodes_down(tmp_path: Path) -> None:
         stopped = run("down")
         assert stopped.returncode == 0, stopped.stderr
         assert "kubernetes" in stopped.stdout
-        assert _wait_until_gone(pids, markers, timeout=5) == []
+        assert wait_until_gone(pids, markers, timeout=5) == []
         assert not Path(kube["data_dir"]).exists()
     finally:
         run("down")
