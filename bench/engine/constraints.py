@@ -9,13 +9,9 @@ SchedulingPreferredPodAffinity). Schedule + assume through the default profile.
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
-import numpy as np
-
-from bench.engine.scheduling_basic import GIB, MIB, T0, peak_rss_mib
+from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
 from berth.core import ClusterState, Scheduler, default_config
 from berth.schemas.cluster import (
     Affinity,
@@ -73,32 +69,4 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
     state = ClusterState()
     for node in build_nodes(nodes):
         state.upsert_node(node)
-    pending = build_pods(pods)
-    durations = np.empty(len(pending), dtype=np.int64)
-    placed = 0
-    clock = time.perf_counter_ns
-    cpu_begin, begin = time.process_time(), clock()
-    for i, pod in enumerate(pending):
-        t0 = clock()
-        decision = scheduler.schedule(pod, state)
-        if decision.status == "placed":
-            state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]
-            placed += 1
-        durations[i] = clock() - t0
-        if progress and (i + 1) % 2000 == 0:
-            print(f"  {i + 1}/{len(pending)} scheduled", file=sys.stderr, flush=True)
-    elapsed = (clock() - begin) / 1e9
-    cpu = time.process_time() - cpu_begin
-    return {
-        "case": "constraints",
-        "nodes": nodes,
-        "pods": pods,
-        "placed": placed,
-        "seconds": round(elapsed, 3),
-        "pods_per_s": round(pods / elapsed, 1),
-        "p50_us": round(float(np.percentile(durations, 50)) / 1000, 1),
-        "p99_us": round(float(np.percentile(durations, 99)) / 1000, 1),
-        "peak_rss_mib": round(peak_rss_mib(), 1),
-        "cpu_seconds": round(cpu, 3),
-        "pods_per_cpu_s": round(pods / cpu, 1) if cpu else None,
-    }
+    return measure_placements("constraints", scheduler, state, build_pods(pods), nodes=nodes, progress=progress)
