@@ -32,6 +32,7 @@ from bench.gpu_trace.protocol import Workload
 from bench.gpu_trace.simulator import ClusterState, PodShapes, RunResult, affinity_tag, pod_uid
 from bench.gpu_trace.trace import NodeTable, PodTable
 from berth.core.gpu.fragmentation import PodRequest
+from berth.kube.manifests import LABEL_GPU_PRODUCT
 from berth.schemas.cluster import (
     Affinity,
     GpuDevice,
@@ -42,7 +43,6 @@ from berth.schemas.cluster import (
     PodInfo,
 )
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 NAMESPACE = "trace"
 SCHEDULER_NAME = "berth"
 MAX_PODS_PER_NODE = 100_000
@@ -59,7 +59,7 @@ def node_infos(nodes: NodeTable) -> list[NodeInfo]:
         model = nodes.model[i] or ""
         labels = {"kubernetes.io/hostname": name}
         if count:
-            labels[GPU_PRODUCT_LABEL] = model
+            labels[LABEL_GPU_PRODUCT] = model
         allocatable = {"cpu": int(nodes.cpu_milli[i]), "memory": int(nodes.memory_mib[i]) * _MIB,
                        "pods": MAX_PODS_PER_NODE}
         if count:
@@ -80,7 +80,7 @@ def pod_template(request: PodRequest, name: str) -> PodInfo:
     affinity = None
     if request.allowed_models:
         term = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(
-            key=GPU_PRODUCT_LABEL, operator="In", values=tuple(sorted(request.allowed_models))),))
+            key=LABEL_GPU_PRODUCT, operator="In", values=tuple(sorted(request.allowed_models))),))
         affinity = Affinity(node_affinity=NodeAffinity(required=(term,)))
     return PodInfo(uid=name, namespace=NAMESPACE, name=name, scheduler_name=SCHEDULER_NAME,
                    requests={k: v for k, v in requests.items() if v}, gpu_fraction_milli=fraction,
