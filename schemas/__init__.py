@@ -33,6 +33,7 @@ from .envelope import DecodedEvent, EncodedRecord, EnvelopeError, decode, encode
 from .policy import (
     LimitRangeInfo,
     LimitRangeItem,
+    NamespaceInfo,
     PodDisruptionBudgetInfo,
     PodGroupInfo,
     PolicyObserved,

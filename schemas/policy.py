@@ -10,8 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, UtcDatetime
+from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, StrMap, UtcDatetime
 from .cluster import LabelSelector
+
+
+class NamespaceInfo(FrozenModel):
+    """A Namespace's labels, which inter-pod affinity terms select namespaces by
+    (``namespaceSelector``). As on the apiserver, ``kubernetes.io/metadata.name`` is always among
+    them (the converters add it)."""
+
+    name: DnsLabel
+    labels: StrMap = Field(default_factory=dict)
 
 
 class PodGroupInfo(FrozenModel):
@@ -91,9 +100,13 @@ class AgentPoolInfo(FrozenModel):
 
 
 PolicyKind = Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
-                     "AgentPool"]
-"""The kinds on the policies topic. ``AgentPool`` was added later: consumers that do not know
-a kind must ignore its events (the decision core does, for AgentPool)."""
+                     "AgentPool", "Namespace"]
+"""The kinds on the policies topic. ``AgentPool`` and ``Namespace`` were added later: consumers
+that do not know a kind must ignore its events."""
+
+_FIELD_OF_KIND = {"PodGroup": "pod_group", "PriorityClass": "priority_class", "ResourceQuota": "resource_quota",
+                  "LimitRange": "limit_range", "PodDisruptionBudget": "pod_disruption_budget",
+                  "AgentPool": "agent_pool", "Namespace": "namespace_info"}
 
 
 class PolicyObserved(FrozenModel):
@@ -105,13 +118,12 @@ class PolicyObserved(FrozenModel):
     limit_range: LimitRangeInfo | None = None
     pod_disruption_budget: PodDisruptionBudgetInfo | None = None
     agent_pool: AgentPoolInfo | None = None
+    namespace_info: NamespaceInfo | None = None
     observed_at: UtcDatetime
 
     @property
     def obj(self) -> FrozenModel:
-        field = {"PodGroup": "pod_group", "PriorityClass": "priority_class",
-                 "ResourceQuota": "resource_quota", "LimitRange": "limit_range",
-                 "PodDisruptionBudget": "pod_disruption_budget", "AgentPool": "agent_pool"}[self.kind]
+        field = _FIELD_OF_KIND[self.kind]
         value = getattr(self, field)
         if value is None:
             raise ValueError(f"{self.kind} event without its {field}")

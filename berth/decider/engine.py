@@ -82,10 +82,17 @@ class CoreEngine:
     def upsert_policy(self, event: PolicyObserved) -> None:
         if event.kind == "AgentPool":
             return  # pools scale through the pools file; placement does not read them (yet)
+        if event.kind == "Namespace" and event.namespace_info is not None:
+            # Namespace labels are what namespaceSelector terms match, not a policy object.
+            self.state.upsert_namespace(event.namespace_info.name, event.namespace_info.labels)
+            return
         obj = event.obj
         self.state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
 
     def remove_policy(self, kind: str, namespace: str, name: str) -> None:
+        if kind == "Namespace":
+            self.state.remove_namespace(name)
+            return
         self.state.remove_policy(kind, namespace, name)
 
     def snapshot_hash(self) -> str:

@@ -74,6 +74,7 @@ from berth.schemas.cluster import (
 from berth.schemas.policy import (
     LimitRangeInfo,
     LimitRangeItem,
+    NamespaceInfo,
     PodDisruptionBudgetInfo,
     PodGroupInfo,
     PriorityClassInfo,
@@ -143,18 +144,6 @@ class ManifestError(ValueError):
         self.path = path
         self.detail = detail
         super().__init__(f"{ref}: {path}: {detail}" if path else f"{ref}: {detail}")
-
-
-@dataclass(frozen=True)
-class NamespaceInfo:
-    """A Namespace's scheduling-relevant facts: its labels (for ``namespaceSelector`` terms).
-
-    The contract has no Namespace model yet; this stays here until one is added to ``schemas``.
-    Like the API server, the label ``kubernetes.io/metadata.name`` is always present.
-    """
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def from_documents(documents: Iterable[Any], *, name: str = "manifests") -> Work
     return Workload(
         name=name,
         nodes=bundle.nodes,
-        policies=(*bundle.priority_classes, *bundle.limit_ranges, *bundle.resource_quotas,
+        policies=(*bundle.namespaces, *bundle.priority_classes, *bundle.limit_ranges, *bundle.resource_quotas,
                   *bundle.pod_disruption_budgets, *bundle.pod_groups),
         pods=sort_pods(pods),
         pools=pools,

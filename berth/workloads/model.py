@@ -16,6 +16,7 @@ from typing import Any, Union
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import (
     LimitRangeInfo,
+    NamespaceInfo,
     PodDisruptionBudgetInfo,
     PodGroupInfo,
     PolicyObserved,
@@ -31,9 +32,10 @@ LABEL_AGENT_POOL = "berth.io/agent-pool"
 """Label the simulator puts on the replica pods of an AgentPool (value: the pool's name)."""
 
 
-PolicyObject = Union[PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo,
+PolicyObject = Union[NamespaceInfo, PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo,
                      PodDisruptionBudgetInfo]
 _POLICY_KINDS: dict[type, tuple[str, str]] = {
+    NamespaceInfo: ("Namespace", "namespace_info"),
     PodGroupInfo: ("PodGroup", "pod_group"),
     PriorityClassInfo: ("PriorityClass", "priority_class"),
     ResourceQuotaInfo: ("ResourceQuota", "resource_quota"),

@@ -36,10 +36,10 @@ def run(
     namespace: Annotated[Optional[list[str]], typer.Option(
         "--namespace", "-n",
         help="Watch namespaced resources in this namespace only; repeat for several. Default: all "
-             "namespaces. Nodes and PriorityClasses are cluster-wide either way.")] = None,
+             "namespaces. Nodes, PriorityClasses and Namespaces are cluster-wide either way.")] = None,
     resource: Annotated[Optional[list[str]], typer.Option(
         help="Watch only this resource (pods, nodes, podgroups, priorityclasses, resourcequotas, "
-             "limitranges, poddisruptionbudgets, agentpools); repeat for several. Default: all.")] = None,
+             "limitranges, poddisruptionbudgets, agentpools, namespaces); repeat for several. Default: all.")] = None,
     scheduler_name: Annotated[Optional[list[str]], typer.Option(
         help="spec.schedulerName of the pods Berth schedules (their pending pods are published); "
              "repeat for several. Bound pods of every scheduler are published. Default: berth.")] = None,

@@ -49,6 +49,7 @@ PATHS: dict[str, Path] = {
     "limitranges": Path("/api/v1", "limitranges", True),
     "poddisruptionbudgets": Path("/apis/policy/v1", "poddisruptionbudgets", True),
     "agentpools": Path("/apis/berth.io/v1alpha1", "agentpools", True),
+    "namespaces": Path("/api/v1", "namespaces", False),
 }
 LEASES = Path("/apis/coordination.k8s.io/v1", "leases", True)
 

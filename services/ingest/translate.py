@@ -32,6 +32,7 @@ from berth.kube.manifests import (
     ManifestError,
     agent_pool_from_manifest,
     limit_range_from_manifest,
+    namespace_from_manifest,
     node_from_manifest,
     pdb_from_manifest,
     pod_from_manifest,
@@ -57,10 +58,11 @@ POLICY_KINDS: Mapping[str, str] = {
     "limitranges": "LimitRange",
     "poddisruptionbudgets": "PodDisruptionBudget",
     "agentpools": "AgentPool",
+    "namespaces": "Namespace",
 }
 RESOURCE_OF_KIND: Mapping[str, str] = {kind: resource for resource, kind in POLICY_KINDS.items()}
 RESOURCES: tuple[str, ...] = ("pods", "nodes", *POLICY_KINDS)
-CLUSTER_SCOPED: frozenset[str] = frozenset({"nodes", "priorityclasses"})
+CLUSTER_SCOPED: frozenset[str] = frozenset({"nodes", "priorityclasses", "namespaces"})
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
         "LimitRange": lambda: ("limit_range", limit_range_from_manifest(obj, warnings=sink)),
         "PodDisruptionBudget": lambda: ("pod_disruption_budget", pdb_from_manifest(obj)),
         "AgentPool": lambda: ("agent_pool", _agent_pool(obj)),
+        "Namespace": lambda: ("namespace_info", namespace_from_manifest(obj)),
     }
     field, value = converters[kind]()
     return PolicyObserved(kind=kind, observed_at=observed_at, **{field: value})

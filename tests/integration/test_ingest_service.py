@@ -80,8 +80,9 @@ def apply_crds(client: ApiClient) -> None:
 
 
 def new_namespace(client: ApiClient) -> str:
-    name = f"ingest-{uuid.uuid4().hex[:8]}"
-    CoreV1Api(client).create_namespace({"metadata": {"name": name}})
+    tag = uuid.uuid4().hex[:8]
+    name = f"ingest-{tag}"
+    CoreV1Api(client).create_namespace({"metadata": {"name": name, "labels": {"team": tag}}})
     return name
 
 
@@ -187,16 +188,19 @@ async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube
                 lambda e: isinstance(e, NodeObserved) and e.node.name in nodes, 2)
             assert all(item.event.node.allocatable["nvidia.com/gpu"] == 8 for item in node_events)
 
-            wanted = {("PodGroup", "train"), ("AgentPool", "llama"), ("PriorityClass", priority_class)}
+            wanted = {("PodGroup", "train"), ("AgentPool", "llama"), ("PriorityClass", priority_class),
+                      ("Namespace", ns)}
             policies_topic = topic(POLICIES, names["policies"])
             policy_events = await read_matching(
                 kafka, policies_topic,
-                lambda e: isinstance(e, PolicyObserved) and (e.kind, e.obj.name) in wanted, 3)
+                lambda e: isinstance(e, PolicyObserved) and (e.kind, e.obj.name) in wanted, 4)
             by_kind = {item.event.kind: item.event for item in policy_events}
             assert by_kind["PodGroup"].pod_group.min_member == 2
             assert by_kind["AgentPool"].agent_pool.spec["gpuRequirements"]["topology"] == {"locality": "nvlink"}
             assert by_kind["AgentPool"].agent_pool.spec["scheduling"] == {"spotEnabled": True}
             assert by_kind["PriorityClass"].priority_class.value == 1000
+            # Namespaces' labels, for namespaceSelector terms (the apiserver adds the name label).
+            assert by_kind["Namespace"].namespace_info.labels == {"kubernetes.io/metadata.name": ns, "team": tag}
 
             # Changes while watching: a deletion, a finished pod, a new pod, a node and a pool gone.
             await kube(core.delete_namespaced_pod, "berth-pending", ns, grace_period_seconds=0)

@@ -145,3 +145,32 @@ def test_what_victims_hold_beyond_the_preemptors_share_is_not_given_away_before_
                         InputPosition(topic="t", partition=0, offset=len(events)))
     quarter = _placements(after)["quarter"]
     assert quarter[0] == "gpu-0" and quarter[1] != placed["urgent"][1]
+
+
+def test_namespace_events_feed_namespace_selectors_of_pod_affinity():
+    """A Namespace's labels reach the engine through the policies topic: a pod whose required
+    affinity selects namespaces by label follows the pods of a namespace only once its labels are
+    known, and not after the namespace is gone."""
+    from berth.schemas import LabelSelector, NamespaceInfo, PodAffinity, PodAffinityTerm, PolicyRemoved
+    from berth.schemas.cluster import Affinity
+
+    engine = CoreEngine(default_scheduler_document())
+    for name, zone in (("gpu-0", "zone-a"), ("gpu-1", "zone-b")):
+        engine.upsert_node(h100_node(name, zone=zone))
+    db = _pod("db").model_copy(update={"namespace": "prod", "uid": "uid-db", "labels": {"app": "db"},
+                                       "node_name": "gpu-1"})
+    engine.upsert_bound_pod(db)
+    term = PodAffinityTerm(label_selector=LabelSelector(match_labels={"app": "db"}),
+                           topology_key="topology.kubernetes.io/zone",
+                           namespace_selector=LabelSelector(match_labels={"tier": "prod"}))
+    follower = _pod("follower").model_copy(update={"affinity": Affinity(pod_affinity=PodAffinity(required=(term,)))})
+    refused = engine.place([follower])
+    assert refused.placements == () and "didn't match pod affinity rules" in refused.message, refused.message
+    engine.upsert_policy(PolicyObserved(kind="Namespace", observed_at=T0, namespace_info=NamespaceInfo(
+        name="prod", labels={"kubernetes.io/metadata.name": "prod", "tier": "prod"})))
+    [placement] = engine.place([follower]).placements
+    assert placement.node == "gpu-1"
+    engine.remove_policy("Namespace", "", "prod")
+    second = follower.model_copy(update={"uid": "uid-follower-2", "name": "follower-2"})
+    assert engine.place([second]).placements == ()
+    assert PolicyRemoved(kind="Namespace", name="prod", observed_at=T0).partition_key == "Namespace//prod"

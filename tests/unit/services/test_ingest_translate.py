@@ -115,6 +115,7 @@ def test_nodes_and_each_policy_kind_convert():
                                   "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}},
                                  "PodDisruptionBudget"),
         "agentpools": (agent_pool("llama"), "AgentPool"),
+        "namespaces": ({"metadata": {"name": "team-a", "labels": {"tier": "prod"}}}, "Namespace"),
     }
     for resource, (obj, kind) in cases.items():
         event = observe(resource, obj, observed_at=T0)
@@ -132,6 +133,24 @@ def test_agent_pool_events_carry_the_spec_and_round_trip_the_contract():
     gone = PolicyRemoved(kind="AgentPool", namespace="serving", name="llama", observed_at=T0)
     assert decode(topic_for_event(gone), *(lambda r: (r.key, r.value, r.headers))(encode(gone, source="t"))).event == gone
     assert event_identity(gone) == event_identity(event) == "AgentPool/serving/llama"
+
+
+def test_namespace_events_carry_labels_for_namespace_selectors_and_are_cluster_scoped():
+    known: dict = {}
+    ns = {"metadata": {"name": "team-a", "resourceVersion": "3", "labels": {"tier": "prod"}}}
+    added = watch_steps(known, "namespaces", "ADDED", ns, observed_at=T0)
+    [step] = added.steps
+    assert step.event.namespace_info.labels == {"kubernetes.io/metadata.name": "team-a", "tier": "prod"}
+    assert event_scope(step.event) == ("namespaces", "") and step.key == "Namespace//team-a"
+    remember(known, added.steps)
+    relabelled = {"metadata": {"name": "team-a", "resourceVersion": "4", "labels": {"tier": "dev"}}}
+    [change] = watch_steps(known, "namespaces", "MODIFIED", relabelled, observed_at=T1).steps
+    assert change.event.namespace_info.labels["tier"] == "dev"
+    remember(known, (change,))
+    [gone] = watch_steps(known, "namespaces", "DELETED", relabelled, observed_at=T1).steps
+    assert gone.event == PolicyRemoved(kind="Namespace", namespace="", name="team-a", observed_at=T1)
+    record = encode(change.event, source="tests")
+    assert decode(topic_for_event(change.event), record.key, record.value, record.headers).event == change.event
 
 
 # --- watch events ------------------------------------------------------------------------------
