@@ -434,6 +434,28 @@ def test_node_and_pod_affinity_are_honoured(pipeline, suite, namespace):
     assert "didn't match pod anti-affinity rules" in condition[2], condition
 
 
+def test_pod_affinity_selects_namespaces_by_their_labels(pipeline, suite, namespace):
+    """namespaceSelector reads Namespace labels, which reach the decision cells from ingest."""
+    make_nodes(pipeline, suite, 2, zones=("zone-a",))
+    team = f"{suite}-db"
+    CoreV1Api(pipeline.api).create_namespace({"metadata": {"name": team, "labels": {"berth-e2e/team": suite}}})
+    create_pods(pipeline, team, [pod_body("db", suite, gpus=1, labels={"app": "db"})])
+    db = wait_bound(pipeline, team, ["db"])["db"]
+
+    def near_db(team_label: str) -> dict[str, Any]:
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+             "namespaceSelector": {"matchLabels": {"berth-e2e/team": team_label}}}]}}
+
+    create_pods(pipeline, namespace, [pod_body("near-db", suite, gpus=1, affinity=near_db(suite)),
+                                      pod_body("near-nothing", suite, gpus=1, affinity=near_db("nobody"))])
+    assert wait_bound(pipeline, namespace, ["near-db"])["near-db"].spec.node_name == db.spec.node_name
+    condition = wait_for(lambda: _scheduled_condition(pods_of(pipeline, namespace)["near-nothing"]),
+                         "near-nothing reported")
+    assert condition[:2] == ("False", "Unschedulable")
+    assert "didn't match pod affinity rules" in condition[2], condition
+
+
 def _pod_group(pipeline: Pipeline, namespace: str, name: str, min_member: int) -> None:
     CustomObjectsApi(pipeline.api).create_namespaced_custom_object(
         "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups",
