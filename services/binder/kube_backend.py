@@ -12,9 +12,12 @@ receives.
 
 Requests, per operation:
 
-- ``bind``: ``GET nodes/{node}`` (remembered for ``node_ttl_s``: the apiserver binds to a node
-  that does not exist, leaving the pod stranded; skipped, with an error logged once, when RBAC
-  denies reading nodes), ``POST pods/{name}/binding`` with the pod UID as
+- ``bind``: the node must exist (the apiserver binds to a node that does not exist, leaving the
+  pod stranded). A node informer (:mod:`.node_informer`: one ``LIST`` and a ``WATCH`` of node
+  metadata, started by :meth:`KubeBackend.start`) answers that without a request; only a node it
+  has not seen yet (created moments ago, or the informer not synced or not allowed to list) costs
+  a ``GET nodes/{node}`` (remembered for ``node_ttl_s``; skipped, with an error logged once, when
+  RBAC denies reading nodes). Then ``POST pods/{name}/binding`` with the pod UID as
   precondition — ``create_namespaced_pod_binding``, the pod's subresource, as kube-scheduler
   does; the client's ``create_namespaced_binding`` posts to the namespace's legacy ``bindings``
   collection, which ignores the UID (kube 1.34). Both decode a Binding from the answer, which is
@@ -23,8 +26,12 @@ Requests, per operation:
   (applied) from a real conflict.
 - ``evict``: ``POST pods/{name}/eviction`` (policy/v1, UID precondition).
 - ``nominate``: ``PATCH pods/{name}/status`` ``nominatedNodeName``.
-- ``report_unschedulable``: ``GET pods/{name}``, ``PATCH pods/{name}/status`` (at that
-  resourceVersion; re-read and retried on 409), ``FailedScheduling`` event.
+- ``report_unschedulable``: one ``PATCH pods/{name}/status`` (JSON patch) whose ``test``
+  operations are the preconditions — the pod's UID, no ``spec.nodeName`` (a pod bound meanwhile is
+  never marked unschedulable), and its conditions as this backend last left them (none, for a pod
+  it never reported) — and a ``FailedScheduling`` event. When a test fails (422) or the pod is
+  new to this backend after a restart: ``GET pods/{name}`` and a strategic-merge ``PATCH`` at that
+  resourceVersion (re-read and retried on 409), which also notices "already reported".
 - ``scale``: the scale subresource of AgentPool (berth.io/v1alpha1), else Deployment, else
   StatefulSet (the kind found is remembered per pool).
 - ``cordon``: ``PATCH nodes/{name}`` ``spec.unschedulable``.
@@ -51,6 +58,7 @@ from berth.schemas import PodPlacement
 
 from . import kube_outcomes as k
 from .kube_outcomes import Access, Reply
+from .node_informer import NodeInformer
 from .ports import Outcome
 from .ratelimit import TokenBucket
 
@@ -66,10 +74,14 @@ REQUESTS = Counter("rest_client_requests_total",
 REQUEST_LATENCY = Histogram("rest_client_request_duration_seconds",
                             "Kubernetes API request latency in seconds, by verb and host.", ["verb", "host"],
                             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+NODE_CHECKS = Counter("berth_binder_node_checks_total",
+                      "Checks that a node exists before a binding, by how they were answered: cache (the node "
+                      "informer), get (a GET of the node), unchecked (RBAC denies reading nodes).", ["source"])
 EVENTS = Counter("berth_binder_events_total", "Kubernetes events the binder wrote, by reason and result.",
                  ["reason", "result"])
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 STATUS_PATCH_ATTEMPTS = 3
 """A status patch at a stale resourceVersion is read again and retried this often (pods change
@@ -105,6 +117,7 @@ class KubeBackend:
 
     def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, event_limiter: TokenBucket | None = None,
                  workers: int = 32, timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
+                 node_informer: bool = True, sync_timeout_s: float = 30.0,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi, EventsV1Api
@@ -128,6 +141,11 @@ class KubeBackend:
         """Nodes that existed, by name → when we last saw them (monotonic seconds)."""
         self._pool_kinds: OrderedDict[str, str] = OrderedDict()
         """``namespace/pool`` → the kind whose scale subresource worked last time."""
+        self._reported: OrderedDict[str, k.ReportedCondition] = OrderedDict()
+        """``namespace/name`` → the PodScheduled=False condition our last status patch left on the pod."""
+        self._use_informer = node_informer
+        self._sync_timeout_s = sync_timeout_s
+        self.informer: NodeInformer | None = None
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -172,14 +190,41 @@ class KubeBackend:
 
     # -- nodes ------------------------------------------------------------------------------------
 
+    async def start(self) -> None:
+        """Start the node informer and wait (up to ``sync_timeout_s``) for its first LIST, so that
+        bindings do not each GET their node meanwhile. Idempotent; also called by the first binding."""
+        if not self._use_informer or self.informer is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def take_token() -> None:  # on the informer's thread: the token comes from the loop's limiter
+            asyncio.run_coroutine_threadsafe(self.limiter.acquire(), loop).result()
+
+        self.informer = NodeInformer(self.api_client, take_token=take_token).start()
+        synced = await loop.run_in_executor(self._pool, self.informer.wait_synced, self._sync_timeout_s)
+        if not synced:
+            log.warning("node informer not synced yet; checking nodes with a GET until it is",
+                        timeout_s=self._sync_timeout_s, forbidden=self.informer.forbidden)
+
     async def _node_exists(self, node: str) -> Outcome:
-        """applied if ``node`` exists (seen within ``node_ttl_s``), conflict if it does not."""
+        """applied if ``node`` exists, conflict if it does not: from the node informer's cache when it
+        knows the name, else from a GET (a positive answer remembered for ``node_ttl_s``)."""
+        if self._use_informer and self.informer is None:
+            await self.start()
+        known = self.informer.cache.knows(node) if self.informer is not None else None
+        if known is not None:
+            NODE_CHECKS.labels("cache").inc()
+            # The apiserver's own words for a node that is not there, so that reasons read the same.
+            return Outcome.applied() if known else Outcome.conflict(f'nodes "{node}" not found')
         if not self._check_nodes:
+            NODE_CHECKS.labels("unchecked").inc()
             return Outcome.applied()
         seen = self._nodes_seen.get(node)
         now = self._monotonic()
         if seen is not None and now - seen < self.node_ttl_s:
+            NODE_CHECKS.labels("cache").inc()
             return Outcome.applied()
+        NODE_CHECKS.labels("get").inc()
         reply = await self._send("GET", self._core.read_node, node)
         outcome = k.classify(reply, Access("get", "nodes"))
         if reply.status == 403:
@@ -219,6 +264,7 @@ class KubeBackend:
         reply = await self._send("POST", self._core.create_namespaced_pod_binding, placement.name,
                                  placement.namespace, k.binding_body(placement))
         if reply.ok:
+            self._reported.pop(f"{placement.namespace}/{placement.name}", None)
             await self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
             return Outcome.applied()
         outcome = k.classify(reply, Access("create", "pods/binding"))
@@ -243,6 +289,46 @@ class KubeBackend:
         return k.nominate_outcome(reply, placement)
 
     async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        key = f"{namespace}/{name}"
+        known = self._reported.get(key)
+        if known is not None and known.message == message and uid in (None, known.uid):
+            return Outcome.applied("already reported")  # by us, and nothing changed it since as far as we know
+        now = self._clock()
+        patch = k.unschedulable_json_patch(uid, message, now, known)
+        patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace, patch,
+                                   _content_type=JSON_PATCH)
+        if patched.status == 422:
+            # A precondition failed (re-created, bound, or conditions not as we left them: e.g. we
+            # restarted), or the patch was invalid: read the pod and decide on what it says.
+            self._reported.pop(key, None)
+            return await self._report_after_reading(namespace, name, uid, message)
+        if not patched.ok:
+            if patched.status == 404:
+                self._reported.pop(key, None)
+            return k.classify(patched, Access("patch", "pods/status"))
+        return await self._reported_on(key, patched, message, now)
+
+    async def _reported_on(self, key: str, patched: Reply, message: str, now: datetime) -> Outcome:
+        """After a status patch that set the condition: remember where it is, write the event."""
+        pod = patched.body or {}
+        self._remember_report(key, pod)
+        namespace, _, name = key.partition("/")
+        await self._event(k.failed_scheduling_event(namespace, name, (pod.get("metadata") or {}).get("uid"), message,
+                                                    now=now, instance=self.instance))
+        return Outcome.applied()
+
+    def _remember_report(self, key: str, pod: Mapping[str, Any]) -> None:
+        condition = k.reported_condition(pod)
+        if condition is None:
+            self._reported.pop(key, None)
+            return
+        self._reported[key] = condition
+        self._reported.move_to_end(key)
+        if len(self._reported) > 100_000:
+            self._reported.popitem(last=False)
+
+    async def _report_after_reading(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
+        """The careful way: read the pod, then patch at that resourceVersion."""
         for _ in range(STATUS_PATCH_ATTEMPTS):
             read = await self._read_pod(namespace, name)
             if not read.ok:
@@ -257,6 +343,7 @@ class KubeBackend:
             if node:
                 return Outcome.applied(f"bound to {node!r} meanwhile; nothing to report")
             if k.already_reported(pod, message):
+                self._remember_report(f"{namespace}/{name}", pod)
                 return Outcome.applied("already reported")
             now = self._clock()
             patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
@@ -265,9 +352,7 @@ class KubeBackend:
                 continue  # the pod changed since we read it: read again
             if not patched.ok:
                 return k.classify(patched, Access("patch", "pods/status"))
-            await self._event(k.failed_scheduling_event(namespace, name, metadata.get("uid"), message, now=now,
-                                                        instance=self.instance))
-            return Outcome.applied()
+            return await self._reported_on(f"{namespace}/{name}", patched, message, now)
         return Outcome.retryable(f"pod {namespace}/{name} kept changing while its status was patched")
 
     async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:
@@ -307,6 +392,8 @@ class KubeBackend:
         return k.classify(reply, Access("patch", "nodes"))
 
     async def close(self) -> None:
+        if self.informer is not None:
+            self.informer.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.api_client.close()
 

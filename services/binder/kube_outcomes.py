@@ -245,6 +245,61 @@ def unschedulable_patch(pod: Mapping[str, Any], message: str, now: datetime) -> 
                                        "lastTransitionTime": transition}]}}
 
 
+@dataclass(frozen=True)
+class ReportedCondition:
+    """Where a pod's ``PodScheduled=False`` condition is, as the answer to our last status patch
+    showed it: the pod's UID, the condition's index in ``status.conditions``, its
+    ``lastTransitionTime`` (kept when only the message changes, as kube-scheduler keeps it) and
+    its message."""
+
+    uid: str
+    index: int
+    transition: str
+    message: str = ""
+
+
+def reported_condition(pod: Mapping[str, Any]) -> ReportedCondition | None:
+    """The pod's PodScheduled=False condition as a :class:`ReportedCondition`, if it has one."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    for index, condition in enumerate((pod.get("status") or {}).get("conditions") or ()):
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+            if condition.get("status") == "False" and uid and condition.get("lastTransitionTime"):
+                return ReportedCondition(uid, index, condition["lastTransitionTime"], condition.get("message") or "")
+            return None
+    return None
+
+
+def unschedulable_json_patch(uid: str | None, message: str, now: datetime,
+                             known: ReportedCondition | None) -> list[dict[str, Any]]:
+    """A pods/status JSON patch (RFC 6902) setting PodScheduled=False, reason Unschedulable, with no
+    read before it: its ``test`` operations are the preconditions, and the apiserver refuses the
+    whole patch (422) when one fails.
+
+    - ``uid`` (else ``known.uid``): the pod was not re-created;
+    - ``/spec/nodeName`` is null: the pod is not bound (a binding that lands first wins);
+    - without ``known``: the pod has no conditions at all (a pending pod nobody reported yet), and
+      the condition is added with ``lastTransitionTime`` now;
+    - with ``known``: the condition at ``known.index`` is still PodScheduled=False, and is replaced
+      keeping its ``lastTransitionTime`` (the status did not change, only the message).
+    """
+    expected_uid = uid or (known.uid if known else None)
+    ops: list[dict[str, Any]] = []
+    if expected_uid:
+        ops.append({"op": "test", "path": "/metadata/uid", "value": expected_uid})
+    ops.append({"op": "test", "path": "/spec/nodeName", "value": None})
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                 "lastProbeTime": None, "lastTransitionTime": known.transition if known else _rfc3339(now)}
+    if known is None:
+        ops += [{"op": "test", "path": "/status/conditions", "value": None},
+                {"op": "add", "path": "/status/conditions", "value": [condition]}]
+    else:
+        path = f"/status/conditions/{known.index}"
+        ops += [{"op": "test", "path": f"{path}/type", "value": "PodScheduled"},
+                {"op": "test", "path": f"{path}/status", "value": "False"},
+                {"op": "replace", "path": path, "value": condition}]
+    return ops
+
+
 def _rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -302,6 +357,7 @@ def scale_patch(replicas: int) -> dict[str, Any]:
 __all__ = [
     "ANNOTATION_GPU_MILLI", "Access", "Reply", "already_reported", "bind_conflict", "bindable", "binding_body",
     "classify", "eviction_body", "eviction_outcome", "failed_scheduling_event", "nominate_outcome",
-    "nominate_patch", "pod_event", "reply_of", "reply_of_exception", "scale_patch", "scheduled_condition",
-    "scheduled_event", "uid_mismatch", "uid_rejected", "unschedulable_patch",
+    "nominate_patch", "pod_event", "ReportedCondition", "reply_of", "reply_of_exception", "reported_condition",
+    "scale_patch", "scheduled_condition", "scheduled_event", "uid_mismatch", "uid_rejected",
+    "unschedulable_json_patch", "unschedulable_patch",
 ]

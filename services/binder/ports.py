@@ -130,6 +130,9 @@ class ClusterBackend(Protocol):
         conflict: the pod is gone or has another UID."""
         ...
 
+    # Optional: ``async def start(self) -> None`` — when a backend has it, the service awaits it
+    # once before the first command (the Kubernetes backend starts its node informer there).
+
     async def close(self) -> None:
         """Release connections. Called once, when the binder stops."""
         ...

@@ -173,6 +173,9 @@ class BinderService:
             partitions = await self.producer.raw.partitions_for(DECISION_INPUTS.name)
             outputs = KafkaOutputs(self.producer, frozenset(partitions) if partitions else None)
             handler = CommandHandler(self.binder, outputs, max_in_flight=self.max_in_flight)
+            start_backend = getattr(self.binder.backend, "start", None)
+            if start_backend is not None:  # e.g. the Kubernetes backend's node informer
+                await start_backend()
             await self.consumer.start()
             log.info("binder started", group=self.group, cells=sorted(partitions or ()),
                      qps=self.binder.limiter.qps, burst=self.binder.limiter.burst,

@@ -255,7 +255,9 @@ ACCESS = [
     ("berth-binder", "delete", "nodes", "", "", None, False),
     ("berth-binder", "delete", "pods", "", "", "team-a", False),
     ("berth-binder", "list", "pods", "", "", "team-a", False),
-    ("berth-binder", "list", "nodes", "", "", None, False),
+    ("berth-binder", "list", "nodes", "", "", None, True),  # its node informer
+    ("berth-binder", "watch", "nodes", "", "", None, True),
+    ("berth-binder", "watch", "pods", "", "", None, False),
     ("berth-binder", "update", "deployments", "apps", "", "team-a", False),
     ("berth-binder", "patch", "agentpools", "berth.io", "", "team-a", False),
     ("berth-binder", "get", "secrets", "", "", "team-a", False),
