@@ -36,7 +36,9 @@ Requests, per operation:
   StatefulSet (the kind found is remembered per pool).
 - ``cordon``: ``PATCH nodes/{name}`` ``spec.unschedulable``.
 
-Events are best effort: a failed event is logged and counted, never the operation's outcome.
+Events are best effort and written in the background (:meth:`KubeBackend._event`): a failed
+event is logged and counted, never the operation's outcome; :meth:`KubeBackend.flush_events`
+waits for them.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class KubeBackend:
 
     def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, event_limiter: TokenBucket | None = None,
                  workers: int = 32, timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
-                 node_informer: bool = True, sync_timeout_s: float = 30.0,
+                 node_informer: bool = True, sync_timeout_s: float = 30.0, max_pending_events: int = 1000,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi, EventsV1Api
@@ -143,6 +145,8 @@ class KubeBackend:
         """``namespace/pool`` → the kind whose scale subresource worked last time."""
         self._reported: OrderedDict[str, k.ReportedCondition] = OrderedDict()
         """``namespace/name`` → the PodScheduled=False condition our last status patch left on the pod."""
+        self.max_pending_events = max_pending_events
+        self._pending_events: set[asyncio.Task[None]] = set()
         self._use_informer = node_informer
         self._sync_timeout_s = sync_timeout_s
         self.informer: NodeInformer | None = None
@@ -179,7 +183,24 @@ class KubeBackend:
     async def _read_pod(self, namespace: str, name: str) -> Reply:
         return await self._send("GET", self._core.read_namespaced_pod, name, namespace)
 
-    async def _event(self, body: dict[str, Any]) -> None:
+    def _event(self, body: dict[str, Any]) -> None:
+        """Write an event in the background, as client-go's event broadcaster does: the operation
+        does not wait for the event limiter (FailedScheduling events would otherwise slow the
+        bindings down). At most ``max_pending_events`` wait; beyond that an event is dropped and
+        counted, as the broadcaster drops when its queue is full."""
+        if len(self._pending_events) >= self.max_pending_events:
+            EVENTS.labels(body["reason"], "dropped").inc()
+            return
+        task = asyncio.get_running_loop().create_task(self._write_event(body))
+        self._pending_events.add(task)
+        task.add_done_callback(self._pending_events.discard)
+
+    async def flush_events(self) -> None:
+        """Wait until every event queued so far is written (or failed)."""
+        while self._pending_events:
+            await asyncio.gather(*list(self._pending_events), return_exceptions=True)
+
+    async def _write_event(self, body: dict[str, Any]) -> None:
         reply = await self._send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body,
                                  limiter=self.event_limiter)
         EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
@@ -265,7 +286,7 @@ class KubeBackend:
                                  placement.namespace, k.binding_body(placement))
         if reply.ok:
             self._reported.pop(f"{placement.namespace}/{placement.name}", None)
-            await self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
+            self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
             return Outcome.applied()
         outcome = k.classify(reply, Access("create", "pods/binding"))
         if reply.status != 409:
@@ -313,7 +334,7 @@ class KubeBackend:
         pod = patched.body or {}
         self._remember_report(key, pod)
         namespace, _, name = key.partition("/")
-        await self._event(k.failed_scheduling_event(namespace, name, (pod.get("metadata") or {}).get("uid"), message,
+        self._event(k.failed_scheduling_event(namespace, name, (pod.get("metadata") or {}).get("uid"), message,
                                                     now=now, instance=self.instance))
         return Outcome.applied()
 
@@ -392,6 +413,12 @@ class KubeBackend:
         return k.classify(reply, Access("patch", "nodes"))
 
     async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.flush_events(), timeout=self.timeout_s)
+        except TimeoutError:
+            log.warning("events still unwritten at shutdown; dropped", events=len(self._pending_events))
+            for task in list(self._pending_events):
+                task.cancel()
         if self.informer is not None:
             self.informer.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)

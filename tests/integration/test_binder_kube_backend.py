@@ -112,6 +112,7 @@ async def test_bind_sets_the_node_copies_the_devices_and_writes_a_scheduled_even
     assert pod.spec.node_name == nodes[0]
     assert pod.metadata.annotations["berth.io/gpu-devices"] == "1,3"
     assert any(c.type == "PodScheduled" and c.status == "True" for c in pod.status.conditions)
+    await backend.flush_events()  # events are written in the background
     [event] = events_of(api, namespace, "solo", "Scheduled")
     assert (event.type, event.message) == ("Normal", f"Successfully assigned {namespace}/solo to {nodes[0]}")
     assert event.reporting_component == "berth"
@@ -134,6 +135,7 @@ async def test_bind_with_a_stale_uid_is_a_conflict_and_binds_nothing(api, namesp
     outcome = await backend.bind(placement(namespace, "recreated", "uid-of-an-older-pod", nodes[0]))
     assert outcome.kind is CONFLICT and "UID in precondition: uid-of-an-older-pod" in outcome.reason
     assert read_pod(api, namespace, "recreated").spec.node_name is None
+    await backend.flush_events()  # events are written in the background
     assert events_of(api, namespace, "recreated", "Scheduled") == []
 
 
@@ -143,6 +145,7 @@ async def test_binding_twice_to_the_same_node_is_applied_with_one_event(api, nam
     assert (await backend.bind(target)).kind is APPLIED
     again = await backend.bind(target)
     assert (again.kind, again.reason) == (APPLIED, "already bound")
+    await backend.flush_events()  # events are written in the background
     assert len(events_of(api, namespace, "twice", "Scheduled")) == 1
     assert (await backend.check_bind(target)).reason == "already bound"
 
@@ -310,16 +313,19 @@ async def test_report_unschedulable_sets_the_condition_and_one_event_per_message
     assert (await backend.report_unschedulable(namespace, "pending", None, MESSAGE)).kind is APPLIED
     condition = scheduled_condition(api, namespace, "pending")
     assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", MESSAGE)
+    await backend.flush_events()  # events are written in the background
     [event] = events_of(api, namespace, "pending", "FailedScheduling")
     assert (event.type, event.message, event.reporting_component) == ("Warning", MESSAGE, "berth")
 
     again = await backend.report_unschedulable(namespace, "pending", None, MESSAGE)
     assert (again.kind, again.reason) == (APPLIED, "already reported")
+    await backend.flush_events()  # events are written in the background
     assert len(events_of(api, namespace, "pending", "FailedScheduling")) == 1
 
     changed = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."
     assert (await backend.report_unschedulable(namespace, "pending", None, changed)).kind is APPLIED
     assert scheduled_condition(api, namespace, "pending").message == changed
+    await backend.flush_events()  # events are written in the background
     assert len(events_of(api, namespace, "pending", "FailedScheduling")) == 2
 
 
@@ -331,6 +337,7 @@ async def test_report_unschedulable_leaves_bound_and_other_pods_alone(api, names
     assert scheduled_condition(api, namespace, "bound").status == "True"
     assert (await backend.report_unschedulable(namespace, "bound", "uid-other", MESSAGE)).kind is CONFLICT
     assert (await backend.report_unschedulable(namespace, "ghost", None, MESSAGE)).kind is CONFLICT
+    await backend.flush_events()  # events are written in the background
     assert events_of(api, namespace, "bound", "FailedScheduling") == []
 
 
@@ -382,8 +389,8 @@ def test_binder_service_binds_and_reports_with_kafka_and_kubernetes(kafka_bootst
         for index, name in enumerate(("w0", "w1")):
             pod = read_pod(api, namespace, name)
             assert (pod.spec.node_name, pod.metadata.annotations["berth.io/gpu-devices"]) == (nodes[0], str(index))
-            assert len(events_of(api, namespace, name, "Scheduled")) == 1
+            _wait_for(lambda: len(events_of(api, namespace, name, "Scheduled")) == 1, "one Scheduled event")
         condition = _wait_for(lambda: next((c for c in read_pod(api, namespace, "starved").status.conditions or ()
                                             if c.type == "PodScheduled"), None), "the PodScheduled condition")
         assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", MESSAGE)
-        assert len(events_of(api, namespace, "starved", "FailedScheduling")) == 1
+        _wait_for(lambda: len(events_of(api, namespace, "starved", "FailedScheduling")) == 1, "one FailedScheduling event")
