@@ -150,12 +150,13 @@ class NodeInformer:
     ``take_token`` blocks until the rate limiter allows one more request (called from the
     informer's thread). ``watch_timeout_s`` is the server-side length of one watch. Errors other
     than 410 are retried after a pause growing from ``retry_s`` to 30 s; a 403 stops the informer
-    (the backend then checks nodes with a GET), logged with the RBAC rule to grant.
+    (the backend then checks nodes with a GET), logged with the RBAC rule to grant. ``core`` stands
+    in for ``CoreV1Api(api_client)`` (its ``list_node``, answering urllib3-like responses).
     """
 
     def __init__(self, api_client: ApiClient, *, take_token: Callable[[], None],
                  watch_timeout_s: int = WATCH_TIMEOUT_S, request_timeout_s: float = 60.0,
-                 retry_s: float = 1.0) -> None:
+                 retry_s: float = 1.0, core: Any = None) -> None:
         from kubernetes.client import CoreV1Api
 
         self.cache = NodeCache()
@@ -164,7 +165,7 @@ class NodeInformer:
         self.requests = 0
         """Requests sent (LIST pages and WATCHes), each after a token."""
         self.forbidden = False
-        self._core = CoreV1Api(api_client)
+        self._core = core if core is not None else CoreV1Api(api_client)  # ``core``: a fake, in unit tests
         self._take_token = take_token
         self._watch_timeout_s = watch_timeout_s
         self._request_timeout_s = request_timeout_s
