@@ -126,17 +126,32 @@ def dev_nodes(
     prefix: Annotated[str, typer.Option(help="Node name prefix.")] = "gpu-",
     zones: Annotated[str, typer.Option(help="Comma-separated zones to spread over.")] = "zone-a,zone-b",
     spot_fraction: Annotated[float, typer.Option(min=0, max=1, help="Share of spot nodes.")] = 0.0,
-    taint: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE:EFFECT, repeatable.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(
+        help="KEY=VALUE label on every node, repeatable (e.g. --label node-pool=inference); it may "
+             "override the GPU Feature Discovery labels the nodes get anyway.")] = None,
+    taint: Annotated[Optional[list[str]], typer.Option(
+        help="KEY=VALUE:EFFECT (or KEY:EFFECT) taint on every node, repeatable; EFFECT is NoSchedule, "
+             "PreferNoSchedule or NoExecute.")] = None,
     kubeconfig: Annotated[Optional[str], typer.Option(envvar="BERTH_KUBECONFIG", help="Cluster to use.")] = None,
     delete: Annotated[bool, typer.Option(help="Delete the fake nodes instead.")] = False,
 ) -> None:
-    """Create fake GPU nodes (API objects with labels, capacity and GPU topology; no kubelet)."""
+    """Create fake GPU nodes (API objects with labels, taints, capacity and GPU topology; no kubelet)."""
+    from berth.devstack.fakenodes import parse_label, parse_taint
+
     if delete:
         err.print(f"deleted {_devstack('fake_nodes', count=0, kubeconfig=kubeconfig, delete=True)} fake nodes")
         return
+    try:
+        labels = dict(parse_label(item) for item in label or ())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--label") from exc
+    try:
+        taints = tuple(parse_taint(item) for item in taint or ())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--taint") from exc
     names = _devstack("fake_nodes", count=count, kubeconfig=kubeconfig, gpus=gpus, product=product,
                       prefix=prefix, zones=[z for z in zones.split(",") if z], spot_fraction=spot_fraction,
-                      taints=tuple(taint or ()))
+                      taints=taints, labels=labels or None)
     err.print(f"{len(names)} fake nodes ready" + (f": {names[0]} … {names[-1]}" if names else ""))
 
 

@@ -94,6 +94,29 @@ def parse_taint(taint: str | Mapping[str, str]) -> dict[str, str]:
     return result
 
 
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+def parse_label(label: str) -> tuple[str, str]:
+    """``"key=value"`` (kubectl's syntax; ``key`` may have a DNS-subdomain prefix, ``value`` may be
+    empty) -> ``(key, value)``; ValueError, saying what is wrong, for anything Kubernetes would
+    refuse as a label."""
+    key, sep, value = label.partition("=")
+    if not sep:
+        raise ValueError(f"not a label: {label!r} (want KEY=VALUE)")
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not re.fullmatch(_LABEL_PREFIX, prefix) or len(prefix) > 253):
+        raise ValueError(f"label key {key!r}: the prefix must be a DNS subdomain (lower case, at most 253 characters)")
+    if not re.fullmatch(_LABEL_NAME, name):
+        raise ValueError(f"label key {key!r}: the name must be 1-63 characters of A-Z, a-z, 0-9, '-', '_', '.', "
+                         "beginning and ending with a letter or digit")
+    if value and not re.fullmatch(_LABEL_NAME, value):
+        raise ValueError(f"label value {value!r}: at most 63 characters of A-Z, a-z, 0-9, '-', '_', '.', beginning "
+                         "and ending with a letter or digit")
+    return key, value
+
+
 @dataclass(frozen=True)
 class FakeNode:
     """One node's objects: the Node to create and the status to write afterwards."""
@@ -251,7 +274,7 @@ def create_fake_nodes(
 
     ``zones`` are assigned round-robin; ``spot_fraction`` of the nodes (spread evenly) are
     ``karpenter.sh/capacity-type=spot``, the rest ``on-demand``; ``taints`` (``"key=value:Effect"``
-    or dicts) go on every node; ``gpus=0`` makes CPU-only nodes. ``start`` numbers a further batch.
+    or dicts) and ``labels`` (added to, or overriding, the GPU Feature Discovery ones) go on every node; ``gpus=0`` makes CPU-only nodes. ``start`` numbers a further batch.
     Existing nodes of the same names are updated, not duplicated. Requests run on ``workers``
     threads (default: the client's connection-pool size, at most 16). Each node costs two
     requests (create, then status), three on clusters that add the not-ready taint.
@@ -299,5 +322,6 @@ __all__ = [
     "fake_node",
     "gpu_memory_mib",
     "gpu_topology",
+    "parse_label",
     "parse_taint",
 ]

@@ -186,6 +186,42 @@ def test_already_reported_means_exactly_this_message():
     assert not k.already_reported(pod(), MESSAGE)
 
 
+def test_the_json_patch_for_a_pod_never_reported_tests_uid_unbound_and_no_conditions():
+    ops = k.unschedulable_json_patch("uid-1", MESSAGE, NOW, None)
+    assert ops[:3] == [{"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+                       {"op": "test", "path": "/spec/nodeName", "value": None},
+                       {"op": "test", "path": "/status/conditions", "value": None}]
+    assert ops[3] == {"op": "add", "path": "/status/conditions", "value": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
+        "lastProbeTime": None, "lastTransitionTime": "2025-05-01T12:00:00Z"}]}
+    # Without a UID (any pod of that name) there is no UID test; the others stay.
+    assert [op["path"] for op in k.unschedulable_json_patch(None, MESSAGE, NOW, None)] == [
+        "/spec/nodeName", "/status/conditions", "/status/conditions"]
+
+
+def test_the_json_patch_for_a_pod_we_reported_replaces_our_condition_keeping_its_transition_time():
+    known = k.ReportedCondition("uid-7", 1, "2025-04-30T08:00:00Z", "older")
+    ops = k.unschedulable_json_patch(None, MESSAGE, NOW, known)
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-7"},
+        {"op": "test", "path": "/spec/nodeName", "value": None},
+        {"op": "test", "path": "/status/conditions/1/type", "value": "PodScheduled"},
+        {"op": "test", "path": "/status/conditions/1/status", "value": "False"},
+        {"op": "replace", "path": "/status/conditions/1", "value": {
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
+            "lastProbeTime": None, "lastTransitionTime": "2025-04-30T08:00:00Z"}}]
+
+
+def test_reported_condition_is_read_from_the_patched_pod():
+    scheduled_false = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
+                       "lastTransitionTime": "2025-04-30T08:00:00Z"}
+    other = {"type": "DisruptionTarget", "status": "True"}
+    assert k.reported_condition(pod(conditions=[other, scheduled_false])) == k.ReportedCondition(
+        "uid-1", 1, "2025-04-30T08:00:00Z", MESSAGE)
+    assert k.reported_condition(pod(conditions=[dict(scheduled_false, status="True")])) is None
+    assert k.reported_condition(pod()) is None
+
+
 # -- events ---------------------------------------------------------------------------------------
 
 
