@@ -367,9 +367,19 @@ class Framework:
     def _rank(self, pod: PodInfo, state: ClusterState, scores: Scores) -> npt.NDArray[np.intp]:
         """Positions into ``scores.nodes``, best first, at least ``keep_top_scores`` long
         (and at least 1): highest total, then lowest tie-break hash, then name order."""
-        tie = tie_break_keys(pod.uid, state.name_hash[scores.nodes]) >> np.uint64(64 - _HASH_BITS)
-        key = (scores.total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
+        total = scores.total
         wanted = max(1, self.keep_top_scores)
+        if wanted >= total.size:
+            return np.argsort(-self._selection_keys(pod, state, scores, None), kind="stable")
+        # Only nodes whose total reaches the wanted-th largest total can be among the wanted
+        # best keys (a key's high bits are its total): hash and rank those alone.
+        best = int(total.max())
+        if np.count_nonzero(total == best) >= wanted:
+            floor = best
+        else:
+            floor = int(np.partition(total, total.size - wanted)[total.size - wanted])
+        candidates = np.flatnonzero(total >= floor)
+        key = self._selection_keys(pod, state, scores, candidates)
         if wanted < key.size:
             # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
             # collision between equal totals) by position, so the choice never depends on how
@@ -378,8 +388,18 @@ class Framework:
             better = np.flatnonzero(key > kth)
             equal = np.flatnonzero(key == kth)[: wanted - better.size]
             top = np.concatenate([better, equal])
-            return top[np.lexsort((top, -key[top]))]
-        return np.argsort(-key, kind="stable")
+            return candidates[top[np.lexsort((top, -key[top]))]]
+        return candidates[np.argsort(-key, kind="stable")]
+
+    @staticmethod
+    def _selection_keys(pod: PodInfo, state: ClusterState, scores: Scores,
+                        positions: npt.NDArray[np.intp] | None) -> npt.NDArray[np.int64]:
+        """``total << 40 | inverted high bits of the tie-break hash`` for ``positions`` of
+        ``scores.nodes`` (None: all): larger is better, unique unless the hash collides."""
+        nodes = scores.nodes if positions is None else scores.nodes.take(positions)
+        total = scores.total if positions is None else scores.total.take(positions)
+        tie = tie_break_keys(pod.uid, state.name_hash.take(nodes)) >> np.uint64(64 - _HASH_BITS)
+        return (total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
 
     def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
         for plugin in reversed(reserved):
