@@ -442,11 +442,12 @@ def _top_scores(state: ClusterState, scores: Scores,
     # One gather per plugin, then plain Python over at most keep_top_scores entries.
     names = state.names_of(scores.nodes.take(positions).tolist())
     totals = scores.total.take(positions).tolist()
-    columns = [(name, values.take(positions).tolist())
-               for name, values in scores.per_plugin.items()]
-    return tuple(NodeScore(node=names[k], total=totals[k],
-                           scores=tuple((name, values[k]) for name, values in columns))
-                 for k in range(len(names)))
+    plugins = tuple(scores.per_plugin)
+    if not plugins:
+        return tuple(NodeScore(node=name, total=total, scores=()) for name, total in zip(names, totals))
+    rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
+    return tuple(NodeScore(node=name, total=total, scores=tuple(zip(plugins, row)))
+                 for name, total, row in zip(names, totals, rows))
 
 
 def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:

@@ -198,10 +198,9 @@ class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
         if hint is not None and request.is_share:
             # GpuFragmentation scored this node by the device it would take there; use that
             # device when it fits (its measure ignores device memory), else bin-pack as usual.
-            nodes, columns = hint
-            at = np.flatnonzero(nodes == node)
-            if at.size and columns[at[0]] >= 0:
-                allocation = inv.share_at(node, request, int(columns[at[0]]))
+            column = hint.column(node)
+            if column >= 0:
+                allocation = inv.share_at(node, request, column)
         if allocation is None:
             allocation = inv.choose(node, request)
         if allocation is None:  # the filter said yes; only a bug gets here

@@ -65,6 +65,7 @@ from berth.core.gpu.fragmentation import (
     TargetWorkload,
     score_placements,
     weight_scale,
+    weighted_fragmentation_batch,
 )
 from berth.core.plugins.gpu_inventory import GpuRequest
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_HINT",
+    "DeviceHint",
     "FragmentationArgs",
     "GpuFragmentation",
     "Shape",
@@ -86,8 +88,8 @@ __all__ = [
 ]
 
 DEVICE_HINT = "GpuFragmentation/device"
-"""Cycle data: ``(nodes, columns)`` — per feasible node (name order) the device column FGD
-chose for a share there (-1: none)."""
+"""Cycle data: a :class:`DeviceHint` — per feasible node the device column FGD chose for a
+share there (-1: none)."""
 
 Shape = tuple[int, int, int, frozenset[str]]
 """(cpu milli, GPUs, milli-GPU per GPU, allowed GPU models) — :class:`PodRequest`'s fields."""
@@ -100,6 +102,9 @@ _SHAPE = "GpuFragmentation/shape"
 _DEVICE_BITS = 6
 """Raw scores pack ``increase << 6 | device + 1``: one memoised int64 per node carries both."""
 _INCREASE_LIMIT = 1 << 50
+_UNFIT_CLIPS_BELOW = 1 << 40
+"""Milli-GPU-per-point scales below this turn an increase of ``_INCREASE_LIMIT`` into far more
+than 50 points (so a score of 0) by themselves."""
 _DEDUPE_ABOVE = 32
 _RESULTS_KEPT = 200_000
 """Content-addressed raw scores kept per state (about 200 bytes each) before starting over."""
@@ -250,8 +255,13 @@ class WorkloadExtension(StateExtension):
         """(creation time, UID) of the placed pods with a shape, sorted (oldest first)."""
         self._shapes: dict[str, Shape] = {}
         self._window_size = 0
+        self._milestone_span = (0, 1)
+        """[milestone(total), the next milestone): totals in it share the window size."""
         self._learned: dict[float, tuple[tuple[Shape, int], ...]] = {}
         self._workloads: dict[tuple[tuple[Shape, int], ...], tuple[int, TargetWorkload]] = {}
+        self.fragments: dict[tuple[object, ...], int] = {}
+        """Weighted fragmentation by (workload id, GPU model or None, free CPU, free milli per
+        device sorted): a pure function of the key."""
         self.results: dict[tuple[object, ...], int] = {}
         """Raw scores by (pod shape, workload id, free CPU, model, free milli per device): a
         pure function of the key, so a cache hit is the value a computation would give."""
@@ -298,13 +308,30 @@ class WorkloadExtension(StateExtension):
                 else:  # the window was every pod: it is one shorter now
                     self._window_size = len(order)
         self.total += delta
-        size = milestone(self.total)
+        size = self._milestone()
         while self._window_size < size:
             self._window_add(self._shapes[order[self._window_size][1]], 1)
             self._window_size += 1
         while self._window_size > size:
             self._window_size -= 1
             self._window_add(self._shapes[order[self._window_size][1]], -1)
+
+    def configured_id(self, pairs: tuple[tuple[Shape, int], ...], workload: TargetWorkload) -> int:
+        """An id for a configured workload, from the same numbering as learned ones, so that
+        the cached results of plugins configured differently never mix."""
+        known = self._workloads.get(pairs)
+        if known is None:
+            known = self._workloads[pairs] = (len(self._workloads) + 1, workload)
+        return known[0]
+
+    def _milestone(self) -> int:
+        """``milestone(self.total)``, remembered between calls (the total moves by one)."""
+        low, high = self._milestone_span
+        if not low <= self.total < high:
+            low = milestone(self.total)
+            high = _next_milestone(low) if low else 1
+            self._milestone_span = (low, high)
+        return low
 
     def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
         self._count(placed, 1)
@@ -344,6 +371,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         configured = [(shape.request(), shape.weight) for shape in self.args.target_workload]  # type: ignore[attr-defined]
         pairs = tuple(((r.cpu_milli, r.num_gpu, r.gpu_milli, r.allowed_models), w) for r, w in configured)
         self._configured = _workload_of(pairs)
+        self._configured_pairs = pairs
 
     def _workload(self, state: ClusterState) -> tuple[int, TargetWorkload]:
         args: FragmentationArgs = self.args  # type: ignore[assignment]
@@ -411,19 +439,83 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
         results = extension.results
         models = gpu_inventory(cycle.state).models
-        keys = [(shape, workload_id, c, models[r][0] if (constrained and models[r]) else None, *f)
+        workload_key = workload_id or extension.configured_id(self._configured_pairs, self._configured)
+        keys = [(shape, workload_key, c, models[r][0] if (constrained and models[r]) else None, *f)
                 for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist())]
         found = [results.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
         if missing:
-            at = np.array(missing, dtype=np.intp)
-            access = (workload.model_access([keys[i][3] for i in missing]) if constrained else None)
-            computed = self._raw(free[at], cpu[at], access, shape, workload).tolist()
+            computed = self._raw_from_fragments(
+                extension.fragments, [keys[i] for i in missing], shape, workload_key, workload)
             if len(results) > _RESULTS_KEPT:
                 results.clear()
             for i, value in zip(missing, computed):
                 results[keys[i]] = found[i] = value
         return np.array(found, dtype=np.int64)
+
+    @staticmethod
+    def _raw_from_fragments(fragments: dict[tuple[object, ...], int], keys: list[tuple[object, ...]],
+                            shape: Shape, workload_key: object, workload: TargetWorkload) -> list[int]:
+        """:meth:`_raw` for a few node states (``keys`` as built by :meth:`_small`), from the
+        weighted fragmentation of whole node states: the increase is F(state after) - F(state
+        before), and F of a state (model, free CPU, free milli per device — sorted: the
+        measure sums over devices) does not depend on the pod. Nodes pass through the same
+        states, so F is mostly looked up; the missing ones are computed in one batch.
+
+        Equal to :meth:`_raw` by construction: :func:`score_placements` computes the after
+        state's summary incrementally (one device shrinks, or whole devices empty, and the pod's
+        CPU is taken), which is the summary of the after state; the device choice is its rule
+        (least increase, then least room left, then lowest index)."""
+        cpu_need, gpus, share = shape[0], shape[1], shape[2]
+        states: list[tuple[tuple[object, ...], list[tuple[int, tuple[object, ...], int]]]] = []
+        wanted: dict[tuple[object, ...], None] = {}
+        for key in keys:
+            cpu, model = key[2], key[3]
+            free = [0 if f < 0 else (MILLI_PER_GPU if f > MILLI_PER_GPU else f) for f in key[4:]]  # type: ignore[operator]
+            before = (workload_key, model, cpu, *sorted(free))
+            options: list[tuple[int, tuple[object, ...], int]] = []  # (device or -1, after state, room left)
+            left = cpu - cpu_need  # type: ignore[operator]
+            if cpu >= cpu_need:  # type: ignore[operator]
+                if gpus == 0:
+                    options.append((-1, (workload_key, model, left, *sorted(free)), 0))
+                elif share == MILLI_PER_GPU:
+                    if free.count(MILLI_PER_GPU) >= gpus:
+                        after = sorted(free)
+                        after[len(after) - gpus:] = []
+                        options.append((-1, (workload_key, model, left, *sorted([0] * gpus + after)), 0))
+                else:
+                    for value in sorted(set(free)):
+                        if value >= share:
+                            after = sorted(free)
+                            after[after.index(value)] = value - share
+                            options.append((free.index(value), (workload_key, model, left, *sorted(after)),
+                                            value - share))
+            states.append((before, options))
+            for state in (before, *(option[1] for option in options)):
+                if state not in fragments:
+                    wanted[state] = None
+        if wanted:
+            todo = list(wanted)
+            width = max(len(state) - 3 for state in todo)
+            free_matrix = np.array([list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo],
+                                   dtype=np.int64).reshape(len(todo), width)
+            access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
+            computed = weighted_fragmentation_batch(free_matrix, [state[2] for state in todo], access, workload,
+                                                    BERTH_MEASURE).tolist()
+            if len(fragments) > _RESULTS_KEPT:
+                fragments.clear()
+            fragments.update(zip(todo, computed))
+        out = []
+        for before, options in states:
+            if not options:
+                out.append(_INCREASE_LIMIT << _DEVICE_BITS)
+                continue
+            base = fragments[before]
+            # Least increase, then least room left on the device (distinct per device value).
+            best = min(options, key=lambda option: (fragments[option[1]], option[2]))
+            increase = max(-_INCREASE_LIMIT, min(_INCREASE_LIMIT, fragments[best[1]] - base))
+            out.append((increase << _DEVICE_BITS) | (best[0] + 1))
+        return out
 
     @staticmethod
     def _raw(free: npt.NDArray[np.int64], cpu: npt.NDArray[np.int64], access: npt.NDArray[np.bool_] | None,
@@ -439,13 +531,38 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
     def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
                         scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         _, workload = self._cycle_workload(cycle)
-        increase = scores >> _DEVICE_BITS
-        cycle.data[DEVICE_HINT] = (nodes, (scores & ((1 << _DEVICE_BITS) - 1)) - 1)
+        cycle.data[DEVICE_HINT] = DeviceHint(nodes, scores)
         per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]
-        # Round half up in integers: floor((2x + d) / 2d).
-        points = (2 * increase + per_point) // (2 * per_point)
-        normalized = np.clip(MAX_NODE_SCORE // 2 - points, 0, MAX_NODE_SCORE)
-        return np.where(increase >= _INCREASE_LIMIT, 0, normalized)
+        # Round half up in integers: floor((2x + d) / 2d); in place, this runs over every node.
+        points = scores >> _DEVICE_BITS
+        unfit = None if per_point < _UNFIT_CLIPS_BELOW else points >= _INCREASE_LIMIT
+        points *= 2
+        points += per_point
+        points //= 2 * per_point
+        np.subtract(MAX_NODE_SCORE // 2, points, out=points)
+        normalized = np.clip(points, 0, MAX_NODE_SCORE, out=points)
+        # A node the pod does not fit has increase _INCREASE_LIMIT: with a small enough scale its
+        # points are already far above 50 and clip to 0, so the explicit test is only needed
+        # for a (never configured) huge one.
+        return normalized if unfit is None else np.where(unfit, 0, normalized)
+
+
+class DeviceHint:
+    """Cycle data :data:`DEVICE_HINT`: the device column FGD chose for a share on each scored
+    node (-1: none), decoded from the raw scores only for the node Reserve asks about."""
+
+    __slots__ = ("nodes", "raw")
+
+    def __init__(self, nodes: NodeArray, raw: npt.NDArray[np.int64]) -> None:
+        self.nodes = nodes
+        self.raw = raw
+
+    def column(self, node: int) -> int:
+        """The chosen device column on node slot ``node``, -1 if none or not scored."""
+        at = np.flatnonzero(self.nodes == node)
+        if not at.size:
+            return -1
+        return (int(self.raw[at[0]]) & ((1 << _DEVICE_BITS) - 1)) - 1
 
 
 def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]] | None:

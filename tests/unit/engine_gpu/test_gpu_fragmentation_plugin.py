@@ -17,6 +17,7 @@ from berth.core.plugins.gpu_devices import gpu_inventory
 from berth.core.plugins.gpu_fragmentation import (
     GpuFragmentation,
     WorkloadExtension,
+    _workload_of,
     bucket_count,
     learned_workload,
     milestone,
@@ -248,3 +249,39 @@ def test_the_raw_score_is_score_placements_of_the_node_row() -> None:
                                 np.ones((1, workload.size), dtype=bool),
                                 PodRequest(cpu_milli=1000, num_gpu=1, gpu_milli=1000), workload)
     assert int(raw[0]) >> 6 == int(expected.increase[0])
+
+
+def test_scores_from_cached_node_fragmentation_equal_score_placements() -> None:
+    # _small scores a few nodes from F(state after) - F(state before), F looked up per node
+    # state; it must give _raw's (score_placements') value and device exactly, on any input.
+    rng = random.Random(11)
+    plugin = scheduler().frameworks["berth"].plugins["GpuFragmentation"]
+    levels = (0, 0, 100, 250, 300, 500, 750, 1000, 1000, 1000, -5, 1200)
+    for trial in range(60):
+        shapes = Counter()
+        for _ in range(rng.randint(1, 8)):
+            gpus = rng.choice((0, 1, 1, 2, 4))
+            milli = 0 if gpus == 0 else (rng.choice((250, 500, 1000)) if gpus == 1 else 1000)
+            models = frozenset(rng.sample(("A100", "T4"), rng.randint(0, 1))) if gpus else frozenset()
+            shapes[(rng.choice((0, 500, 4000, 16000)), gpus, milli, models)] += rng.randint(1, 9)
+        workload = _workload_of(learned_workload(shapes, 1.0))
+        constrained = any(workload.allowed_models)
+        width = rng.choice((1, 2, 8))
+        fragments: dict = {}
+        for _ in range(5):
+            gpus = rng.choice((0, 1, 1, 2, 4, 8))
+            milli = 0 if gpus == 0 else (rng.choice((250, 500, 1000)) if gpus == 1 else 1000)
+            shape = (rng.choice((0, 500, 4000, 32000)), gpus, milli, frozenset())
+            keys, free_rows, cpus, models = [], [], [], []
+            for _ in range(rng.randint(1, 6)):
+                free = [rng.choice(levels) for _ in range(width)]
+                cpu = rng.choice((-1000, 0, 500, 4000, 20_000, 64_000))
+                model = rng.choice(("A100", "T4")) if constrained else None
+                keys.append((shape, trial + 1, cpu, model, *free))
+                free_rows.append(free)
+                cpus.append(cpu)
+                models.append(model)
+            access = workload.model_access(models) if constrained else None
+            expected = plugin._raw(np.array(free_rows), np.array(cpus), access, shape, workload).tolist()
+            got = plugin._raw_from_fragments(fragments, keys, shape, trial + 1, workload)
+            assert got == expected, (trial, shape, keys)
