@@ -4,7 +4,8 @@ The pool reports its queue as a gateway would (``QueueLagObserved`` every ``repo
 the token-lag service's pure fold (:func:`berth.services.token_lag.fold.fold_queue_lag`) turns the
 reports into ``PoolLagState``; each new state goes to the decision cell's policy
 (:func:`berth.decider.scaling.decide_scale`) with what the cell passes it: the replica count Berth
-last asked for and when, the previous lag state (for the lead by the model load time), the
+last asked for and when, the scaling memory folded from the lag states
+(:func:`berth.decider.scaling.remember`: the smoothed demand and the window of needs), the
 pool's spot replicas and cost, whether spot is suspended for the pool
 (:class:`berth.decider.spot.SpotHistory`) and a placement probe — here the simulated cluster's
 hypothetical placement. The verdict's ``placed_on`` says which capacity class each new replica
@@ -26,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from berth.decider.pools import PoolPolicy
-from berth.decider.scaling import ProbedReplica, ScalingInput, decide_scale
+from berth.decider.scaling import ProbedReplica, ScalingInput, ScalingMemory, decide_scale, remember
 from berth.decider.spot import SpotHistory
 from berth.schemas import PoolLagState, QueueLagObserved
 from berth.services.token_lag.fold import LagSettings, PoolSettings, fold_queue_lag, pool_key
@@ -74,8 +75,9 @@ class BerthPolicy:
 
     def __init__(self, pool: PoolConfig, *, report_interval_s: float = 5.0, lead: bool = True,
                  policy: PoolPolicy | None = None, lag_settings: LagSettings | None = None) -> None:
-        """``lead=False`` withholds the previous lag state from the policy, which then does not
-        lead by the model load time (an ablation: ``berth-nolead``)."""
+        """``lead=False`` tells the policy the model loads at once (``modelLoadSeconds`` 0), so it
+        does not lead by the load time; the simulated replicas still load (the ablation
+        ``berth-nolead``)."""
         self.policy = policy or pool_policy(pool)
         self.lead = lead
         if not lead:
@@ -91,6 +93,9 @@ class BerthPolicy:
         self._tokens_at_last_report = 0.0
         self._current: int | None = None
         self._last_scaled_at: datetime | None = None
+        self.memory: ScalingMemory | None = None
+        # The ablation tells the policy the model loads at once: no lead by the load time.
+        self._decided_with = self.policy if lead else self.policy.model_copy(update={"model_load_seconds": 0.0})
 
     def observe(self, view: PoolView) -> QueueLagObserved:
         """The gateway's report of the pool at ``view.now``."""
@@ -104,11 +109,11 @@ class BerthPolicy:
         if view.now < self._next_report:
             return None
         self._next_report += self.report_interval_s
-        previous = self.lag
-        folded = fold_queue_lag(previous, self.observe(view), self.settings)
+        folded = fold_queue_lag(self.lag, self.observe(view), self.settings)
         if folded is None:
             return None
         self.lag = folded
+        self.memory = remember(self.memory, folded, self._decided_with)
         if self._current is None:
             self._current = view.target
         threshold = self.policy.cost.interruption_threshold if self.policy.cost is not None else None
@@ -119,8 +124,8 @@ class BerthPolicy:
                     for s in view.probe(count, capacity)]
 
         verdict = decide_scale(ScalingInput(
-            policy=self.policy, lag=folded, current=self._current, last_scaled_at=self._last_scaled_at,
-            previous_lag=previous if self.lead else None, spot_suspended=self.spot.suspended,
+            policy=self._decided_with, lag=folded, current=self._current, last_scaled_at=self._last_scaled_at,
+            memory=self.memory, spot_suspended=self.spot.suspended,
             spot_replicas=view.spot_replicas, pool_cost_per_hour=view.usd_per_hour, probe=probe))
         if verdict is None or verdict.outcome != "scaled" or verdict.replicas == self._current:
             return None

@@ -78,7 +78,7 @@ from berth.schemas.cells import agent_pool_of
 from .pool_placement import constrained, preferred_regions, probed, replica_cost_per_hour, score_terms
 from .pools import PoolPolicy, merge_cluster_spec
 from .ports import EngineOutcome, PendingPod, PlacementEngine
-from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, decide_scale
+from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, ScalingMemory, decide_scale, remember
 from .spot import PoolMove, SpotHistory
 
 SCHEDULER_NAME = "berth"
@@ -149,7 +149,8 @@ class CellDecider:
         self._cordoned: set[str] = set()
         self._pool_replicas: dict[str, int] = {}
         self._pool_scaled_at: dict[str, datetime] = {}
-        self._pool_lag: dict[str, PoolLagState] = {}
+        self._pool_memory: dict[str, ScalingMemory] = {}
+        """pool → the scaling policy's fold of its lag states (demand, stabilization window)."""
         self._pool_members: dict[str, dict[str, PodInfo]] = {}
         """pool → its replicas the cluster reported bound here, by UID."""
         self._pod_pool: dict[str, str] = {}
@@ -493,8 +494,7 @@ class CellDecider:
         policy = self.pools.get(key)
         if policy is None:
             return []
-        previous = self._pool_lag.get(key)
-        self._pool_lag[key] = lag
+        memory = self._pool_memory[key] = remember(self._pool_memory.get(key), lag, policy)
         decisions = self._maybe_resume_spot(key, lag.updated_at, position)
         current = self._current_replicas(key, policy, lag)
         self._pool_replicas[key] = current
@@ -504,7 +504,7 @@ class CellDecider:
         planned = self._outstanding(key, template, current)
         verdict = decide_scale(ScalingInput(
             policy=policy, lag=lag, current=current, last_scaled_at=self._pool_scaled_at.get(key),
-            previous_lag=previous, spot_suspended=self._spot_suspended(key),
+            memory=memory, spot_suspended=self._spot_suspended(key),
             spot_replicas=sum(1 for m in members if self._nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
             pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
             carbon_intensity=self._cleanest_intensity(),

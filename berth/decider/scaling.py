@@ -1,15 +1,21 @@
 """The scaling policy of an inference pool, as a pure function: facts in, a verdict with its reason out.
 
-:func:`decide_scale` is the whole policy (the decision cell and ``bench/scaling`` call it):
+:func:`decide_scale` is the whole policy (the decision cell and ``bench/scaling`` call it).
 
-Scale up when the expected time to first token — *led by the model load time* — comes within the
-pool's ``sloHeadroomMs`` of its TTFT SLO. The lead: a replica asked for now serves only after
-``modelLoadSeconds``, so a growing queue is projected that far ahead (its slope between the
-previous and the current lag state, event time; a shrinking queue is not projected). The count
-is ``ceil(projected_tokens / (tokensPerSecondPerReplica × (SLO − headroom)))``, within
-``[minReplicas, maxReplicas]``.
+The token rule asks for the larger of two terms (the verdict's reason names the one that decided):
 
-Then the cluster has its say, in this order:
+* *steady*: the demand served at :data:`TARGET_UTILISATION` —
+  ``ceil(demand / (tokensPerSecondPerReplica × TARGET_UTILISATION))``. The demand is the token
+  rate *arriving* (processed + the queue's growth), smoothed in event time
+  (:class:`ScalingMemory`, folded from the lag states by :func:`remember`);
+* *drain*: the queue served within the target TTFT (the SLO less ``sloHeadroomMs``), *led by the
+  model load time* — ``ceil(projected_tokens / (tokensPerSecondPerReplica × target))``. A replica
+  asked for now serves only after ``modelLoadSeconds``; until then the queue grows by what the
+  smoothed demand exceeds the ready replicas' rate, so that is what is projected (never a slope
+  between two reports: one burst of long prompts is not a trend).
+
+Within ``[minReplicas, maxReplicas]``. A count above the current one is a scale-up; then the
+cluster has its say, in this order:
 
 1. *time shifting* (``carbonAware.timeShifting``): a scale-up that is not SLO-critical (the
    expected TTFT itself is still within the SLO; only the lead or the headroom asked for it) is
@@ -23,10 +29,12 @@ Then the cluster has its say, in this order:
    replicas are dropped from the dearest end of the plan until it fits;
 4. whatever is still missing goes to ``fallbackModel``'s pool, if the pool names one.
 
-Scale down one replica at a time, after ``cooldownSeconds`` since the last scale, while the
-queue is short (the expected TTFT with one replica fewer stays under half the target) and the
-token rate can be served by one replica fewer; above ``maxReplicas`` (a policy change) straight
-to it.
+Scale down, after ``cooldownSeconds`` since the last scale and while the queue is short (the
+expected TTFT at the new count stays under half the target), in one step to the *stabilized*
+need: the highest steady need of the last ``cooldownSeconds`` (the memory's window, as the
+HPA's scale-down stabilization window) or the need now, whichever is higher. Without memory
+(a caller that keeps none) one replica at a time. Above ``maxReplicas`` (a policy change)
+straight to it.
 
 Nothing here reads a clock: time is the lag state's ``updated_at``.
 """
@@ -44,6 +52,11 @@ from berth.schemas import PoolLagState
 from .pools import PoolPolicy
 
 CapacityClass = Literal["any", "on-demand", "spot"]
+
+TARGET_UTILISATION = 0.7
+"""The share of ``tokensPerSecondPerReplica`` the steady term sizes a pool for."""
+DEMAND_HALF_LIFE_S = 15.0
+"""Half-life of the smoothed demand (event time)."""
 
 
 @dataclass(frozen=True)
@@ -71,13 +84,15 @@ class ScalingInput:
     ``spot_replicas``: how many of them run on spot nodes; ``pool_cost_per_hour``: what they cost
     now (None: unknown); ``carbon_intensity``: the grid's intensity where the pool would grow
     (None: unknown); ``probe``: None when no placement check is possible (the count is then
-    unchecked, and the reason says so)."""
+    unchecked, and the reason says so); ``memory``: :func:`remember` folded over the pool's lag
+    states up to and including ``lag`` (None: no demand history — the demand is then the
+    processed rate, nothing is projected and scale-downs go one replica at a time)."""
 
     policy: PoolPolicy
     lag: PoolLagState
     current: int
     last_scaled_at: datetime | None = None
-    previous_lag: PoolLagState | None = None
+    memory: ScalingMemory | None = None
     spot_suspended: bool = False
     spot_replicas: int = 0
     pool_cost_per_hour: float | None = None
@@ -116,16 +131,56 @@ def target_ttft_ms(policy: PoolPolicy) -> float:
     return policy.ttft_slo_ms - (cost.slo_headroom_ms if cost is not None else 0.0)
 
 
-def projected_tokens(lag: PoolLagState, previous: PoolLagState | None, lead_seconds: float) -> float:
-    """The queue ``lead_seconds`` from now if it keeps growing as it did since ``previous``."""
-    tokens = float(lag.tokens_in_queue)
-    if previous is None or lead_seconds <= 0:
-        return tokens
-    dt = (lag.updated_at - previous.updated_at).total_seconds()
+@dataclass(frozen=True)
+class ScalingMemory:
+    """What the policy keeps of a pool between lag states: a pure fold of them in event order
+    (:func:`remember`), so whoever holds it (the decision cell) rebuilds it by replaying its inputs.
+
+    ``demand``: the token rate *arriving* at the pool (tokens/s) — the rate processed plus the
+    queue's growth between two states — smoothed in event time (half-life
+    :data:`DEMAND_HALF_LIFE_S`); unlike the processed rate it keeps rising while a saturated pool
+    falls behind. ``needs``: (time, :func:`steady_replicas` of the demand then) over the last
+    ``cooldownSeconds``, oldest first — the stabilization window a scale-down looks back over."""
+
+    updated_at: datetime
+    tokens_in_queue: int
+    demand: float
+    needs: tuple[tuple[datetime, int], ...] = ()
+    since: datetime | None = None
+    """The first lag state folded: the window covers ``cooldownSeconds`` only that long after."""
+
+    def stabilized_need(self) -> int:
+        """The highest steady need of the window (0 when empty)."""
+        return max((need for _, need in self.needs), default=0)
+
+    def covers(self, seconds: float) -> bool:
+        """Whether the memory has seen ``seconds`` of the pool: before that its window is too
+        short to say what the pool needed over it (a just-started fold saw no peak yet)."""
+        return self.since is not None and (self.updated_at - self.since).total_seconds() >= seconds
+
+
+def steady_replicas(policy: PoolPolicy, demand: float) -> int:
+    """Replicas serving ``demand`` tokens/s at :data:`TARGET_UTILISATION`, within the bounds."""
+    wanted = math.ceil(max(demand, 0.0) / (policy.tokens_per_second_per_replica * TARGET_UTILISATION) - 1e-9)
+    return max(policy.min_replicas, min(policy.max_replicas, wanted))
+
+
+def remember(memory: ScalingMemory | None, lag: PoolLagState, policy: PoolPolicy) -> ScalingMemory:
+    """The memory after ``lag``. A state not newer than the memory's changes nothing (stale or
+    repeated reports); the first one starts the demand at its smoothed processed rate."""
+    at = lag.updated_at
+    if memory is None:
+        demand = lag.smoothed_token_rate
+        return ScalingMemory(at, lag.tokens_in_queue, demand, ((at, steady_replicas(policy, demand)),), since=at)
+    dt = (at - memory.updated_at).total_seconds()
     if dt <= 0:
-        return tokens
-    slope = (lag.tokens_in_queue - previous.tokens_in_queue) / dt
-    return tokens + max(slope, 0.0) * lead_seconds
+        return memory
+    arriving = max(0.0, lag.token_rate + (lag.tokens_in_queue - memory.tokens_in_queue) / dt)
+    alpha = 1.0 - 2.0 ** (-dt / DEMAND_HALF_LIFE_S)
+    demand = memory.demand + alpha * (arriving - memory.demand)
+    horizon = at.timestamp() - policy.cooldown_s
+    needs = tuple(n for n in memory.needs if n[0].timestamp() > horizon) + ((at, steady_replicas(policy, demand)),)
+    return ScalingMemory(at, lag.tokens_in_queue, demand, needs, since=memory.since)
 
 
 def grid_dirty(policy: PoolPolicy, now: datetime, carbon_intensity: float | None) -> str | None:
@@ -148,6 +203,47 @@ def grid_dirty(policy: PoolPolicy, now: datetime, carbon_intensity: float | None
     return None
 
 
+@dataclass(frozen=True)
+class Need:
+    """What the token rule asks for and which term decided: ``steady`` (the demand at the target
+    utilisation) or ``drain`` (the queue, led by the model load time, served within the target
+    TTFT)."""
+
+    replicas: int
+    steady: int
+    drain: int
+    projected_tokens: float
+    demand: float
+
+    @property
+    def term(self) -> str:
+        return "drain" if self.drain >= self.steady else "steady"
+
+
+def need(inputs: ScalingInput) -> Need:
+    """The replicas the pool needs now: the larger of the steady term and the drain term.
+
+    The drain term is ``ceil(projected / (tokensPerSecondPerReplica × target TTFT))``; the queue
+    is projected over the model load time (until a replica asked for now serves) at the rate the
+    demand exceeds what the ready replicas serve — smoothed demand, not the slope between two
+    reports, so one burst of long prompts does not pass for a trend. Without memory the demand
+    is the processed rate and nothing is projected."""
+    policy, lag, memory = inputs.policy, inputs.lag, inputs.memory
+    tps = policy.tokens_per_second_per_replica
+    target_s = target_ttft_ms(policy) / 1000
+    demand = memory.demand if memory is not None else lag.smoothed_token_rate
+    projected = float(lag.tokens_in_queue)
+    if memory is not None:
+        ready = lag.ready_replicas if lag.ready_replicas is not None else inputs.current
+        # What is served until then: the ready replicas' rate, or more if they are seen doing more.
+        serving = max(ready * tps, lag.token_rate)
+        projected += max(0.0, demand - serving) * policy.model_load_seconds
+    drain = math.ceil(projected / (tps * target_s) - 1e-9) if target_s > 0 else policy.max_replicas
+    steady = steady_replicas(policy, demand)
+    replicas = max(policy.min_replicas, min(policy.max_replicas, max(steady, drain)))
+    return Need(replicas, steady, drain, projected, demand)
+
+
 def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
     """The replica count to ask for now (or a held verdict saying why not), or None to leave the
     pool as it is. See the module docstring for the rule."""
@@ -156,44 +252,64 @@ def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
         return ScaleVerdict(policy.max_replicas, f"above maxReplicas {policy.max_replicas}",
                             wanted=policy.max_replicas)
     target_ms = target_ttft_ms(policy)
-    expected = lag.expected_ttft_ms
-    tokens = projected_tokens(lag, inputs.previous_lag, policy.model_load_seconds)
-    projected_ms = expected
-    if expected is not None and lag.smoothed_token_rate > 0 and tokens > lag.tokens_in_queue:
-        projected_ms = expected + (tokens - lag.tokens_in_queue) / lag.smoothed_token_rate * 1000
-    if projected_ms is not None and projected_ms > target_ms:
-        wanted = math.ceil(tokens / (policy.tokens_per_second_per_replica * target_ms / 1000))
-        wanted = max(policy.min_replicas, min(policy.max_replicas, wanted))
-        if wanted <= current:
-            return None
-        why = (f"expected TTFT {expected:.0f}ms"
-               + (f" ({projected_ms:.0f}ms in {policy.model_load_seconds:.0f}s, the model load time)"
-                  if projected_ms != expected else "")
-               + f" > {target_ms:.0f}ms (SLO {policy.ttft_slo_ms:.0f}ms"
-               + (f" less {policy.ttft_slo_ms - target_ms:.0f}ms headroom)" if target_ms != policy.ttft_slo_ms
-                  else ")")
-               + f" with {lag.tokens_in_queue} tokens queued")
-        slo_critical = expected is not None and expected > policy.ttft_slo_ms
-        return _grow(inputs, wanted, why, slo_critical)
+    wanted = need(inputs)
+    if wanted.replicas > current:
+        return _grow(inputs, wanted.replicas, _why_up(inputs, wanted, target_ms), _slo_critical(inputs))
     if current < policy.min_replicas:
         return _grow(inputs, policy.min_replicas, f"below minReplicas {policy.min_replicas}", slo_critical=True)
-    return _shrink(inputs, target_ms)
+    return _shrink(inputs, wanted, target_ms)
 
 
-def _shrink(inputs: ScalingInput, target_ms: float) -> ScaleVerdict | None:
-    policy, lag, current = inputs.policy, inputs.lag, inputs.current
+def _slo_critical(inputs: ScalingInput) -> bool:
+    """The SLO itself is missed now (not only the headroom or the lead asked for more)."""
+    expected = inputs.lag.expected_ttft_ms
+    return expected is not None and expected > inputs.policy.ttft_slo_ms
+
+
+def _why_up(inputs: ScalingInput, wanted: Need, target_ms: float) -> str:
+    policy, lag = inputs.policy, inputs.lag
+    asked = wanted.steady if wanted.term == "steady" else wanted.drain
+    bound = f" (maxReplicas {policy.max_replicas})" if asked > policy.max_replicas else ""
+    if wanted.term == "steady":
+        return (f"steady: demand {wanted.demand:.0f} tokens/s needs {asked} replicas{bound} at "
+                f"{TARGET_UTILISATION:.0%} of {policy.tokens_per_second_per_replica:.0f} tokens/s each")
+    slo = (f"{target_ms:.0f}ms (SLO {policy.ttft_slo_ms:.0f}ms"
+           + (f" less {policy.ttft_slo_ms - target_ms:.0f}ms headroom)" if target_ms != policy.ttft_slo_ms else ")"))
+    led = wanted.projected_tokens > lag.tokens_in_queue
+    return (f"drain: {lag.tokens_in_queue} tokens queued"
+            + (f", {wanted.projected_tokens:.0f} in {policy.model_load_seconds:.0f}s (the model load time) at "
+               f"demand {wanted.demand:.0f} tokens/s," if led else "")
+            + f" need {asked} replicas{bound} to wait at most {slo}"
+            + (f"; expected TTFT now {lag.expected_ttft_ms:.0f}ms" if lag.expected_ttft_ms is not None else ""))
+
+
+def _shrink(inputs: ScalingInput, wanted: Need, target_ms: float) -> ScaleVerdict | None:
+    """Down to the stabilized need (see the module docstring), or None."""
+    policy, lag, current, memory = inputs.policy, inputs.lag, inputs.current, inputs.memory
     if current <= policy.min_replicas:
         return None
     last = inputs.last_scaled_at
     if last is not None and (lag.updated_at - last).total_seconds() < policy.cooldown_s:
         return None
-    capacity_after = policy.tokens_per_second_per_replica * (current - 1)
-    ttft_after_ms = lag.tokens_in_queue / capacity_after * 1000 if capacity_after > 0 else math.inf
-    if ttft_after_ms < target_ms / 2 and max(lag.smoothed_token_rate, 0.0) <= capacity_after:
-        return ScaleVerdict(current - 1, f"queue short: expected TTFT {ttft_after_ms:.0f}ms with "
-                                         f"{current - 1} replicas, under half the target "
-                                         f"{target_ms:.0f}ms", wanted=current - 1)
-    return None
+    if memory is not None and not memory.covers(policy.cooldown_s):
+        return None
+    window = memory.stabilized_need() if memory is not None else 0
+    # Without a window to stabilize over, one step at a time.
+    down_to = max(wanted.replicas, window) if memory is not None else max(wanted.replicas, current - 1)
+    if down_to >= current:
+        return None
+    ttft_after_ms = lag.tokens_in_queue / (policy.tokens_per_second_per_replica * down_to) * 1000
+    if ttft_after_ms >= target_ms / 2:
+        return None
+    if memory is None:
+        decided = "one step (no demand history)"
+    elif window > wanted.replicas:
+        decided = f"the highest steady need of the last {policy.cooldown_s:.0f}s"
+    else:
+        decided = f"the need now ({wanted.term})"
+    return ScaleVerdict(down_to, f"queue short: expected TTFT {ttft_after_ms:.0f}ms with {down_to} replicas, "
+                                 f"under half the target {target_ms:.0f}ms; {down_to} is {decided}, "
+                                 f"demand {wanted.demand:.0f} tokens/s", wanted=down_to)
 
 
 def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> ScaleVerdict:

@@ -129,7 +129,8 @@ def test_berth_replaces_spot_replicas_within_a_long_enough_notice(notice_s, bert
 
 
 def test_three_interruptions_in_an_hour_suspend_spot_for_berth():
-    workload = generate(5, replace(FLAT, duration_s=3000, mean_requests_per_s=20.0))
+    # 30 requests/s (~18,000 tokens/s) keep ~13 replicas, so each notice finds some on a spot node.
+    workload = generate(5, replace(FLAT, duration_s=3000, mean_requests_per_s=30.0))
     config = RunConfig(pool=PoolConfig(initial_replicas=12), cluster=replace(ClusterShape(), interruptions=3))
     notices = tuple(Interruption(notice_at=600.0 + 900.0 * i, notice_s=120.0) for i in range(3))
     policy = BerthPolicy(config.pool)
@@ -153,3 +154,11 @@ def test_workload_spikes_are_5_to_10x_and_do_not_overlap():
     ends = [s.end_s(workload.shape) for s in workload.spikes]
     assert all(end <= nxt.start_s for end, nxt in zip(ends, workload.spikes[1:]))
     assert workload.rate.max() / workload.rate.min() > 5
+
+
+def test_the_goal_berth_has_fewer_violation_minutes_and_no_more_gpu_hours_than_keda():
+    """The benchmark's goal on its default day (seed 42, 24 h): one run of each, ~3 s."""
+    results = run_policies(scenario(42), ("berth", "keda"))
+    berth, keda = results["berth"], results["keda"]
+    assert berth.slo_violation_minutes < keda.slo_violation_minutes
+    assert berth.gpu_hours <= keda.gpu_hours

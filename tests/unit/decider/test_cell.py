@@ -170,7 +170,7 @@ def test_spot_notice_cordons_the_node_and_keeps_new_pods_off_it():
     assert feed(SpotInterruptionNotice(node="gpu-a", issued_at=T0, deadline=T0 + timedelta(seconds=60))) == []
 
 
-def test_pools_scale_up_by_the_token_rule_and_down_one_step_after_cooldown():
+def test_pools_scale_up_by_the_token_rule_and_down_to_the_stabilized_need_after_cooldown():
     policy = PoolPolicy(tokens_per_second_per_replica=1000, ttft_slo_ms=2000, min_replicas=1,
                         max_replicas=20, cooldown_s=300)
     feed = Feed(CellDecider(0, FakeEngine(), pools={"serving/llama": policy}))
@@ -184,9 +184,10 @@ def test_pools_scale_up_by_the_token_rule_and_down_one_step_after_cooldown():
     [up] = feed(lag(30_000, 2000, 0))  # 15 s to first token; ceil(30000 / (1000 × 2)) = 15
     assert isinstance(up.commands[0], ScalePool) and up.commands[0].replicas == 15
     assert up.commands[0].previous_replicas == 2
-    assert feed(lag(100, 14_000, 60)) == []  # queue short, but still cooling down
-    [down] = feed(lag(100, 14_000, 301))
-    assert down.commands[0].replicas == 14
+    assert feed(lag(100, 7_000, 60)) == []  # queue short, but still cooling down
+    # 7,000 tokens/s at 70 % of 1,000 each: 10 replicas, in one step (the window's highest need).
+    [down] = feed(lag(100, 7_000, 301))
+    assert down.commands[0].replicas == 10 and "10 is the need now (steady)" in down.record.message
 
 
 def test_same_inputs_give_byte_identical_decisions():
