@@ -126,7 +126,8 @@ class BerthPolicy:
         verdict = decide_scale(ScalingInput(
             policy=self._decided_with, lag=folded, current=self._current, last_scaled_at=self._last_scaled_at,
             memory=self.memory, spot_suspended=self.spot.suspended,
-            spot_replicas=view.spot_replicas, pool_cost_per_hour=view.usd_per_hour, probe=probe))
+            spot_replicas=view.spot_replicas, pool_cost_per_hour=view.usd_per_hour,
+            priced_replicas=view.ready + view.loading, probe=probe))
         if verdict is None or verdict.outcome != "scaled" or verdict.replicas == self._current:
             return None
         self._current = verdict.replicas

@@ -507,6 +507,7 @@ class CellDecider:
             memory=memory, spot_suspended=self._spot_suspended(key),
             spot_replicas=sum(1 for m in members if self._nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
             pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
+            priced_replicas=sum(1 for c in costs if c is not None),
             carbon_intensity=self._cleanest_intensity(),
             probe=self._probe(template, key, policy, planned) if template is not None else None))
         if verdict is None:

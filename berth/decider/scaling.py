@@ -29,6 +29,10 @@ cluster has its say, in this order:
    replicas are dropped from the dearest end of the plan until it fits;
 4. whatever is still missing goes to ``fallbackModel``'s pool, if the pool names one.
 
+Before all that, a pool whose replicas cost more than ``maxCostPerHour`` (prices rose, the budget
+was lowered) is scaled down at once to what the budget pays for, never below ``minReplicas``;
+the rest of its need goes to ``fallbackModel``.
+
 Scale down, after ``cooldownSeconds`` since the last scale and while the queue is short (the
 expected TTFT at the new count stays under half the target), in one step to the *stabilized*
 need: the highest steady need of the last ``cooldownSeconds`` (the memory's window, as the
@@ -81,8 +85,8 @@ class CapacityProbe(Protocol):
 @dataclass(frozen=True)
 class ScalingInput:
     """Everything the policy reads. ``current``: the replica count last asked for (or observed);
-    ``spot_replicas``: how many of them run on spot nodes; ``pool_cost_per_hour``: what they cost
-    now (None: unknown); ``carbon_intensity``: the grid's intensity where the pool would grow
+    ``spot_replicas``: how many of them run on spot nodes; ``pool_cost_per_hour``: what the
+    ``priced_replicas`` placed replicas cost now (None: unknown); ``carbon_intensity``: the grid's intensity where the pool would grow
     (None: unknown); ``probe``: None when no placement check is possible (the count is then
     unchecked, and the reason says so); ``memory``: :func:`remember` folded over the pool's lag
     states up to and including ``lag`` (None: no demand history — the demand is then the
@@ -96,6 +100,7 @@ class ScalingInput:
     spot_suspended: bool = False
     spot_replicas: int = 0
     pool_cost_per_hour: float | None = None
+    priced_replicas: int = 0
     carbon_intensity: float | None = None
     probe: CapacityProbe | None = None
 
@@ -253,11 +258,43 @@ def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
                             wanted=policy.max_replicas)
     target_ms = target_ttft_ms(policy)
     wanted = need(inputs)
+    over = _over_budget(inputs, wanted)
+    if over is not None:
+        return over
     if wanted.replicas > current:
         return _grow(inputs, wanted.replicas, _why_up(inputs, wanted, target_ms), _slo_critical(inputs))
     if current < policy.min_replicas:
         return _grow(inputs, policy.min_replicas, f"below minReplicas {policy.min_replicas}", slo_critical=True)
     return _shrink(inputs, wanted, target_ms)
+
+
+def _over_budget(inputs: ScalingInput, wanted: Need) -> ScaleVerdict | None:
+    """Down to what ``maxCostPerHour`` pays for when the replicas asked for cost more, at the
+    placed replicas' mean price (the ReplicaSet, not the policy, picks which go); never below
+    ``minReplicas``. Whatever the pool needs beyond that goes to ``fallbackModel``. The count
+    asked for, not the replicas still placed, is priced, so a pool the cluster has not shrunk
+    yet is not shrunk again."""
+    policy, current = inputs.policy, inputs.current
+    cost = policy.cost
+    if (cost is None or cost.max_cost_per_hour is None or not inputs.pool_cost_per_hour
+            or inputs.priced_replicas <= 0):
+        return None
+    price = inputs.pool_cost_per_hour / inputs.priced_replicas
+    budget = cost.max_cost_per_hour
+    if current * price <= budget + 1e-9:
+        return None
+    keep = max(policy.min_replicas, math.floor(budget / price + 1e-9))
+    if keep >= current:
+        return None
+    why = (f"over budget: {current} replicas at {price:.2f}/h each cost {current * price:.2f}/h, above "
+           f"maxCostPerHour {budget:g}; {keep} fit" + (f" (minReplicas {policy.min_replicas})"
+                                                      if keep * price > budget + 1e-9 else ""))
+    fallback = None
+    short = wanted.replicas - keep
+    if short > 0 and cost.fallback_model:
+        fallback = Fallback(cost.fallback_model, short, short * policy.tokens_per_second_per_replica)
+        why += f"; fallback model {cost.fallback_model} asked for {short} replica(s)' worth"
+    return ScaleVerdict(keep, why, wanted=wanted.replicas, fallback=fallback)
 
 
 def _slo_critical(inputs: ScalingInput) -> bool:

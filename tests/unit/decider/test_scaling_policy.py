@@ -234,3 +234,28 @@ def test_never_beyond_max_room_or_budget_and_deterministic(tokens, rate, current
     assert added <= room
     if budget is not None:
         assert added * 7.0 <= budget + 1e-6
+
+
+def test_a_pool_over_its_budget_is_scaled_down_to_what_the_budget_pays_for():
+    budget = policy(scheduling={"costOptimization": {"maxCostPerHour": 45}})
+    quiet = lag(0, rate=500, ready=6)
+    # Six placed replicas at 10/h = 60/h > 45/h: down to 4 at once (no cooldown), with the reason.
+    verdict = decide_scale(ScalingInput(policy=budget, lag=quiet, current=6, pool_cost_per_hour=60.0,
+                                        priced_replicas=6, last_scaled_at=quiet.updated_at))
+    assert verdict is not None and verdict.outcome == "scaled" and verdict.replicas == 4
+    assert verdict.reason.startswith("over budget: 6 replicas at 10.00/h each cost 60.00/h, above maxCostPerHour 45")
+    # Asked down to 4 while the cluster still runs 6: priced by the count asked for, no further shrink.
+    assert decide_scale(ScalingInput(policy=budget, lag=quiet, current=4, pool_cost_per_hour=60.0,
+                                     priced_replicas=6, last_scaled_at=quiet.updated_at)) is None
+    # Within budget: the ordinary rule.
+    assert decide_scale(ScalingInput(policy=budget, lag=quiet, current=4, pool_cost_per_hour=40.0,
+                                     priced_replicas=4, last_scaled_at=quiet.updated_at)) is None
+
+
+def test_over_budget_keeps_min_replicas_and_sends_the_need_to_the_fallback_model():
+    p = policy(minReplicas=2, scheduling={"costOptimization": {"maxCostPerHour": 15, "fallbackModel": "small"}})
+    busy = lag(30_000, rate=4_000, ready=5)  # the token rule wants 15 replicas
+    verdict = decide_scale(ScalingInput(policy=p, lag=busy, current=5, pool_cost_per_hour=50.0, priced_replicas=5))
+    assert verdict is not None and verdict.replicas == 2
+    assert "(minReplicas 2)" in verdict.reason and "fallback model small" in verdict.reason
+    assert verdict.fallback is not None and verdict.fallback.model == "small" and verdict.fallback.replicas == 13
