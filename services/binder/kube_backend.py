@@ -26,7 +26,8 @@ Requests, per operation:
   (applied) from a real conflict.
 - ``evict``: ``POST pods/{name}/eviction`` (policy/v1, UID precondition).
 - ``nominate``: ``PATCH pods/{name}/status`` ``nominatedNodeName``.
-- ``report_unschedulable``: one ``PATCH pods/{name}/status`` (JSON patch) whose ``test``
+- ``report_unschedulable`` (its requests are deferrable: they wait while bindings are queued for
+  a token): one ``PATCH pods/{name}/status`` (JSON patch) whose ``test``
   operations are the preconditions — the pod's UID, no ``spec.nodeName`` (a pod bound meanwhile is
   never marked unschedulable), and its conditions as this backend last left them (none, for a pod
   it never reported) — and a ``FailedScheduling`` event. When a test fails (422) or the pod is
@@ -150,14 +151,18 @@ class KubeBackend:
         self._use_informer = node_informer
         self._sync_timeout_s = sync_timeout_s
         self.informer: NodeInformer | None = None
+        self.informer_requests = 0
+        """Main-limiter tokens the node informer took (its LIST pages and WATCHes)."""
 
     # -- sending ----------------------------------------------------------------------------------
 
     async def _send(self, method: str, call: Callable[..., Any], *args: Any, limiter: TokenBucket | None = None,
-                    **kwargs: Any) -> Reply:
-        """One API request: a token (from ``limiter``, default the main one), then ``call`` on the
-        pool; never raises for an answer."""
-        await (limiter or self.limiter).acquire()
+                    deferrable: bool = False, **kwargs: Any) -> Reply:
+        """One API request: a token (from ``limiter``, default the main one; ``deferrable``: after
+        the bindings queued for one, see :class:`TokenBucket`), then ``call`` on the pool; never
+        raises for an answer."""
+        bucket = limiter or self.limiter
+        await (bucket.acquire(deferrable=True) if deferrable else bucket.acquire())
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         reply = await loop.run_in_executor(self._pool, lambda: self._invoke(call, args, kwargs))
@@ -218,8 +223,12 @@ class KubeBackend:
             return
         loop = asyncio.get_running_loop()
 
+        async def informer_token() -> None:
+            self.informer_requests += 1
+            await self.limiter.acquire()
+
         def take_token() -> None:  # on the informer's thread: the token comes from the loop's limiter
-            asyncio.run_coroutine_threadsafe(self.limiter.acquire(), loop).result()
+            asyncio.run_coroutine_threadsafe(informer_token(), loop).result()
 
         self.informer = NodeInformer(self.api_client, take_token=take_token).start()
         synced = await loop.run_in_executor(self._pool, self.informer.wait_synced, self._sync_timeout_s)
@@ -317,7 +326,7 @@ class KubeBackend:
         now = self._clock()
         patch = k.unschedulable_json_patch(uid, message, now, known)
         patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace, patch,
-                                   _content_type=JSON_PATCH)
+                                   deferrable=True, _content_type=JSON_PATCH)
         if patched.status == 422:
             # A precondition failed (re-created, bound, or conditions not as we left them: e.g. we
             # restarted), or the patch was invalid: read the pod and decide on what it says.
@@ -351,7 +360,7 @@ class KubeBackend:
     async def _report_after_reading(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
         """The careful way: read the pod, then patch at that resourceVersion."""
         for _ in range(STATUS_PATCH_ATTEMPTS):
-            read = await self._read_pod(namespace, name)
+            read = await self._send("GET", self._core.read_namespaced_pod, name, namespace, deferrable=True)
             if not read.ok:
                 return k.classify(read, Access("get", "pods"))
             if read.body is None:
@@ -368,7 +377,8 @@ class KubeBackend:
                 return Outcome.applied("already reported")
             now = self._clock()
             patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
-                                       k.unschedulable_patch(pod, message, now), _content_type=STRATEGIC_PATCH)
+                                       k.unschedulable_patch(pod, message, now), deferrable=True,
+                                       _content_type=STRATEGIC_PATCH)
             if patched.status == 409:
                 continue  # the pod changed since we read it: read again
             if not patched.ok:

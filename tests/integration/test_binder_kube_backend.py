@@ -49,7 +49,7 @@ class CountingBucket(TokenBucket):
         super().__init__(0, 1)
         self.taken = 0
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, deferrable: bool = False) -> None:
         self.taken += 1
 
 
@@ -120,7 +120,7 @@ async def test_bind_sets_the_node_copies_the_devices_and_writes_a_scheduled_even
     # node informer, whose LIST and WATCH took theirs), the event from its own limiter (as
     # kube-scheduler's event client has its own).
     assert backend.informer is not None and backend.informer.cache.knows(nodes[0]) is True
-    assert (backend.limiter.taken - backend.informer.requests, backend.event_limiter.taken) == (1, 1)
+    assert (backend.limiter.taken - backend.informer_requests, backend.event_limiter.taken) == (1, 1)
 
 
 async def test_a_fractional_pod_gets_its_share_annotated(api, namespace, nodes, backend):

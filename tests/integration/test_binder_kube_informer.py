@@ -2,8 +2,8 @@
 kube-apiserver 1.34 (``kube_apiserver``): what each binding and report costs in API requests.
 
 Every request takes a token from the backend's limiter; the informer's own LIST and WATCH
-requests are counted by the informer (``informer.requests``), so ``limiter.taken -
-informer.requests`` is what the operations themselves sent.
+requests are counted by the backend (``backend.informer_requests``), so ``limiter.taken -
+backend.informer_requests`` is what the operations themselves sent.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Tokens(TokenBucket):
         super().__init__(0, 1)
         self.taken = 0
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, deferrable: bool = False) -> None:
         self.taken += 1
 
 
@@ -67,7 +67,7 @@ async def backend(kube_apiserver: KubeConnection) -> AsyncIterator[KubeBackend]:
 def own_requests(backend: KubeBackend) -> int:
     """Main-limiter requests sent by the operations, not by the informer."""
     assert backend.informer is not None
-    return backend.limiter.taken - backend.informer.requests
+    return backend.limiter.taken - backend.informer_requests
 
 
 def make_pod(api: ApiClient, namespace: str, name: str) -> str:

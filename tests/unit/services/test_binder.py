@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -285,3 +286,49 @@ async def test_every_request_takes_a_token_retries_included():
     b = Binder(fake, limiter=CountingBucket(50, 100), retry=NO_WAIT, sleep=_no_sleep)
     await b.apply(place(("w0", "node-a"), ("w1", "node-a")))
     assert len(taken) == len(fake.calls) == 2 + 3  # two checks, two binds, one retry
+
+
+async def _take_in_order(bucket: TokenBucket, urgent: int) -> list[str]:
+    """A deferrable caller arrives while one urgent caller is queued, then ``urgent`` more arrive."""
+    order: list[str] = []
+
+    async def take(name: str, deferrable: bool = False) -> None:
+        await bucket.acquire(deferrable=deferrable)
+        order.append(name)
+
+    await bucket.acquire()  # the burst is spent: everyone after this queues
+    tasks = [asyncio.create_task(take("urgent-0"))]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(take("report", deferrable=True)))
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(take(f"urgent-{i}")) for i in range(1, urgent + 1)]
+    await asyncio.gather(*tasks)
+    return order
+
+
+async def test_a_deferrable_caller_lets_queued_urgent_callers_go_first():
+    order = await _take_in_order(TokenBucket(200, 1), urgent=3)
+    assert order == ["urgent-0", "urgent-1", "urgent-2", "urgent-3", "report"]
+
+
+async def test_a_deferrable_caller_is_never_starved():
+    bucket = TokenBucket(200, 1, max_defer_s=0.02)
+    await bucket.acquire()
+    loop = asyncio.get_running_loop()
+    finished: dict[str, float] = {}
+
+    async def urgent_stream() -> None:  # a new urgent caller every token's time for 200 ms
+        callers = []
+        for _ in range(40):
+            callers.append(asyncio.create_task(bucket.acquire()))
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*callers)
+        finished["urgent"] = loop.time()
+
+    async def report() -> None:
+        await asyncio.sleep(0.01)
+        await bucket.acquire(deferrable=True)
+        finished["report"] = loop.time()
+
+    await asyncio.gather(urgent_stream(), report())
+    assert finished["report"] < finished["urgent"] - 0.1

@@ -104,11 +104,12 @@ class FakeResponse:
 
 
 class FakeCore:
-    """``list_node``: LISTs answer the current names; WATCHes answer the scripted event lists in
-    turn, then a watch that stays open. Records every call's arguments."""
+    """``list_node``: LISTs answer the scripted name lists in turn (the last one again and again);
+    WATCHes the scripted event lists in turn, then a watch that stays open. Records every call's
+    arguments."""
 
-    def __init__(self, names: list[str], watches: list[list[dict[str, Any]]], forbid: bool = False) -> None:
-        self.names = names
+    def __init__(self, lists: list[list[str]], watches: list[list[dict[str, Any]]], forbid: bool = False) -> None:
+        self.lists = lists
         self.watches = watches
         self.forbid = forbid
         self.calls: list[dict[str, Any]] = []
@@ -122,7 +123,8 @@ class FakeCore:
             raise ApiException(status=403, reason="Forbidden")
         if not kwargs.get("watch"):
             version = str(100 + len(self.calls))
-            return FakeResponse(json.dumps({"items": [{"metadata": {"name": n}} for n in self.names],
+            names = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+            return FakeResponse(json.dumps({"items": [{"metadata": {"name": n}} for n in names],
                                             "metadata": {"resourceVersion": version}}).encode())
         if self.watches:
             return FakeResponse(lines=self.watches.pop(0))
@@ -138,12 +140,11 @@ def _wait(check: Any, timeout: float = 5.0) -> None:
 
 def test_a_410_in_the_watch_lists_again_and_resumes_from_the_new_list():
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}
-    core = FakeCore(["a", "b"], watches=[[_event("ADDED", "c", "150")], [gone]])
+    core = FakeCore([["a", "b"], ["a", "c", "d"]], watches=[[_event("ADDED", "c", "150")], [gone]])
     tokens: list[int] = []
     informer = NodeInformer(None, take_token=lambda: tokens.append(1), core=core, retry_s=0.01).start()
     try:
         assert informer.wait_synced(5)
-        core.names = ["a", "c", "d"]  # what the second LIST will find
         _wait(lambda: informer.lists == 2 and informer.cache.knows("d") is True)
         _wait(lambda: len(core.calls) >= 5)  # list, watch, watch (410), list, watch (held open)
     finally:
@@ -159,7 +160,7 @@ def test_a_410_in_the_watch_lists_again_and_resumes_from_the_new_list():
 
 
 def test_forbidden_stops_the_informer_unsynced():
-    core = FakeCore(["a"], watches=[], forbid=True)
+    core = FakeCore([["a"]], watches=[], forbid=True)
     informer = NodeInformer(None, take_token=lambda: None, core=core).start()
     _wait(lambda: not informer.running)
     assert informer.forbidden and informer.cache.knows("a") is None and len(core.calls) == 1
