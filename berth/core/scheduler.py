@@ -57,6 +57,8 @@ _CODE_NAMES = MappingProxyType({
 _HASH_BITS = 40
 """Low bits of the selection key taken by the tie-break hash; totals use the bits above (a
 total is at most MAX_NODE_SCORE × MAX_WEIGHT × plugins, far below 2**23)."""
+_RANK_STEPS = 4
+"""Distinct totals _rank steps down through before ranking every feasible node instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,12 +375,16 @@ class Framework:
             return np.argsort(-self._selection_keys(pod, state, scores, None), kind="stable")
         # Only nodes whose total reaches the wanted-th largest total can be among the wanted
         # best keys (a key's high bits are its total): hash and rank those alone.
-        best = int(total.max())
-        if np.count_nonzero(total == best) >= wanted:
-            floor = best
-        else:
-            floor = int(np.partition(total, total.size - wanted)[total.size - wanted])
-        candidates = np.flatnonzero(total >= floor)
+        # Found by stepping down through the few highest distinct totals: np.partition is
+        # far slower on score arrays (many equal values) than these passes.
+        floor = total.max()
+        covered = np.count_nonzero(total == floor)
+        for _ in range(_RANK_STEPS):
+            if covered >= wanted:
+                break
+            floor = total[total < floor].max()
+            covered = np.count_nonzero(total >= floor)
+        candidates = np.flatnonzero(total >= floor) if covered >= wanted else np.arange(total.size)
         key = self._selection_keys(pod, state, scores, candidates)
         if wanted < key.size:
             # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
