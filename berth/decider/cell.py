@@ -75,7 +75,14 @@ from berth.schemas.envelope import event_time
 from berth.schemas.agentpool import AgentPoolSpecError
 from berth.schemas.cells import agent_pool_of
 
-from .pool_placement import constrained, preferred_regions, probed, replica_cost_per_hour, score_terms
+from .pool_placement import (
+    constrained,
+    preferred_regions,
+    probed,
+    replica_cost_per_hour,
+    score_terms,
+    with_preferences,
+)
 from .pools import PoolPolicy, merge_cluster_spec
 from .ports import EngineOutcome, PendingPod, PlacementEngine
 from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, ScalingMemory, decide_scale, remember
@@ -627,7 +634,7 @@ class CellDecider:
         def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
             if count <= 0:
                 return []
-            candidate = constrained(template, capacity, regions)
+            candidate = constrained(with_preferences(template, policy), capacity, regions)
             nodes = self.engine.probe_placements([*found, *([candidate] * count)])[len(found):]
             found.extend([candidate] * len(nodes))
             return [probed(template, self._nodes[name]) for name in nodes if name in self._nodes]
@@ -659,6 +666,7 @@ class CellDecider:
         """Place a pool's replica under its policy: capacity classes in order, the pool's score
         terms (without preemption), then the plain engine (which may preempt) in the last class."""
         policy = self.pools.get(key)
+        pod = with_preferences(pod, policy)
         order = self._capacity_order(key, policy)
         terms = score_terms(policy)
         regions = preferred_regions(policy)

@@ -9,7 +9,11 @@ The cell asks the placement engine about a replica *as the pool's policy sees it
 - preferred regions (``carbonAware.preferredRegions``): a preferred node-affinity term on
   ``topology.kubernetes.io/region`` (:data:`REGION_PREFERENCE_WEIGHT`);
 - score terms (:func:`score_terms`): the existing NodeCost plugin for pools with a cost policy
-  and CarbonIntensity for carbon-aware pools, added to the profile for that pool's replicas only.
+  and CarbonIntensity for carbon-aware pools, added to the profile for that pool's replicas only;
+- cache and data preferences (:func:`with_preferences`): ``cacheAware`` names the pool's model
+  and ``dataLocality.vectorStoreAffinity`` the pods holding its data, in the annotations the
+  profile's ModelCache and DataLocality plugins score (``berth.io/model``,
+  ``berth.io/data-locality``), unless the replica already sets them.
 
 What a replica costs (:func:`replica_cost_per_hour`) is its share of its node's price: its GPUs
 over the node's GPUs (a fraction counts as that share of one GPU), or for CPU-only replicas its
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from berth.core.plugins.cache import ANNOTATION_DATA_LOCALITY, ANNOTATION_MODEL
 from berth.schemas import NodeInfo, PodInfo
 from berth.schemas.cluster import (
     Affinity,
@@ -60,6 +65,23 @@ def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = 
                 NodeSelectorRequirement(key=LABEL_REGION, operator="In", values=regions),))))
     node_affinity = node_affinity.model_copy(update={"required": required, "preferred": preferred})
     return pod.model_copy(update={"affinity": affinity.model_copy(update={"node_affinity": node_affinity})})
+
+
+def with_preferences(pod: PodInfo, policy: PoolPolicy | None) -> PodInfo:
+    """``pod`` annotated with the pool's cache and data preferences (see the module docstring);
+    annotations the pod already has win."""
+    if policy is None:
+        return pod
+    wanted: dict[str, str] = {}
+    cache, data = policy.scheduling.cache_aware, policy.scheduling.data_locality
+    if cache is not None and cache.enabled and policy.model:
+        wanted[ANNOTATION_MODEL] = policy.model
+    if data is not None and data.vector_store_affinity:
+        wanted[ANNOTATION_DATA_LOCALITY] = ",".join(data.vector_store_affinity)
+    missing = {key: value for key, value in wanted.items() if key not in pod.annotations}
+    if not missing:
+        return pod
+    return pod.model_copy(update={"annotations": {**pod.annotations, **missing}})
 
 
 def score_terms(policy: PoolPolicy | None) -> tuple[tuple[str, int], ...]:
