@@ -86,8 +86,8 @@ class CapacityProbe(Protocol):
 class ScalingInput:
     """Everything the policy reads. ``current``: the replica count last asked for (or observed);
     ``spot_replicas``: how many of them run on spot nodes; ``pool_cost_per_hour``: what the
-    ``priced_replicas`` placed replicas cost now (None: unknown); ``carbon_intensity``: the grid's intensity where the pool would grow
-    (None: unknown); ``probe``: None when no placement check is possible (the count is then
+    ``priced_replicas`` placed replicas cost now (None: unknown); ``carbon_intensity``: the
+    grid's intensity where the pool would grow (None: unknown); ``probe``: None when no placement check is possible (the count is then
     unchecked, and the reason says so); ``memory``: :func:`remember` folded over the pool's lag
     states up to and including ``lag`` (None: no demand history — the demand is then the
     processed rate, nothing is projected and scale-downs go one replica at a time)."""

@@ -61,8 +61,8 @@ def test_a_pool_with_data_locality_goes_next_to_its_vector_store():
 
 
 def test_annotations_the_replica_already_has_win():
-    [policy] = pools(llama={**BASE, "scheduling": {"cacheAware": {"enabled": True},
-                                                   "dataLocality": {"vectorStoreAffinity": ["s-0", "ns/s-1"]}}}).values()
+    scheduling = {"cacheAware": {"enabled": True}, "dataLocality": {"vectorStoreAffinity": ["s-0", "ns/s-1"]}}
+    [policy] = pools(llama={**BASE, "scheduling": scheduling}).values()
     pod = replica("llama", 0).pod
     annotated = with_preferences(pod, policy)
     assert annotated.annotations == {"berth.io/model": "llama-70b", "berth.io/data-locality": "s-0,ns/s-1"}
