@@ -13,8 +13,10 @@ What the cell keeps beside the engine's snapshot:
   or conflicting command releases them and the pods go back to the queue;
 - gangs: members wait until ``minMember`` of their PodGroup are pending, then go as one;
 - pools: each pool's policy (the pools file, overridden by the cluster's AgentPool), the replica
-  count it last asked for and when (cooldowns), the pool's replicas it knows (bound ones by
-  node), its spot interruptions, and its moves off reclaimed spot nodes.
+  count it last asked for and when (cooldowns), the scaling policy's memory folded from the
+  pool's lag states (:func:`berth.decider.scaling.remember`: smoothed demand, stabilization
+  window), the pool's replicas it knows (bound ones by node), its spot interruptions, and its
+  moves off reclaimed spot nodes.
 
 Inference pools (issue 6). A lag state is scaled by :func:`berth.decider.scaling.decide_scale`,
 which asks the engine where new replicas would go (``probe_placements``: nothing committed)
