@@ -43,7 +43,7 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.hashing import canonical_json, sha256_hex, tie_break_keys
-from berth.core.memo import NodeMemo, membership, stale_nodes
+from berth.core.memo import NodeMemo, membership, stale_entry_nodes
 from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
@@ -241,7 +241,7 @@ class Framework:
                 entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
                 if in_feasible is None:
                     in_feasible = membership(feasible, state.capacity)
-                todo = stale_nodes(entry.versions, state.node_version, in_feasible)
+                todo = stale_entry_nodes(entry, state, in_feasible)
                 if todo.size:
                     entry.values[todo] = plugin.score(cycle, todo)
                     entry.versions[todo] = state.node_version.take(todo)
@@ -352,8 +352,7 @@ class Framework:
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.name, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version,
-                           membership(candidates, state.capacity))
+        todo = stale_entry_nodes(entry, state, membership(candidates, state.capacity))
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
