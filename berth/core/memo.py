@@ -153,15 +153,14 @@ def stale_entry_nodes(entry: ScoreMemoEntry | FilterMemoEntry, state: ClusterSta
     remembers that far back and few were stale then; otherwise comparing every slot."""
     current = state.node_version
     recent = state.touched_since(entry.synced) if entry.synced >= 0 else None
-    if recent is None or 4 * entry.pending.size > current.size:
+    # A long way back, or many stale slots: one pass over contiguous arrays is cheaper.
+    if recent is None or 16 * (len(recent) + entry.pending.size) > current.size:
         changed = np.flatnonzero(entry.versions != current)
     else:
+        slots = set(recent)
         if entry.pending.size:
-            candidates = np.unique(np.concatenate([np.array(recent, dtype=np.intp), entry.pending]))
-        elif recent:
-            candidates = np.unique(np.array(recent, dtype=np.intp))
-        else:
-            candidates = entry.pending
+            slots.update(entry.pending.tolist())
+        candidates = np.array(sorted(slots), dtype=np.intp)
         changed = candidates[entry.versions[candidates] != current[candidates]]
     # Every stale slot stays pending, the returned ones too: should the caller fail before
     # bringing them up to date, the next look still finds them (an up-to-date slot costs

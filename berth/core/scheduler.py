@@ -240,7 +240,7 @@ class Framework:
                 memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
                 entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
                 if in_feasible is None:
-                    in_feasible = membership(feasible, state.capacity)
+                    in_feasible = _mask_of(state, feasible)
                 todo = stale_entry_nodes(entry, state, in_feasible)
                 if todo.size:
                     entry.values[todo] = plugin.score(cycle, todo)
@@ -352,7 +352,7 @@ class Framework:
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.name, plugin.NAME, signature))
-        todo = stale_entry_nodes(entry, state, membership(candidates, state.capacity))
+        todo = stale_entry_nodes(entry, state, _mask_of(state, candidates))
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
@@ -389,7 +389,7 @@ class Framework:
             # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
             # collision between equal totals) by position, so the choice never depends on how
             # a partition algorithm orders equal values.
-            kth = key[np.argpartition(-key, wanted - 1)[wanted - 1]]
+            kth = np.partition(key, key.size - wanted)[key.size - wanted]
             better = np.flatnonzero(key > kth)
             equal = np.flatnonzero(key == kth)[: wanted - better.size]
             top = np.concatenate([better, equal])
@@ -453,6 +453,14 @@ def _top_scores(state: ClusterState, scores: Scores,
     rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
     return tuple(NodeScore(node=name, total=total, scores=tuple(zip(plugins, row)))
                  for name, total, row in zip(names, totals, rows))
+
+
+def _mask_of(state: ClusterState, nodes: NodeArray) -> npt.NDArray[np.bool_]:
+    """A mask over slots, True for ``nodes`` (live slots without repeats): the state's own
+    live-slot mask when they are every node (read-only use), else a new one."""
+    if nodes.size == state.node_count:
+        return state.alive
+    return membership(nodes, state.capacity)
 
 
 def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
