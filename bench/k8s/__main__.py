@@ -12,11 +12,12 @@ For each scheduler: a fresh etcd + kube-apiserver 1.34 (:class:`~berth.devstack.
 
 — a warm-up (one pod per decision cell bound and deleted, through the whole path), then the
 measured run: ``--pods`` pods (:mod:`bench.k8s.workload`) created as fast as 16 client threads
-can, while a watch notes when each pod gets its node. The run ends when every pod is bound, or
-when no pod was bound for ``--settle`` seconds after the last one was created (the rest do not
-fit). Figures: pods bound; pods per second = bound / (last binding − first creation); GPU
-allocation = GPUs of bound pods / all GPUs; and, as checks, nodes whose pods ask for more GPUs
-than the node has (must be none).
+can, while a watch notes when each pod gets its node (or is marked unschedulable). The run ends
+when every pod is bound, or when no pod was bound or marked for ``--settle`` seconds after the
+last one was created (the rest do not fit). Figures: pods bound; pods per second = bound / (last binding − first creation); GPU
+allocation = GPUs of bound pods / all GPUs; pods left unbound that are marked unschedulable
+(``PodScheduled=False``) and the time until every pod was bound or so marked ("settled"); and, as
+checks, nodes whose pods ask for more GPUs than the node has (must be none).
 
 Progress on stderr; a table, then as the LAST line one JSON object.
 """
@@ -104,6 +105,11 @@ class RunResult:
     overcommitted_nodes: list[str] = field(default_factory=list)
     api_requests: dict[str, int] = field(default_factory=dict)
     timed_out: bool = False
+    marked_unschedulable: int = 0
+    """Pods left unbound that carry ``PodScheduled=False`` at the end (from the final list)."""
+    settled_seconds: float = 0.0
+    """Until the last pod was bound or first marked unschedulable, from the first creation: when
+    every pod's fate was visible on the apiserver (of the pods marked by the run's end)."""
 
 
 # --- talking to the apiserver --------------------------------------------------------------------
@@ -147,6 +153,8 @@ class BindWatch:
     def __init__(self, api: Any) -> None:
         self.api = api
         self.bound_at: dict[str, float] = {}
+        self.marked_at: dict[str, float] = {}
+        """When each pod was first seen with ``PodScheduled=False`` (marked unschedulable)."""
         self.error: BaseException | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bind-watch", daemon=True)
@@ -195,10 +203,20 @@ class BindWatch:
                 if event["type"] == "ERROR":
                     raise RuntimeError(f"watch error: {pod}")  # 410 Gone cannot happen within a run
                 self._version = pod["metadata"]["resourceVersion"]
-                if event["type"] != "BOOKMARK" and (pod.get("spec") or {}).get("nodeName"):
+                if event["type"] == "BOOKMARK":
+                    continue
+                if (pod.get("spec") or {}).get("nodeName"):
                     self.bound_at.setdefault(pod["metadata"]["name"], now)
+                elif marked_unschedulable(pod):
+                    self.marked_at.setdefault(pod["metadata"]["name"], now)
             if self._stopping.is_set():
                 return
+
+
+def marked_unschedulable(pod: dict[str, Any]) -> bool:
+    """The pod carries ``PodScheduled=False`` (what both schedulers set on a pod that does not fit)."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for c in (pod.get("status") or {}).get("conditions") or ())
 
 
 def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) -> None:
@@ -267,9 +285,10 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
                               f"bound {bound:>6}  ({throughput(bound, now - started):.0f} pods/s so far)")
             if bound == len(bodies):
                 break
-            last_bind = max(watch.bound_at.values(), default=started)
+            # A pod bound or marked unschedulable is news: the run goes on while either comes.
+            last_news = max(max(watch.bound_at.values(), default=started), max(watch.marked_at.values(), default=started))
             # Nothing bound at all yet: a pipeline may still be catching up (up to FIRST_BIND_S).
-            quiet_since = max(last_bind, creation_done or now) if bound else started + FIRST_BIND_S
+            quiet_since = max(last_news, creation_done or now) if bound else started + FIRST_BIND_S
             if creation_done is not None and now - quiet_since >= settle:
                 break
             if now - started > timeout:
@@ -291,6 +310,12 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
     result.pods_per_s = round(throughput(result.bound, result.seconds), 1)
     result.overcommitted_nodes = overcommitted_nodes(placements, GPUS_PER_NODE)
     bound_names = {item["metadata"]["name"] for item in items if item["spec"].get("nodeName")}
+    marked = {item["metadata"]["name"] for item in items
+              if item["metadata"]["name"] in gpus and item["metadata"]["name"] not in bound_names
+              and marked_unschedulable(item)}
+    result.marked_unschedulable = len(marked)
+    fates = [*watch.bound_at.values(), *(t for name, t in watch.marked_at.items() if name in marked)]
+    result.settled_seconds = round(max(fates, default=started) - started, 2)
     smallest_pending = min((pod.gpus for pod in pods if pod.name not in bound_names), default=None)
     result.stranded_gpus = stranded_gpus(placements, nodes, GPUS_PER_NODE, smallest_pending)
     return result
@@ -396,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                              "kube-scheduler's own default)")
     parser.add_argument("--burst", type=int, default=100, help="API burst for both (default %(default)s)")
     parser.add_argument("--settle", type=float, default=20.0,
-                        help="seconds without a new binding after the last creation that end a run (default %(default)s)")
+                        help="seconds without a new binding or unschedulable mark after the last creation that end a run (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help="which to run, in order (default %(default)s)")
@@ -434,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
         result = results.get(scheduler)
         summary[f"{key}_stranded_gpus"] = result.stranded_gpus if result else None
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_marked_unschedulable"] = result.marked_unschedulable if result else None
+    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
+        result = results.get(scheduler)
+        summary[f"{key}_settled_s"] = result.settled_seconds if result else None
     summary.update({"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "gpu_demand": round(demand, 3),
                     "qps": args.qps, "burst": args.burst,
                     "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
@@ -445,12 +476,13 @@ def main(argv: list[str] | None = None) -> int:
 def _print_table(results: dict[str, RunResult]) -> None:
     table = Table(title="GPU-shaped pods on a real kube-apiserver")
     for column in ("scheduler", "bound", "seconds", "pods/s", "GPU allocation", "stranded GPUs", "creation s",
-                   "overcommitted"):
+                   "marked unschedulable", "settled s", "overcommitted"):
         table.add_column(column, justify="right" if column != "scheduler" else "left")
     for result in results.values():
         table.add_row(result.scheduler, f"{result.bound}/{result.pods}", f"{result.seconds:.1f}",
                       f"{result.pods_per_s:.1f}", f"{result.gpu_allocation:.2%}", str(result.stranded_gpus),
-                      f"{result.creation_seconds:.1f}",
+                      f"{result.creation_seconds:.1f}", str(result.marked_unschedulable),
+                      f"{result.settled_seconds:.1f}",
                       str(len(result.overcommitted_nodes)) + (" (timed out)" if result.timed_out else ""))
     console.print(table)
 
