@@ -22,38 +22,19 @@ from collections.abc import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from typing import TYPE_CHECKING
-
 from berth.core.framework import Status, StateExtension
 
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState
-
-__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "membership", "stale_entry_nodes", "stale_nodes"]
+__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "membership", "stale_nodes"]
 
 _NEVER = 0
 # Rows start at version 0, the version of a slot no node ever used: unused slots never look
 # stale, while every live node (version >= 1) is stale until first computed.
 
 
-class _Freshness:
-    """What an entry knows about which slots may be stale without comparing every slot:
-    ``synced`` is the state's version clock when it last looked, ``pending`` the stale slots
-    it then found. Stale slots are a subset of those touched since ``synced`` plus
-    ``pending``."""
-
-    __slots__ = ("synced", "pending")
-
-    def __init__(self) -> None:
-        self.synced = -1
-        self.pending: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
-
-
-class ScoreMemoEntry(_Freshness):
+class ScoreMemoEntry:
     __slots__ = ("values", "versions")
 
     def __init__(self, capacity: int) -> None:
-        super().__init__()
         self.values = np.zeros(capacity, dtype=np.int64)
         self.versions = np.full(capacity, _NEVER, dtype=np.int64)
 
@@ -64,13 +45,12 @@ class ScoreMemoEntry(_Freshness):
             self.versions = np.concatenate([self.versions, np.full(extra, _NEVER, np.int64)])
 
 
-class FilterMemoEntry(_Freshness):
+class FilterMemoEntry:
     """Per slot: -1 (passed) or an index into ``statuses`` (interned, append-only)."""
 
     __slots__ = ("codes", "versions", "statuses", "_index")
 
     def __init__(self, capacity: int) -> None:
-        super().__init__()
         self.codes = np.full(capacity, -1, dtype=np.int32)
         self.versions = np.full(capacity, _NEVER, dtype=np.int64)
         self.statuses: list[Status] = []
@@ -143,28 +123,4 @@ def stale_nodes(versions: npt.NDArray[np.int64], current: npt.NDArray[np.int64],
     """Slots among ``in_nodes`` whose memoised result is older than the node. Compares whole
     contiguous arrays (cheap) and keeps the few changed slots that matter."""
     changed = np.flatnonzero(versions != current)
-    return changed[in_nodes[changed]]
-
-
-def stale_entry_nodes(entry: ScoreMemoEntry | FilterMemoEntry, state: ClusterState,
-                      in_nodes: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
-    """:func:`stale_nodes` for ``entry`` (ascending slots, the same set), looking only at the
-    slots touched since the entry last looked and those it skipped then, when the state still
-    remembers that far back and few were stale then; otherwise comparing every slot."""
-    current = state.node_version
-    recent = state.touched_since(entry.synced) if entry.synced >= 0 else None
-    # A long way back, or many stale slots: one pass over contiguous arrays is cheaper.
-    if recent is None or 16 * (len(recent) + entry.pending.size) > current.size:
-        changed = np.flatnonzero(entry.versions != current)
-    else:
-        slots = set(recent)
-        if entry.pending.size:
-            slots.update(entry.pending.tolist())
-        candidates = np.array(sorted(slots), dtype=np.intp)
-        changed = candidates[entry.versions[candidates] != current[candidates]]
-    # Every stale slot stays pending, the returned ones too: should the caller fail before
-    # bringing them up to date, the next look still finds them (an up-to-date slot costs
-    # one comparison there).
-    entry.pending = changed
-    entry.synced = state.version_clock
     return changed[in_nodes[changed]]

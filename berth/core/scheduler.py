@@ -43,7 +43,7 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.hashing import canonical_json, sha256_hex, tie_break_keys
-from berth.core.memo import NodeMemo, membership, stale_entry_nodes
+from berth.core.memo import NodeMemo, membership, stale_nodes
 from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
@@ -241,7 +241,7 @@ class Framework:
                 entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
                 if in_feasible is None:
                     in_feasible = _mask_of(state, feasible)
-                todo = stale_entry_nodes(entry, state, in_feasible)
+                todo = stale_nodes(entry.versions, state.node_version, in_feasible)
                 if todo.size:
                     entry.values[todo] = plugin.score(cycle, todo)
                     entry.versions[todo] = state.node_version.take(todo)
@@ -352,7 +352,7 @@ class Framework:
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.name, plugin.NAME, signature))
-        todo = stale_entry_nodes(entry, state, _mask_of(state, candidates))
+        todo = stale_nodes(entry.versions, state.node_version, _mask_of(state, candidates))
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
@@ -383,7 +383,10 @@ class Framework:
                 break
             floor = total[total < floor].max()
             covered = np.count_nonzero(total >= floor)
-        candidates = np.flatnonzero(total >= floor) if covered >= wanted else np.arange(total.size)
+        if covered >= wanted and 2 * covered <= total.size:
+            candidates: npt.NDArray[np.intp] | None = np.flatnonzero(total >= floor)
+        else:  # most nodes are in: gathering them would cost more than keying them all
+            candidates = None
         key = self._selection_keys(pod, state, scores, candidates)
         if wanted < key.size:
             # The wanted-th largest key; every larger key is in, equal ones (a 40-bit hash
@@ -393,8 +396,10 @@ class Framework:
             better = np.flatnonzero(key > kth)
             equal = np.flatnonzero(key == kth)[: wanted - better.size]
             top = np.concatenate([better, equal])
-            return candidates[top[np.lexsort((top, -key[top]))]]
-        return candidates[np.argsort(-key, kind="stable")]
+            ranked = top[np.lexsort((top, -key[top]))]
+        else:
+            ranked = np.argsort(-key, kind="stable")
+        return ranked if candidates is None else candidates[ranked]
 
     @staticmethod
     def _selection_keys(pod: PodInfo, state: ClusterState, scores: Scores,
@@ -404,7 +409,8 @@ class Framework:
         nodes = scores.nodes if positions is None else scores.nodes.take(positions)
         total = scores.total if positions is None else scores.total.take(positions)
         tie = tie_break_keys(pod.uid, state.name_hash.take(nodes)) >> np.uint64(64 - _HASH_BITS)
-        return (total << _HASH_BITS) | ((1 << _HASH_BITS) - 1 - tie.astype(np.int64))
+        # tie < 2**40: the same value as int64, and ``(2**40 - 1) - tie`` is its 40-bit complement.
+        return (total << _HASH_BITS) | (tie.view(np.int64) ^ ((1 << _HASH_BITS) - 1))
 
     def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
         for plugin in reversed(reserved):

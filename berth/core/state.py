@@ -72,8 +72,6 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 """kube's ``DefaultMemoryRequest`` (200 MiB), likewise for memory."""
 
 _INITIAL_CAPACITY = 64
-_TOUCH_LOG_KEPT = 1 << 14
-"""Touches remembered for :meth:`ClusterState.touched_since` (halved when exceeded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +157,6 @@ class ClusterState:
         it changes (strictly increasing over the state's life, never reused). Lets derived data
         (e.g. the framework's score memo) recompute only the nodes that changed."""
         self._version_clock = 0
-        self._touch_log: list[int] = []
-        """Slots in the order they were touched: entry ``i`` is the touch that set the clock
-        to ``_touch_log_base + i + 1`` (older entries are dropped, see :meth:`touched_since`)."""
-        self._touch_log_base = 0
         # --- resources
         self._resource_names: list[str] = list(FIXED_RESOURCES)
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
@@ -660,26 +654,6 @@ class ClusterState:
     def _touch(self, slot: int) -> None:
         self._version_clock += 1
         self.node_version[slot] = self._version_clock
-        log = self._touch_log
-        log.append(slot)
-        if len(log) > _TOUCH_LOG_KEPT:
-            drop = len(log) // 2
-            del log[:drop]
-            self._touch_log_base += drop
-
-    @property
-    def version_clock(self) -> int:
-        """The latest node version handed out (0: none yet)."""
-        return self._version_clock
-
-    def touched_since(self, clock: int) -> list[int] | None:
-        """Slots (with repeats, in touch order) whose version moved after ``clock`` (a value
-        of :attr:`version_clock`), or None when that is too long ago to say (compare
-        ``node_version`` instead)."""
-        start = clock - self._touch_log_base
-        if start < 0 or clock > self._version_clock:
-            return None
-        return self._touch_log[start:]
 
     def _account(self, slot: int, placed: PlacedPod, sign: int) -> None:
         self._touch(slot)
