@@ -73,6 +73,8 @@ class RunningScheduler:
 
     check_alive: Callable[[], None]
     metrics_text: Callable[[], str]
+    kafka_bootstrap: str = ""
+    """Berth's broker (empty for kube-scheduler)."""
 
     def api_requests(self) -> dict[str, int]:
         return requests_by_method(self.metrics_text())
@@ -375,7 +377,7 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
             def binder_metrics() -> str:
                 with urllib.request.urlopen(f"http://127.0.0.1:{binder.metrics_port}/metrics", timeout=10) as answer:
                     return answer.read().decode()
-            yield RunningScheduler(services.check_alive, binder_metrics)
+            yield RunningScheduler(services.check_alive, binder_metrics, env["BERTH_KAFKA_BOOTSTRAP"])
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
