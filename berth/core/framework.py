@@ -389,6 +389,19 @@ class PreScorePlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    NORMALIZES_PER_NODE: ClassVar[bool | None] = None
+    """True: :meth:`normalize_score` maps each node's raw score on its own (the result for a
+    node depends only on its raw score and the cycle's score signature, never on the other
+    nodes), so with a signature the framework memoises the normalised, weighted score and
+    normalises only changed nodes. None (default): True exactly when ``normalize_score`` is
+    not overridden (the identity)."""
+
+    @classmethod
+    def normalizes_per_node(cls) -> bool:
+        if cls.NORMALIZES_PER_NODE is not None:
+            return cls.NORMALIZES_PER_NODE
+        return cls.normalize_score is ScorePlugin.normalize_score
+
     def score_signature(self, cycle: CycleContext) -> Hashable | None:
         """Opt-in memoisation of *raw* scores, with the same contract as
         :meth:`FilterPlugin.filter_signature` (the raw score of a node must depend on nothing

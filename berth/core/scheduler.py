@@ -234,13 +234,20 @@ class Framework:
             if plugin.NAME in cycle.skip_score:
                 continue
             signature = plugin.score_signature(cycle)
+            if signature is not None and in_feasible is None:
+                in_feasible = _mask_of(state, feasible)
+            if signature is not None and type(plugin).normalizes_per_node():
+                weighted = self._memo_weighted(cycle, plugin, signature, feasible, in_feasible)  # type: ignore[arg-type]
+                if weighted is not None:
+                    per_plugin[plugin.NAME] = weighted
+                    total += weighted
+                    continue
+                # An out-of-range score: the path below reports it as it always has.
             if signature is None:
                 raw = plugin.score(cycle, feasible)
             else:
                 memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
                 entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
-                if in_feasible is None:
-                    in_feasible = _mask_of(state, feasible)
                 todo = stale_nodes(entry.versions, state.node_version, in_feasible)
                 if todo.size:
                     entry.values[todo] = plugin.score(cycle, todo)
@@ -257,6 +264,24 @@ class Framework:
             per_plugin[plugin.NAME] = weighted
             total += weighted
         return Scores(nodes=feasible, total=total, per_plugin=per_plugin)
+
+    def _memo_weighted(self, cycle: CycleContext, plugin: ScorePlugin, signature: Hashable,
+                       feasible: NodeArray, in_feasible: npt.NDArray[np.bool_]
+                       ) -> npt.NDArray[np.int64] | None:
+        """The weighted scores of ``feasible`` for a plugin that normalises node by node,
+        memoised as weighted scores: only nodes changed since are scored, normalised and
+        checked. None if one of them is out of range (nothing is recorded then)."""
+        state = cycle.state
+        memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+        entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature, "weighted"))
+        todo = stale_nodes(entry.versions, state.node_version, in_feasible)
+        if todo.size:
+            normalized = plugin.normalize_score(cycle, todo, plugin.score(cycle, todo)).astype(np.int64, copy=False)
+            if int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:
+                return None
+            entry.values[todo] = normalized * self.weights[plugin.NAME]
+            entry.versions[todo] = state.node_version.take(todo)
+        return entry.values.take(feasible)
 
     # ------------------------------------------------------------------ cycle parts
 

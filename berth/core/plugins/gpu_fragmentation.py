@@ -363,6 +363,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
     module docstring for the target workload, the scale and the device hint."""
 
     NAME: ClassVar[str] = "GpuFragmentation"
+    NORMALIZES_PER_NODE = True  # a fixed scale per workload, and the workload is in the signature
     Args = FragmentationArgs
     STATE_EXTENSIONS = (WorkloadExtension,)
 
@@ -389,6 +390,8 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
             return Status.skip()  # nothing the measure understands, or no GPUs to fragment
         cycle.data[_SHAPE] = shape
         self._cycle_workload(cycle)
+        # Set here, not in NormalizeScore: with memoised scores that may see no node at all.
+        cycle.data[DEVICE_HINT] = DeviceHint(self, cycle)
         return Status.success()
 
     def _cycle_workload(self, cycle: CycleContext) -> tuple[int, TargetWorkload]:
@@ -531,7 +534,6 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
     def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
                         scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         _, workload = self._cycle_workload(cycle)
-        cycle.data[DEVICE_HINT] = DeviceHint(nodes, scores)
         per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]
         # Round half up in integers: floor((2x + d) / 2d); in place, this runs over every node.
         points = scores >> _DEVICE_BITS
@@ -548,21 +550,20 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
 
 class DeviceHint:
-    """Cycle data :data:`DEVICE_HINT`: the device column FGD chose for a share on each scored
-    node (-1: none), decoded from the raw scores only for the node Reserve asks about."""
+    """Cycle data :data:`DEVICE_HINT`: the device column FGD chose for a share on a node (-1:
+    none), found for the one node Reserve asks about from that node's raw score (a pure
+    function of the cycle's signature and the node's state, so the value scoring saw)."""
 
-    __slots__ = ("nodes", "raw")
+    __slots__ = ("plugin", "cycle")
 
-    def __init__(self, nodes: NodeArray, raw: npt.NDArray[np.int64]) -> None:
-        self.nodes = nodes
-        self.raw = raw
+    def __init__(self, plugin: GpuFragmentation, cycle: CycleContext) -> None:
+        self.plugin = plugin
+        self.cycle = cycle
 
     def column(self, node: int) -> int:
-        """The chosen device column on node slot ``node``, -1 if none or not scored."""
-        at = np.flatnonzero(self.nodes == node)
-        if not at.size:
-            return -1
-        return (int(self.raw[at[0]]) & ((1 << _DEVICE_BITS) - 1)) - 1
+        """The chosen device column on node slot ``node``, -1 if none."""
+        raw = int(self.plugin.score(self.cycle, np.array([node], dtype=np.intp))[0])
+        return (raw & ((1 << _DEVICE_BITS) - 1)) - 1
 
 
 def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]] | None:

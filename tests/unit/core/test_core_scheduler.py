@@ -282,6 +282,31 @@ def test_scores_outside_0_100_fail_the_attempt_like_kube() -> None:
                                 "it should in the range of [0, 100] after normalizing")
 
 
+class MemoOutOfRange(ScorePlugin):
+    """Memoised (a signature), normalises node by node; node "b" scores out of range."""
+
+    NAME = "MemoOutOfRange"
+
+    def score_signature(self, cycle: CycleContext):
+        return "same"
+
+    def score(self, cycle: CycleContext, nodes):
+        names = cycle.state.names_of(nodes.tolist())
+        return np.array([150 if name == "b" else 7 for name in names], dtype=np.int64)
+
+
+def test_memoised_scores_out_of_range_fail_every_attempt_not_only_the_first() -> None:
+    # The weighted-score memo records nothing from a cycle with an out-of-range score, so the
+    # next cycle reports it again, with the message of the unmemoised path.
+    framework = profile({"score": [("MemoOutOfRange", 1)]}, registry=with_plugins(MemoOutOfRange))
+    state = state_of(node("a"), node("b"), node("c"))
+    for name in ("p", "q"):
+        decision = framework.schedule(pod(name), state)
+        assert decision.status == "error"
+        assert decision.message == ("MemoOutOfRange: plugin 'MemoOutOfRange' returns an invalid "
+                                    "score 150, it should in the range of [0, 100] after normalizing")
+
+
 def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
     from berth.core.hashing import tie_break_keys
     from berth.core.scheduler import Scores
