@@ -228,7 +228,9 @@ class KubeBackend:
             await self.limiter.acquire()
 
         def take_token() -> None:  # on the informer's thread: the token comes from the loop's limiter
-            asyncio.run_coroutine_threadsafe(informer_token(), loop).result()
+            # Bounded: a loop that stopped meanwhile must not hold the thread (TimeoutError is
+            # retried by the informer, or ends it when it is being stopped).
+            asyncio.run_coroutine_threadsafe(informer_token(), loop).result(timeout=120)
 
         self.informer = NodeInformer(self.api_client, take_token=take_token).start()
         synced = await loop.run_in_executor(self._pool, self.informer.wait_synced, self._sync_timeout_s)
