@@ -170,5 +170,7 @@ def pack_node_groups(codes: npt.NDArray[np.integer[Any]], groups: int) -> tuple[
         return "", 1
     width = 1 if groups < 255 else 2
     dtype = np.uint8 if width == 1 else np.dtype("<u2")
-    packed = np.where(codes < 0, np.iinfo(dtype).max, codes).astype(dtype)
+    # The unsigned cast wraps -1 to the dtype's maximum, the "feasible" marker; group indices
+    # stay below it.
+    packed = codes.astype(dtype)
     return base64.b64encode(packed.tobytes()).decode("ascii"), width
