@@ -336,7 +336,7 @@ class Framework:
             absent = Status.unresolvable(messages.plugins_not_satisfied(restricting))
             codes[~inside] = table.intern(absent)
             positions = positions[inside]
-        candidates = all_nodes[positions]
+        candidates = all_nodes if restrict is None else all_nodes[positions]
         memo: NodeMemo | None = None
         for plugin in self.filter_plugins:
             if candidates.size == 0:
@@ -360,9 +360,8 @@ class Framework:
             # Intern only the statuses that occur, in order of first occurrence in node-name
             # order, so the decision's groups never depend on how a plugin (or its memo)
             # happened to number them.
-            used, first = np.unique(failed_local, return_index=True)
             mapping = np.full(len(statuses), -1, dtype=np.int32)
-            for code in used[np.argsort(first, kind="stable")].tolist():
+            for code in _codes_by_first_use(failed_local, len(statuses)):
                 mapping[code] = table.intern(statuses[code].with_plugin(plugin.NAME))
             codes[positions[failed]] = mapping[failed_local]
             keep = ~failed
@@ -484,6 +483,19 @@ def _top_scores(state: ClusterState, scores: Scores,
     rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
     return tuple(NodeScore(node=name, total=total, scores=tuple(zip(plugins, row)))
                  for name, total, row in zip(names, totals, rows))
+
+
+def _codes_by_first_use(codes: npt.NDArray[np.integer], count: int) -> list[int]:
+    """The distinct values of ``codes`` (each in ``0..count-1``) in order of first occurrence.
+    A plugin has a handful of statuses: a count and one search per status used is cheaper
+    than sorting every code."""
+    if count > 8:
+        used, first = np.unique(codes, return_index=True)
+        return used[np.argsort(first, kind="stable")].tolist()
+    present = np.flatnonzero(np.bincount(codes, minlength=count)).tolist()
+    if len(present) == 1:
+        return present
+    return sorted(present, key=lambda code: int(np.argmax(codes == code)))
 
 
 def _mask_of(state: ClusterState, nodes: NodeArray) -> npt.NDArray[np.bool_]:

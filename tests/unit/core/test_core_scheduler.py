@@ -396,3 +396,14 @@ def test_unschedulable_prefilter_still_runs_the_others() -> None:
     assert decision.status == "unschedulable"
     assert decision.message == "0/1 nodes are available: not now."
     assert SoftReject.ran_after == ["p"]  # kube keeps going for preemption's sake
+
+
+def test_rejection_codes_are_numbered_in_order_of_first_use() -> None:
+    from berth.core.scheduler import _codes_by_first_use
+
+    rng = np.random.RandomState(4)
+    for count in (1, 2, 3, 8, 9, 20):
+        for _ in range(50):
+            codes = rng.randint(0, count, rng.randint(1, 60))
+            expected = list(dict.fromkeys(codes.tolist()))
+            assert _codes_by_first_use(codes, count) == expected
