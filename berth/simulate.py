@@ -185,20 +185,12 @@ class Session:
 
     def place_one(self, pod: PodInfo) -> Outcome:
         """Decide one pod; preempt if the profile's PostFilter nominates a node."""
-        decision = self.scheduler.schedule(pod, self.state, self._profile(pod))
-        victims: tuple[str, ...] = ()
-        if decision.status == "preempting":
-            named = []
-            for uid in decision.victims:
-                placed = self.state.placed_pod(uid)
-                if placed is not None:
-                    named.append(placed.pod.key)
-                self.state.remove_pod(uid)
-            victims = tuple(sorted(named))
-            # Only the nominated node changed, so the next attempt lands there.
-            decision = self.scheduler.schedule(pod, self.state, self._profile(pod))
-        if decision.status in ("placed", "held"):
-            self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
+        from berth.core.placement import place_pod  # the decision service's steps too
+
+        result = place_pod(self.scheduler, self.state, pod, self._profile(pod))
+        decision = result.decision
+        victims = tuple(sorted(placed.pod.key for placed in result.victims))
+        if result.placed:
             return Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", victims,
                            gpu_milli=decision.gpu_milli)
         return Outcome(pod.key, None, (), decision.message, victims)

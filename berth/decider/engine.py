@@ -17,6 +17,7 @@ import yaml
 
 from berth.core.config import SchedulerConfig, parse_config
 from berth.core.gangs import StateGangHost, place_gang
+from berth.core.placement import place_pod
 from berth.core.scheduler import Scheduler
 from berth.core.state import ClusterState
 from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PolicyObserved
@@ -104,22 +105,17 @@ class CoreEngine:
         if min_member is not None:
             return self._place_gang(pods, min_member)
         [pod] = pods
-        decision = self.scheduler.schedule(pod, self.state, self.profile)
-        victims: list[PodInfo] = []
-        if decision.status == "preempting":
-            for uid in decision.victims:
-                placed = self.state.placed_pod(uid)
-                if placed is not None:
-                    # Where the victim holds its room, also when it is only assumed (its own
-                    # binding still in flight, so its PodInfo names no node yet): the cell keeps
-                    # that node for the preemptor until the victim is really gone.
-                    victims.append(placed.pod.model_copy(update={
-                        "node_name": placed.node_name, "gpu_devices": placed.gpu_devices}))
-                self.state.remove_pod(uid)
-            decision = self.scheduler.schedule(pod, self.state, self.profile)
-        if decision.status not in ("placed", "held"):
+        # The same steps as `berth simulate` (berth.core.placement), assumed on the state.
+        result = place_pod(self.scheduler, self.state, pod, self.profile)
+        decision = result.decision
+        # Where each victim holds its room, also when it is only assumed (its own binding
+        # still in flight, so its PodInfo names no node yet): the cell keeps that node for the
+        # preemptor until the victim is really gone.
+        victims = [placed.pod.model_copy(update={"node_name": placed.node_name,
+                                                 "gpu_devices": placed.gpu_devices})
+                   for placed in result.victims]
+        if not result.placed:
             return EngineOutcome(message=decision.message, verdicts=self._verdicts(decision))
-        self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
         return EngineOutcome(
             placements=(Placement(pod, decision.node, tuple(decision.gpu_devices), decision.gpu_milli),),
             verdicts=self._verdicts(decision), victims=tuple(sorted(victims, key=lambda p: p.key)),
