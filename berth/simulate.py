@@ -42,7 +42,7 @@ from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManife
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 
-__all__ = ["Outcome", "Session", "load_file", "main", "run", "simulate"]
+__all__ = ["Outcome", "Session", "load_file", "main", "pool_replicas", "run", "simulate"]
 
 
 class InputError(ValueError):
@@ -275,6 +275,47 @@ class Report:
         }
 
 
+def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> list[PodManifest]:
+    """The replica pods the AgentPools' controller would create now, in pool order: for each
+    pool, ``spec.replicas`` (else ``minReplicas``, else 1) less its pods already in the file (label
+    ``berth.io/agent-pool``, same namespace, not finished), named ``<pool>-<n>`` with the lowest
+    ``n`` not taken, admitted as the apiserver would, and carrying the pool's cache and
+    data-locality preferences as the decision service places them. A manifest file has no queue
+    lag, so no pool is scaled; ``warnings`` gets one note per pool saying so."""
+    from berth.decider.pool_placement import with_preferences
+    from berth.decider.pools import merge_cluster_spec
+    from berth.workloads import LABEL_AGENT_POOL, AgentPool, WorkloadError
+    from berth.workloads.pools import replica_admission
+
+    policies = (*bundle.priority_classes, *bundle.limit_ranges)
+    created: list[PodManifest] = []
+    for manifest in sorted(bundle.agent_pools, key=lambda p: (p.namespace, p.name)):
+        pool = AgentPool(manifest.namespace, manifest.name, dict(manifest.spec))
+        mine = [item.pod.name for item in bundle.pods
+                if item.pod.namespace == pool.namespace and item.pod.labels.get(LABEL_AGENT_POOL) == pool.name
+                and item.pod.phase not in ("Succeeded", "Failed")]
+        scalable = "tokensPerSecondPerReplica" in pool.spec and "ttftSloMs" in pool.spec
+        try:
+            policy = merge_cluster_spec(None, pool.spec) if scalable else None
+        except ValueError as exc:
+            raise InputError(f"AgentPool {pool.key}: spec: {exc}") from None
+        missing = max(0, pool.initial_replicas - len(mine))
+        taken, index = set(mine), 0
+        for _ in range(missing):
+            while f"{pool.name}-{index}" in taken:
+                index += 1
+            try:
+                replica = replica_admission(pool, index, policies)
+            except WorkloadError as exc:
+                raise InputError(str(exc)) from None
+            created.append(PodManifest(with_preferences(replica.pod, policy), replica.resources, replica.rejection))
+            index += 1
+        if warnings is not None:
+            warnings.append(f"AgentPool {pool.key}: {missing} replica(s) created to reach {pool.initial_replicas} "
+                            f"({len(mine)} in the file); scaling follows queue lag, which a file does not have")
+    return created
+
+
 def run(documents: Sequence[Any], config: Path | None = None) -> Report:
     """Admit and schedule the objects of one file; raises ManifestError for invalid input."""
     bundle = load_documents(documents)
@@ -291,7 +332,10 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
             bound.append(item)
         else:
             pending.append(item)
-    report = Report(running=len(bound), warnings=bundle.warnings)
+    warnings = list(bundle.warnings)
+    # Pools' replicas are created after the file's pods (the controller reacts to the pool).
+    pending += pool_replicas(bundle, warnings)
+    report = Report(running=len(bound), warnings=tuple(warnings))
 
     # Admission happens when pods are created, i.e. in input order, before any scheduling.
     ledger = QuotaLedger.of(bundle.resource_quotas)

@@ -148,11 +148,9 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True)
 class AgentPoolManifest:
-    """A ``berth.io/v1alpha1 AgentPool``, kept verbatim: a later issue gives it a model.
-
-    The placement engine does not read it; ``simulate`` accepts it so that one file can hold a
-    whole environment, and reports a warning that it was not acted on.
-    """
+    """A ``berth.io/v1alpha1 AgentPool``, its spec kept verbatim (validated against
+    :class:`berth.schemas.agentpool.AgentPoolSpec`). ``simulate`` schedules the replicas its
+    controller would create (:func:`berth.simulate.pool_replicas`)."""
 
     namespace: str
     name: str
@@ -1139,9 +1137,6 @@ def load_documents(documents: Iterable[Any]) -> ManifestBundle:
                                                             or "default", ()), index=number)
             for number, doc in by_kind.get("Pod", [])]
     agent_pools = each("AgentPool", agent_pool_from_manifest)
-    for pool in agent_pools:
-        warnings.append(f"AgentPool {pool.namespace}/{pool.name}: accepted but not acted on "
-                        "(AgentPool scaling is a separate feature)")
     return ManifestBundle(
         namespaces=tuple(namespaces),
         nodes=tuple(each("Node", node_from_manifest, warnings=warnings)),

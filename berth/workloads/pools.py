@@ -20,6 +20,7 @@ from berth.kube.manifests import (
     ANNOTATION_GPU_MEMORY,
     LABEL_GPU_PRODUCT,
     ManifestError,
+    PodManifest,
     pod_from_manifest,
 )
 from berth.schemas.cluster import PodInfo
@@ -68,16 +69,24 @@ def replica_manifest(pool: AgentPool, index: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def replica_pod(pool: AgentPool, index: int, policies: Sequence[PolicyObject] = ()) -> PodInfo:
-    """Replica ``index`` of ``pool`` as the API server would admit it: priority resolved from the
-    PriorityClasses and LimitRange defaults applied, from ``policies`` (a workload's)."""
+def replica_admission(pool: AgentPool, index: int, policies: Sequence[PolicyObject] = ()) -> PodManifest:
+    """Replica ``index`` of ``pool`` as the API server's admission sees it: priority resolved
+    from the PriorityClasses and LimitRange defaults applied, from ``policies``; ``rejection``
+    says whether LimitRanger would refuse it. Raises WorkloadError for a template that is not a
+    pod."""
     classes = {p.name: p for p in policies if isinstance(p, PriorityClassInfo)}
     ranges = [p for p in policies if isinstance(p, LimitRangeInfo) and p.namespace == pool.namespace]
     try:
-        manifest = pod_from_manifest(replica_manifest(pool, index), priority_classes=classes,
-                                     limit_ranges=sorted(ranges, key=lambda r: r.name))
+        return pod_from_manifest(replica_manifest(pool, index), priority_classes=classes,
+                                 limit_ranges=sorted(ranges, key=lambda r: r.name))
     except ManifestError as exc:
         raise WorkloadError(f"AgentPool {pool.key}: spec.template: {exc}") from exc
+
+
+def replica_pod(pool: AgentPool, index: int, policies: Sequence[PolicyObject] = ()) -> PodInfo:
+    """Replica ``index`` of ``pool`` as the API server would admit it (see
+    :func:`replica_admission`); raises WorkloadError if it would be refused."""
+    manifest = replica_admission(pool, index, policies)
     if manifest.rejection is not None:
         raise WorkloadError(f"AgentPool {pool.key}: its replicas would be refused: {manifest.rejection}")
     return manifest.pod

@@ -269,7 +269,6 @@ def test_v1_list_policy_objects_and_agent_pool_passthrough() -> None:
     assert (item.default, item.default_request) == ({"cpu": 4000}, {"cpu": 4000, "memory": GiB})
     assert bundle.agent_pools[0].spec == {"model": "llama"}
     assert any("NotTerminating" in w for w in bundle.warnings)
-    assert any("AgentPool ml/chat" in w for w in bundle.warnings)
 
 
 def test_limit_range_defaults_apply_per_container_before_summing() -> None:
