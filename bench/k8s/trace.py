@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=2500, help="pods to create (default %(default)s)")
     parser.add_argument("--qps", type=float, default=50.0, help="the binder's QPS (default %(default)s)")
     parser.add_argument("--burst", type=int, default=100, help="the binder's burst (default %(default)s)")
+    parser.add_argument("--idle", type=float, default=0.0,
+                        help="seconds to wait after the warm-up before creating pods: does a latency come from "
+                             "a backlog left by the start (nodes, warm-up) or from the pods themselves? (default 0)")
     parser.add_argument("--wait", type=float, default=30.0,
                         help="seconds after the last creation before the topics are read (default %(default)s)")
     args = parser.parse_args(argv)
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         _create_namespace(api, NAMESPACE)
         with berth_pipeline(plane, Path(scratch), qps=args.qps, burst=args.burst) as running:
             _warm_up(api, "berth", DECISION_INPUTS.partitions)
+            time.sleep(args.idle)
             with ThreadPoolExecutor(CREATE_THREADS) as pool:
                 list(pool.map(create, bodies))
             print(f"created {len(created)} pods; waiting {args.wait:.0f} s", file=sys.stderr)
