@@ -238,8 +238,10 @@ def test_the_binder_writes_only_what_applying_a_decision_needs(documents: list[d
                    ("", "pods", "get"), ("", "nodes", "get"), ("apps", "deployments/scale", "patch"), ("apps", "statefulsets/scale", "get"),
                    ("berth.io", "agentpools/scale", "patch")]:
         assert needed in grants, needed
+    # Its node informer lists and watches nodes (instead of a GET per binding); nothing else.
+    assert {(group, resource) for group, resource, verb in grants if verb in ("list", "watch")} == {("", "nodes")}
     verbs = {verb for _, _, verb in grants}
-    assert not verbs & {"delete", "deletecollection", "list", "watch", "update", "escalate", "bind", "impersonate"}
+    assert not verbs & {"delete", "deletecollection", "update", "escalate", "bind", "impersonate"}
     assert ("", "secrets", "get") not in grants
 
 
