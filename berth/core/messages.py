@@ -18,6 +18,7 @@ __all__ = [
     "EXISTING_ANTI_AFFINITY_NOT_MATCH",
     "NODE_AFFINITY_ENFORCED_NOT_MATCH",
     "NODE_AFFINITY_NOT_MATCH",
+    "NO_NODES_TO_SCHEDULE",
     "NODE_NAME_NOT_MATCH",
     "NODE_UNSCHEDULABLE",
     "POD_AFFINITY_NOT_MATCH",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 # --- framework (pkg/scheduler/framework/types.go, runtime/framework.go, schedule_one.go) ------
+
+NO_NODES_TO_SCHEDULE = "no nodes available to schedule pods"
+"""``ErrNoNodesAvailable``: the whole message when the scheduler knows no node at all."""
 
 NO_NODE_AVAILABLE = "0/{total} nodes are available"
 """``NoNodeAvailableMsg``; the head of every FitError message."""

@@ -160,6 +160,10 @@ class Framework:
             "snapshot_hash": state.snapshot_hash(),
             "config_hash": self.config_hash,
         }
+        if state.node_count == 0:
+            # kube-scheduler's ErrNoNodesAvailable: no FitError, no preemption attempt.
+            return Decision(status="unschedulable", message=messages.NO_NODES_TO_SCHEDULE, nodes_total=0,
+                            feasible_nodes=0, **base).sealed()
         feasibility = self._find_feasible(cycle, None)
         diagnosis = feasibility.diagnosis
         rejections, node_groups, width = _summarise(diagnosis)

@@ -76,6 +76,8 @@ def test_fit_error_appends_postfilter_message() -> None:
 
 def test_fit_error_without_nodes() -> None:
     assert messages.fit_error(0, {}) == "0/0 nodes are available:"
+    # ... which the scheduler never prints: with no node at all it says what kube-scheduler does.
+    assert messages.NO_NODES_TO_SCHEDULE == "no nodes available to schedule pods"
 
 
 def test_full_message_with_preemption_ends_in_two_dots_like_kube() -> None:
@@ -95,7 +97,7 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
               "POD_AFFINITY_NOT_MATCH", "POD_ANTI_AFFINITY_NOT_MATCH",
               "EXISTING_ANTI_AFFINITY_NOT_MATCH", "TOPOLOGY_SPREAD_NOT_MATCH",
               "TOPOLOGY_SPREAD_MISSING_LABEL", "PREEMPTION_NO_VICTIMS", "PREEMPTION_NOT_HELPFUL",
-              "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE"}
+              "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE", "NO_NODES_TO_SCHEDULE"}
     constants = {name for name, value in vars(messages).items()
                  if name.isupper() and isinstance(value, str) and not name.startswith("_")}
     assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"

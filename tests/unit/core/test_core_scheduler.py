@@ -99,12 +99,15 @@ def test_profile_chosen_by_scheduler_name_and_unknown_profile_is_an_error_value(
     assert decision.status == "error" and "no profile 'x'" in decision.message
 
 
-def test_empty_cluster() -> None:
+def test_empty_cluster_says_what_kube_scheduler_says() -> None:
     decision = default_scheduler().schedule(pod("p"), state_of())
-    assert decision.status == "unschedulable"
-    assert decision.message.startswith("0/0 nodes are available: preemption:")
+    assert (decision.status, decision.message) == ("unschedulable", "no nodes available to schedule pods")
+    assert decision.victims == () and decision.nodes_total == 0
     kube_only = profile({"multiPoint": ["NodeResourcesFit"]})
-    assert kube_only.schedule(pod("p"), state_of()).message == "0/0 nodes are available:"
+    assert kube_only.schedule(pod("p"), state_of()).message == "no nodes available to schedule pods"
+    # One node, even a useless one, gives the FitError form.
+    assert default_scheduler().schedule(pod("p"), state_of(node("a", cpu=0))).message.startswith(
+        "0/1 nodes are available:")
 
 
 # --- extension points with test plugins -----------------------------------------------------------
