@@ -10,7 +10,9 @@ For each scheduler: a fresh etcd + kube-apiserver 1.34 (:class:`~berth.devstack.
   service as its own process (:mod:`berth.supervisor`, the arguments of ``berth dev up
   --with-kubernetes``), the binder limited by ``--qps``/``--burst``;
 
-— a warm-up (one pod per decision cell bound and deleted, through the whole path), then the
+— a warm-up (one pod per decision cell bound and deleted, through the whole path) and, for Berth,
+a wait until its inventory and decision consumers have no lag (:mod:`bench.k8s.catchup`: its
+equivalent of the informer cache sync kube-scheduler waits for before scheduling), then the
 measured run: ``--pods`` pods (:mod:`bench.k8s.workload`) created as fast as 16 client threads
 can, while a watch notes when each pod gets its node (or is marked unschedulable). The run ends
 when every pod is bound, or when no pod was bound or marked for ``--settle`` seconds after the
@@ -42,6 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.k8s.catchup import wait_caught_up
 from bench.k8s.workload import (
     DEFAULT_MIX,
     GpuPod,
@@ -75,6 +78,10 @@ class RunningScheduler:
     metrics_text: Callable[[], str]
     kafka_bootstrap: str = ""
     """Berth's broker (empty for kube-scheduler)."""
+    consumer_inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Consumer group → its input topics, that must have no lag before the measured run (Berth's
+    cache sync, :mod:`bench.k8s.catchup`); empty for kube-scheduler, whose caches are synced before
+    it binds its warm-up pod."""
 
     def api_requests(self) -> dict[str, int]:
         return requests_by_method(self.metrics_text())
@@ -244,6 +251,15 @@ def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) 
         time.sleep(0.3)
 
 
+def catch_up(running: RunningScheduler, scheduler: str, *, timeout: float) -> None:
+    """Wait until the scheduler's consumers have read everything published so far (Berth's
+    equivalent of kube-scheduler's cache sync, :mod:`bench.k8s.catchup`); nothing to wait for
+    when it has none (kube-scheduler binds its warm-up pod only once its caches are synced)."""
+    if running.consumer_inputs:
+        wait_caught_up(running.kafka_bootstrap, running.consumer_inputs, timeout=timeout,
+                       progress=lambda line: console.print(f"  {scheduler}: catching up, {line}"))
+
+
 # --- the measured run ----------------------------------------------------------------------------
 
 
@@ -377,7 +393,20 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
             def binder_metrics() -> str:
                 with urllib.request.urlopen(f"http://127.0.0.1:{binder.metrics_port}/metrics", timeout=10) as answer:
                     return answer.read().decode()
-            yield RunningScheduler(services.check_alive, binder_metrics, env["BERTH_KAFKA_BOOTSTRAP"])
+            yield RunningScheduler(services.check_alive, binder_metrics, env["BERTH_KAFKA_BOOTSTRAP"],
+                                   berth_consumer_inputs())
+
+
+def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
+    """The consumer groups that fold cluster facts into the cells, and their input topics: the
+    inventory (its source topics and its by-node topic) and the decision service (the cells' inputs)."""
+    from berth.schemas.topics import DECISION_INPUTS
+    from berth.services.decision.service import GROUP as DECISION_GROUP
+    from berth.services.inventory.app import APP_ID as INVENTORY_GROUP
+    from berth.services.inventory.app import NODE_INPUTS, SOURCE_TOPICS
+
+    return {INVENTORY_GROUP: (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS),
+            DECISION_GROUP: (DECISION_INPUTS.name,)}
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
@@ -398,7 +427,10 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         start: Callable[..., Any] = kube_scheduler if scheduler == "kube-scheduler" else berth_pipeline
         running: RunningScheduler = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
         _warm_up(api, SCHEDULER_NAMES[scheduler], DECISION_INPUTS.partitions if scheduler == "berth" else 1)
-        console.print(f"[green]✓[/] {scheduler}: running and warmed up in {time.monotonic() - step:.0f} s")
+        warmed = time.monotonic()
+        catch_up(running, scheduler, timeout=args.catch_up_timeout)
+        console.print(f"[green]✓[/] {scheduler}: running and warmed up in {warmed - step:.0f} s, its consumers "
+                      f"caught up {time.monotonic() - warmed:.1f} s later")
         before = running.api_requests()
         result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
                          check_alive=running.check_alive)
@@ -425,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=20.0,
                         help="seconds without a new binding or unschedulable mark after the last creation that end a run (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)")
+    parser.add_argument("--catch-up-timeout", type=float, default=300.0,
+                        help="seconds Berth's inventory and decision consumers may take, after the warm-up, to "
+                             "read everything published so far (its cache sync) before the run (default %(default)s)")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help="which to run, in order (default %(default)s)")
     parser.add_argument("--keep-logs", type=Path, help="keep the schedulers' configuration and Berth's logs here")

@@ -1,9 +1,9 @@
 """``python -m bench.k8s.trace``: where a pod's time goes inside Berth, stage by stage.
 
 The setup of ``python -m bench.k8s`` for Berth alone (fresh control plane, ``--nodes`` fake nodes,
-Kafka, Postgres, the six services, the warm-up), then ``--pods`` pods created by 16 threads. After
-``--wait`` seconds the topics are read back, and for each pod the first record about it on each
-topic is matched by the CloudEvents ``subject`` (``namespace/name``):
+Kafka, Postgres, the six services, the warm-up, the wait for its consumers to catch up), then
+``--pods`` pods created by 16 threads. After ``--wait`` seconds the topics are read back, and for
+each pod the first record about it on each topic is matched by the CloudEvents ``subject`` (``namespace/name``):
 
     created ──▶ berth.cluster.pods.v1 (ingest) ──▶ berth.scheduler.inputs.v1 (inventory)
             ──▶ berth.scheduler.commands.v1 (decision) ──▶ berth.scheduler.results.v1 (binder)
@@ -27,7 +27,15 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from bench.k8s.__main__ import CREATE_THREADS, NAMESPACE, _create_namespace, _create_pod, _warm_up, berth_pipeline
+from bench.k8s.__main__ import (
+    CREATE_THREADS,
+    NAMESPACE,
+    _create_namespace,
+    _create_pod,
+    _warm_up,
+    berth_pipeline,
+    catch_up,
+)
 from bench.k8s.workload import gpu_pods, pod_manifest
 
 STAGES = (
@@ -92,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=0.0,
                         help="seconds to wait after the warm-up before creating pods: does a latency come from "
                              "a backlog left by the start (nodes, warm-up) or from the pods themselves? (default 0)")
+    parser.add_argument("--no-catch-up", action="store_true",
+                        help="create the pods right after the warm-up, without waiting for the inventory and "
+                             "decision consumers to have no lag (as bench.k8s did before it waited)")
     parser.add_argument("--wait", type=float, default=30.0,
                         help="seconds after the last creation before the topics are read (default %(default)s)")
     args = parser.parse_args(argv)
@@ -117,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         _create_namespace(api, NAMESPACE)
         with berth_pipeline(plane, Path(scratch), qps=args.qps, burst=args.burst) as running:
             _warm_up(api, "berth", DECISION_INPUTS.partitions)
+            if not args.no_catch_up:
+                catch_up(running, "berth", timeout=300)
             time.sleep(args.idle)
             with ThreadPoolExecutor(CREATE_THREADS) as pool:
                 list(pool.map(create, bodies))
