@@ -79,6 +79,7 @@ __all__ = [
     "score_placements",
     "weight_scale",
     "weighted_fragmentation_batch",
+    "weighted_fragmentation_one",
 ]
 
 MILLI_PER_GPU: Final = 1000
@@ -221,6 +222,16 @@ class TargetWorkload:
         table.setflags(write=False)
         object.__setattr__(self, "_device_table", table)  # (1001, 3, T)
         object.__setattr__(self, "allowed_models", tuple(frozenset(m) for m in self.allowed_models))
+
+    def _plain_shapes(self) -> tuple[tuple[int, int, int, int, frozenset[str], int], ...]:
+        """Per shape ``(cpu, GPUs, milli per GPU, device threshold, allowed models, weight)`` as
+        Python values, built once (for :func:`weighted_fragmentation_one`)."""
+        plain = self.__dict__.get("_plain")
+        if plain is None:
+            plain = tuple(zip(self.cpu_milli.tolist(), self.num_gpu.tolist(), self.gpu_milli.tolist(),
+                              self._gpu_threshold.tolist(), self.allowed_models, self.weight.tolist()))
+            object.__setattr__(self, "_plain", plain)
+        return plain  # type: ignore[no-any-return]
 
     @classmethod
     def from_requests(cls, requests: Iterable[PodRequest], coverage: float = 0.95) -> TargetWorkload:
@@ -403,6 +414,48 @@ def weighted_fragmentation_batch(
     free = _as_free_matrix(free_gpu_milli)
     cpu = np.asarray(free_cpu_milli, dtype=np.int64)
     return _weighted(_summarise(free, cpu, workload), model_access, workload, measure)
+
+
+def weighted_fragmentation_one(
+    free_gpu_milli: Sequence[int],
+    free_cpu_milli: int,
+    model: str | None,
+    workload: TargetWorkload,
+    measure: Measure = BERTH_MEASURE,
+) -> int:
+    """:func:`weighted_fragmentation_batch` of one node, in plain integers: the same value
+    (the measure is integer arithmetic, exact in both), without numpy's per-call overhead,
+    which dominates when a scorer needs one or two node states at a time. ``free_gpu_milli``
+    is the node's free milli per device (any order), ``model`` its GPU model."""
+    shapes = workload._plain_shapes()
+    counts: dict[int, int] = {}
+    idle = 0
+    for value in free_gpu_milli:
+        value = 0 if value < 0 else (MILLI_PER_GPU if value > MILLI_PER_GPU else value)
+        idle += value
+        counts[value] = counts.get(value, 0) + 1
+    devices = tuple(counts.items())
+    cpu = free_cpu_milli
+    single = fill = 0
+    for cpu_need, gpus, share, threshold, models, weight in shapes:
+        usable = gpus > 0 and (not models or model in models)
+        fit = small = slots = 0
+        for value, count in devices:
+            if value >= threshold:
+                fit += count
+            else:
+                small += value * count
+            slots += (value // threshold) * count
+        placeable = usable and cpu >= cpu_need and fit >= gpus
+        single += (small if placeable else idle) * weight
+        if usable:
+            pods = slots // max(gpus, 1)
+            if cpu_need > 0:
+                pods = min(pods, cpu // cpu_need)
+            fill += (idle - pods * (gpus * share)) * weight
+        else:
+            fill += idle * weight
+    return measure.single * single + measure.fill * fill
 
 
 def fragmentation_batch(

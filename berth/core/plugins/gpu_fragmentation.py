@@ -66,6 +66,7 @@ from berth.core.gpu.fragmentation import (
     score_placements,
     weight_scale,
     weighted_fragmentation_batch,
+    weighted_fragmentation_one,
 )
 from berth.core.plugins.gpu_inventory import GpuRequest
 
@@ -106,9 +107,12 @@ _UNFIT_CLIPS_BELOW = 1 << 40
 """Milli-GPU-per-point scales below this turn an increase of ``_INCREASE_LIMIT`` into far more
 than 50 points (so a score of 0) by themselves."""
 _DEDUPE_ABOVE = 32
+"""Score distinct node states only when more nodes than this are asked for at once."""
+_PLAIN_UP_TO = 8
+"""Node states a cycle computes F of in plain Python (:func:`weighted_fragmentation_one`)
+rather than in one numpy batch, whose fixed cost is far above a few states' worth of work."""
 _RESULTS_KEPT = 200_000
 """Content-addressed raw scores kept per state (about 200 bytes each) before starting over."""
-"""Score distinct node states only when more nodes than this are asked for at once."""
 
 
 class TargetShape(PluginArgs):
@@ -497,7 +501,13 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
             for state in (before, *(option[1] for option in options)):
                 if state not in fragments:
                     wanted[state] = None
-        if wanted:
+        if wanted and len(wanted) <= _PLAIN_UP_TO:
+            if len(fragments) > _RESULTS_KEPT:
+                fragments.clear()
+            for state in wanted:
+                fragments[state] = weighted_fragmentation_one(
+                    state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
+        elif wanted:
             todo = list(wanted)
             width = max(len(state) - 3 for state in todo)
             free_matrix = np.array([list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo],
