@@ -75,11 +75,17 @@ def name_hash64(text: str) -> int:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def tie_break_keys(pod_uid: str, node_hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+def tie_break_keys(pod_uid: str, node_hashes: npt.NDArray[np.uint64], *,
+                   overwrite: bool = False) -> npt.NDArray[np.uint64]:
     """Per-node tie-break keys for this pod: ``(blake2b64(node name) XOR blake2b64(pod uid))``
     times the 64-bit golden-ratio constant (Fibonacci hashing; the high bits depend on every bit
     of the XOR). Deterministic, well spread, a different node order for every pod (so equal
     nodes are not filled in name order), no randomness. Lower key wins a tie; callers may use
-    only the high bits."""
+    only the high bits. ``overwrite``: compute in ``node_hashes`` itself (a temporary array of
+    the caller's) and return it, saving two allocations."""
+    keys = node_hashes if overwrite else node_hashes.copy()
+    keys ^= np.uint64(name_hash64(pod_uid))
+    # Wrapping multiplication is the point (mod 2**64); numpy warns of it only for scalars.
     with np.errstate(over="ignore"):
-        return (node_hashes ^ np.uint64(name_hash64(pod_uid))) * _GOLDEN
+        keys *= _GOLDEN
+    return keys

@@ -119,8 +119,13 @@ def membership(nodes: npt.NDArray[np.intp], capacity: int) -> npt.NDArray[np.boo
 
 
 def stale_nodes(versions: npt.NDArray[np.int64], current: npt.NDArray[np.int64],
-                in_nodes: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+                in_nodes: npt.NDArray[np.bool_], bound: int | None = None) -> npt.NDArray[np.intp]:
     """Slots among ``in_nodes`` whose memoised result is older than the node. Compares whole
-    contiguous arrays (cheap) and keeps the few changed slots that matter."""
+    contiguous arrays (cheap) and keeps the few changed slots that matter. ``bound``: compare
+    only the slots below it (``ClusterState.slot_bound``: no node ever had a higher slot, so
+    both versions there are still the initial 0 and never differ)."""
+    if bound is not None:
+        versions = versions[:bound]
+        current = current[:bound]
     changed = np.flatnonzero(versions != current)
     return changed[in_nodes[changed]]

@@ -79,6 +79,9 @@ class Scores:
     error: Status | None = None
     """Set when a PreScore failed or a plugin broke the score contract; the cycle then ends
     with an ``error`` decision, as kube fails the attempt."""
+    matrix: npt.NDArray[np.int64] | None = None
+    """``per_plugin``'s arrays as the rows of one matrix, in the same order (None: separate
+    arrays), so that the top nodes' columns are gathered at once."""
 
 
 class _StatusTable:
@@ -234,14 +237,19 @@ class Framework:
         per_plugin: dict[str, npt.NDArray[np.int64]] = {}
         state = cycle.state
         in_feasible: npt.NDArray[np.bool_] | None = None
-        for plugin in self.score_plugins:
-            if plugin.NAME in cycle.skip_score:
-                continue
+        active = [plugin for plugin in self.score_plugins if plugin.NAME not in cycle.skip_score]
+        # Each plugin's weighted scores go straight into its row (no array per plugin).
+        matrix = np.empty((len(active), feasible.size), dtype=np.int64)
+        # Every node, and slots numbered in name order (nodes added sorted): the feasible
+        # slots are 0..n-1, and a gather from a slot-indexed array is a plain copy.
+        dense = feasible.size == state.node_count and state.order_is_identity()
+        for row, plugin in zip(matrix, active):
             signature = plugin.score_signature(cycle)
             if signature is not None and in_feasible is None:
                 in_feasible = _mask_of(state, feasible)
             if signature is not None and type(plugin).normalizes_per_node():
-                weighted = self._memo_weighted(cycle, plugin, signature, feasible, in_feasible)  # type: ignore[arg-type]
+                weighted = self._memo_weighted(cycle, plugin, signature, feasible, in_feasible,  # type: ignore[arg-type]
+                                               row, dense)
                 if weighted is not None:
                     per_plugin[plugin.NAME] = weighted
                     total += weighted
@@ -252,7 +260,7 @@ class Framework:
             else:
                 memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
                 entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature))
-                todo = stale_nodes(entry.versions, state.node_version, in_feasible)
+                todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)
                 if todo.size:
                     entry.values[todo] = plugin.score(cycle, todo)
                     entry.versions[todo] = state.node_version.take(todo)
@@ -264,28 +272,32 @@ class Framework:
                 return Scores(feasible, total, per_plugin, Status.error(
                     f"plugin {plugin.NAME!r} returns an invalid score {bad}, it should in the "
                     f"range of [0, {MAX_NODE_SCORE}] after normalizing", plugin=plugin.NAME))
-            weighted = normalized * self.weights[plugin.NAME]
+            weighted = np.multiply(normalized, self.weights[plugin.NAME], out=row)
             per_plugin[plugin.NAME] = weighted
             total += weighted
-        return Scores(nodes=feasible, total=total, per_plugin=per_plugin)
+        return Scores(nodes=feasible, total=total, per_plugin=per_plugin, matrix=matrix)
 
     def _memo_weighted(self, cycle: CycleContext, plugin: ScorePlugin, signature: Hashable,
-                       feasible: NodeArray, in_feasible: npt.NDArray[np.bool_]
-                       ) -> npt.NDArray[np.int64] | None:
+                       feasible: NodeArray, in_feasible: npt.NDArray[np.bool_],
+                       out: npt.NDArray[np.int64], dense: bool) -> npt.NDArray[np.int64] | None:
         """The weighted scores of ``feasible`` for a plugin that normalises node by node,
         memoised as weighted scores: only nodes changed since are scored, normalised and
-        checked. None if one of them is out of range (nothing is recorded then)."""
+        checked. None if one of them is out of range (nothing is recorded then). Written into
+        ``out`` (and returned); ``dense``: ``feasible`` is ``0..len(feasible)-1``."""
         state = cycle.state
         memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
         entry = memo.score_entry((self.config_hash, self.name, plugin.NAME, signature, "weighted"))
-        todo = stale_nodes(entry.versions, state.node_version, in_feasible)
+        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)
         if todo.size:
             normalized = plugin.normalize_score(cycle, todo, plugin.score(cycle, todo)).astype(np.int64, copy=False)
             if int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:
                 return None
             entry.values[todo] = normalized * self.weights[plugin.NAME]
             entry.versions[todo] = state.node_version.take(todo)
-        return entry.values.take(feasible)
+        if dense:
+            np.copyto(out, entry.values[: out.size])
+            return out
+        return np.take(entry.values, feasible, out=out)
 
     # ------------------------------------------------------------------ cycle parts
 
@@ -380,7 +392,8 @@ class Framework:
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.name, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version, _mask_of(state, candidates))
+        todo = stale_nodes(entry.versions, state.node_version, _mask_of(state, candidates),
+                           state.slot_bound)
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
@@ -442,9 +455,14 @@ class Framework:
         ``scores.nodes`` (None: all): larger is better, unique unless the hash collides."""
         nodes = scores.nodes if positions is None else scores.nodes.take(positions)
         total = scores.total if positions is None else scores.total.take(positions)
-        tie = tie_break_keys(pod.uid, state.name_hash.take(nodes)) >> np.uint64(64 - _HASH_BITS)
-        # tie < 2**40: the same value as int64, and ``(2**40 - 1) - tie`` is its 40-bit complement.
-        return (total << _HASH_BITS) | (tie.view(np.int64) ^ ((1 << _HASH_BITS) - 1))
+        tie = tie_break_keys(pod.uid, state.name_hash.take(nodes), overwrite=True)
+        tie >>= np.uint64(64 - _HASH_BITS)
+        # tie < 2**40: the same value as int64, and ``(2**40 - 1) - tie`` is its 40-bit
+        # complement. In place: these arrays are this call's own temporaries.
+        key = tie.view(np.int64)
+        key ^= (1 << _HASH_BITS) - 1
+        key |= total << _HASH_BITS
+        return key
 
     def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
         for plugin in reversed(reserved):
@@ -509,8 +527,11 @@ def _top_scores(state: ClusterState, scores: Scores,
     plugins = tuple(scores.per_plugin)
     if not plugins:
         return tuple(NodeScore(node=name, total=total, scores=()) for name, total in zip(names, totals))
-    rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
-    return tuple(NodeScore(node=name, total=total, scores=tuple(zip(plugins, row)))
+    if scores.matrix is not None:
+        rows = scores.matrix.take(positions, axis=1).T.tolist()
+    else:
+        rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
+    return tuple(NodeScore(name, total, tuple(zip(plugins, row)))
                  for name, total, row in zip(names, totals, rows))
 
 

@@ -148,6 +148,7 @@ class ClusterState:
         self._names_sorted: list[str] = []
         self._order_list: list[int] = []
         self._order: npt.NDArray[np.intp] | None = np.empty(0, dtype=np.intp)
+        self._order_identity = True
         self._node_digest: dict[str, int] = {}
         self.alive = np.zeros(self._capacity, dtype=bool)
         self.unschedulable = np.zeros(self._capacity, dtype=bool)
@@ -157,6 +158,9 @@ class ClusterState:
         it changes (strictly increasing over the state's life, never reused). Lets derived data
         (e.g. the framework's score memo) recompute only the nodes that changed."""
         self._version_clock = 0
+        self.slot_bound = 0
+        """One past the highest slot that ever held a node: rows from here on are untouched
+        (every slot-indexed array still holds its initial value there)."""
         # --- resources
         self._resource_names: list[str] = list(FIXED_RESOURCES)
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
@@ -301,7 +305,14 @@ class ClusterState:
             order = np.array(self._order_list, dtype=np.intp)
             order.flags.writeable = False
             self._order = order
+            self._order_identity = bool((order == np.arange(order.size)).all())
         return self._order
+
+    def order_is_identity(self) -> bool:
+        """Whether :meth:`order` is ``0..node_count-1`` (nodes were added in name order and
+        none left): arrays over every node in name order are then the leading slot rows."""
+        self.order()
+        return self._order_identity
 
     def node_names(self) -> Sequence[str]:
         """All node names, sorted (a read-only view; do not modify)."""
@@ -397,6 +408,8 @@ class ClusterState:
             if not self._free_slots:
                 self._grow()
             slot = heapq.heappop(self._free_slots)
+            if slot >= self.slot_bound:
+                self.slot_bound = slot + 1
             self._slot_by_name[node.name] = slot
             at = bisect.bisect_left(self._names_sorted, node.name)
             self._names_sorted.insert(at, node.name)

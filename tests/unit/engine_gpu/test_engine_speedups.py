@@ -86,3 +86,25 @@ def test_rank_cut_applies_on_a_plateau_of_equal_totals() -> None:
     top = _keys_above_cut(key, 952, 10, 0, 4400)
     assert top is not None and 10 <= top.size < 200
     assert top[np.lexsort((top, -key[top]))][:10].tolist() == np.lexsort((np.arange(5000), -key))[:10].tolist()
+
+
+def test_slots_in_name_order_or_not_give_the_same_decisions() -> None:
+    # Nodes added in name order get slots 0..n-1 (the framework then copies memo rows instead
+    # of gathering them); added in reverse they do not. The decisions must not differ.
+    from bench.engine import gpu_mixed
+    from berth.core.config import default_config
+    from berth.core.placement import place_pod
+    from berth.core.scheduler import Scheduler
+    from berth.core.state import ClusterState
+
+    nodes = gpu_mixed.build_nodes(40)
+    pods = gpu_mixed.build_pods(120, seed=5)
+    runs = []
+    for added in (nodes, nodes[::-1]):
+        scheduler, state = Scheduler(default_config()), ClusterState()
+        for node in added:
+            state.upsert_node(node)
+        runs.append([place_pod(scheduler, state, pod, "berth").decision.to_json() for pod in pods])
+        runs[-1].append(state.order_is_identity())
+    assert runs[0][-1] is True and runs[1][-1] is False
+    assert runs[0][:-1] == runs[1][:-1]
