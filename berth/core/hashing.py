@@ -39,10 +39,15 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False, default=_plain)
+"""One encoder for every call: ``json.dumps`` with options builds a new one each time, which
+costs a third of encoding a pod. Encoding keeps no state in the encoder (thread-safe)."""
+
+
 def canonical_json(value: Any) -> bytes:
     """Deterministic JSON bytes of plain data and pydantic models (dict keys sorted)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False, default=_plain).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 def sha256_hex(data: bytes) -> str:

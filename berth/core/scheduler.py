@@ -404,6 +404,8 @@ class Framework:
                                    dtype=np.int32)
                 entry.codes[todo] = mapping[result.codes]
             entry.versions[todo] = state.node_version.take(todo)
+        if candidates.size == state.node_count and state.order_is_identity():
+            return entry.codes[: candidates.size].copy(), entry.statuses  # slots 0..n-1
         return entry.codes.take(candidates), entry.statuses
 
     def _rank(self, pod: PodInfo, state: ClusterState, scores: Scores) -> npt.NDArray[np.intp]:
