@@ -227,13 +227,13 @@ class Framework:
 
     def score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
         """PreScore + Score + NormalizeScore + weights over ``feasible`` (name order)."""
-        total = np.zeros(feasible.size, dtype=np.int64)
         for plugin in self.pre_score_plugins:
             status = plugin.pre_score(cycle, feasible)
             if status.is_skip:
                 cycle.skip_score.add(plugin.NAME)
             elif not status.is_success:
-                return Scores(feasible, total, {}, status.with_plugin(plugin.NAME))
+                return Scores(feasible, np.zeros(feasible.size, dtype=np.int64), {},
+                              status.with_plugin(plugin.NAME))
         per_plugin: dict[str, npt.NDArray[np.int64]] = {}
         state = cycle.state
         in_feasible: npt.NDArray[np.bool_] | None = None
@@ -243,7 +243,7 @@ class Framework:
         # Every node, and slots numbered in name order (nodes added sorted): the feasible
         # slots are 0..n-1, and a gather from a slot-indexed array is a plain copy.
         dense = feasible.size == state.node_count and state.order_is_identity()
-        for row, plugin in zip(matrix, active):
+        for done, (row, plugin) in enumerate(zip(matrix, active)):
             signature = plugin.score_signature(cycle)
             if signature is not None and in_feasible is None:
                 in_feasible = _mask_of(state, feasible)
@@ -252,7 +252,6 @@ class Framework:
                                                row, dense)
                 if weighted is not None:
                     per_plugin[plugin.NAME] = weighted
-                    total += weighted
                     continue
                 # An out-of-range score: the path below reports it as it always has.
             if signature is None:
@@ -269,13 +268,14 @@ class Framework:
             # One unsigned reduction catches both ends: negatives wrap to huge values.
             if normalized.size and int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:
                 bad = int(normalized[(normalized < 0) | (normalized > MAX_NODE_SCORE)][0])
-                return Scores(feasible, total, per_plugin, Status.error(
+                return Scores(feasible, matrix[:done].sum(axis=0), per_plugin, Status.error(
                     f"plugin {plugin.NAME!r} returns an invalid score {bad}, it should in the "
                     f"range of [0, {MAX_NODE_SCORE}] after normalizing", plugin=plugin.NAME))
             weighted = np.multiply(normalized, self.weights[plugin.NAME], out=row)
             per_plugin[plugin.NAME] = weighted
-            total += weighted
-        return Scores(nodes=feasible, total=total, per_plugin=per_plugin, matrix=matrix)
+        # One reduction over the rows instead of an addition per plugin (integers: the same
+        # totals in any order).
+        return Scores(nodes=feasible, total=matrix.sum(axis=0), per_plugin=per_plugin, matrix=matrix)
 
     def _memo_weighted(self, cycle: CycleContext, plugin: ScorePlugin, signature: Hashable,
                        feasible: NodeArray, in_feasible: npt.NDArray[np.bool_],
