@@ -428,9 +428,10 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         running: RunningScheduler = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
         _warm_up(api, SCHEDULER_NAMES[scheduler], DECISION_INPUTS.partitions if scheduler == "berth" else 1)
         warmed = time.monotonic()
-        catch_up(running, scheduler, timeout=args.catch_up_timeout)
-        console.print(f"[green]✓[/] {scheduler}: running and warmed up in {warmed - step:.0f} s, its consumers "
-                      f"caught up {time.monotonic() - warmed:.1f} s later")
+        console.print(f"[green]✓[/] {scheduler}: running and warmed up in {warmed - step:.0f} s")
+        if running.consumer_inputs:
+            catch_up(running, scheduler, timeout=args.catch_up_timeout)
+            console.print(f"[green]✓[/] {scheduler}: its consumers caught up {time.monotonic() - warmed:.1f} s later")
         before = running.api_requests()
         result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
                          check_alive=running.check_alive)
