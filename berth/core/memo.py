@@ -127,5 +127,5 @@ def stale_nodes(versions: npt.NDArray[np.int64], current: npt.NDArray[np.int64],
     if bound is not None:
         versions = versions[:bound]
         current = current[:bound]
-    changed = np.flatnonzero(versions != current)
+    changed = (versions != current).nonzero()[0]  # 1-D: np.flatnonzero without its wrappers
     return changed[in_nodes[changed]]

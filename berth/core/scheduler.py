@@ -297,7 +297,9 @@ class Framework:
         if dense:
             np.copyto(out, entry.values[: out.size])
             return out
-        return np.take(entry.values, feasible, out=out)
+        # mode='clip' (slots are always in range): with the default 'raise' numpy buffers
+        # ``out`` through a temporary array.
+        return entry.values.take(feasible, out=out, mode="clip")
 
     # ------------------------------------------------------------------ cycle parts
 
@@ -517,7 +519,7 @@ def _keys_above_cut(key: npt.NDArray[np.int64], floor: int, wanted: int, above: 
     if 4 * spare > at_floor:
         return None
     cut = (floor << _HASH_BITS) | ((1 << _HASH_BITS) - ((spare << _HASH_BITS) // at_floor))
-    top = np.flatnonzero(key >= cut)
+    top = (key >= cut).nonzero()[0]
     return top if top.size >= wanted else None
 
 
