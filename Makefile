@@ -45,7 +45,7 @@ bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision 
 bench-scaling: $(STAMP)  ## a simulated day of bursty chat traffic + spot notices: Berth vs KEDA-like vs Dynamo-like scaling
 	$(BIN)/python -m bench.scaling
 
-bench-k8s: $(STAMP)  ## kube-scheduler vs Berth on a real kube-apiserver: 1,000 8-GPU nodes, 5,000 pods, same QPS
+bench-k8s: $(STAMP)  ## kube-scheduler vs Berth on a real kube-apiserver: 1,250 8-GPU nodes, 5,000 pods, same QPS
 	$(BIN)/python -m bench.k8s
 
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
