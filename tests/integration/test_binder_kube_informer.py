@@ -11,47 +11,23 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 from kubernetes.client import ApiClient, CoreV1Api
+from test_binder_kube_backend import MESSAGE, api, namespace  # noqa: F401 - fixtures shared with those tests
+from test_binder_kube_backend import CountingBucket as Tokens
 
 from berth.devstack.fakenodes import create_fake_nodes
 from berth.devstack.kube import KubeConnection
 from berth.schemas import PodPlacement
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
-from berth.services.binder.ratelimit import TokenBucket
 
 pytestmark = pytest.mark.integration
 
 APPLIED, CONFLICT = OutcomeKind.APPLIED, OutcomeKind.CONFLICT
-MESSAGE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
-
-
-class Tokens(TokenBucket):
-    """Unlimited, but counts the tokens taken (one per API request)."""
-
-    def __init__(self) -> None:
-        super().__init__(0, 1)
-        self.taken = 0
-
-    async def acquire(self, *, deferrable: bool = False) -> None:
-        self.taken += 1
-
-
-@pytest.fixture(scope="module")
-def api(kube_apiserver: KubeConnection) -> Iterator[ApiClient]:
-    with kube_apiserver.api_client() as client:
-        yield client
-
-
-@pytest.fixture
-def namespace(api: ApiClient) -> str:
-    name = f"informer-{uuid.uuid4().hex[:10]}"
-    CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
 
 
 @pytest_asyncio.fixture(loop_scope="function")
