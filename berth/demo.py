@@ -103,14 +103,12 @@ def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 
 
 def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, speed: float,
                   seed: int, timeout_s: float) -> dict[str, Any]:
-    import yaml
-
-    from berth.workloads import from_documents, generated_documents, pool_policies, write_documents
+    from berth.workloads import from_documents, generated_documents, write_documents, write_pools_file
 
     documents = generated_documents(f"demo:{seed}")
     workload, pools = work / "demo-workload.yaml", work / "pools.yaml"
     write_documents(documents, workload)
-    pools.write_text(yaml.safe_dump(pool_policies(from_documents(documents, name="demo")), sort_keys=False))
+    write_pools_file(from_documents(documents, name="demo"), pools)
     [sim_port] = free_ports(1)
     sim_url = f"http://127.0.0.1:{sim_port}"
     with Supervisor(work / "logs", {**env, "BERTH_LOG_LEVEL": "info"}) as services:

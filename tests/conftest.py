@@ -21,6 +21,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -50,6 +51,38 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def fail_or_skip(message: str) -> NoReturn:
+    """A prerequisite is missing: fail with ``message`` under ``CI=true`` (CI must never skip
+    silently), skip elsewhere."""
+    if _in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def local_binaries() -> None:
+    """Tests of our own launchers (``dev up`` starts Kafka and Postgres): java and Postgres installed."""
+    from berth.devstack.kafka import find_java
+    from berth.devstack.postgres import find_pg_bin
+    from berth.devstack.procs import DevStackError
+
+    try:
+        find_java()
+        find_pg_bin()
+    except DevStackError as exc:
+        fail_or_skip(str(exc))
+
+
+@pytest.fixture
+def cached_kube_binaries() -> None:
+    """Tests that start a control plane of their own: etcd and kube-apiserver already built (the
+    ``kube_apiserver`` fixture is the one place that builds on demand)."""
+    from berth.devstack.gobuild import kubernetes_binaries_present
+
+    if not kubernetes_binaries_present():
+        fail_or_skip("kube-apiserver/etcd not built yet: run `python -m berth.devstack build-kubernetes`")
 
 
 def _docker_problem() -> str | None:
@@ -116,9 +149,7 @@ def _provide(
         + f"\nFix one of them, or set {env_var} to a running {service} "
         "(`export $(python -m berth.devstack up)` starts one in the background)."
     )
-    if _in_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    fail_or_skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -229,8 +260,6 @@ def kube_apiserver(request: pytest.FixtureRequest):  # -> berth.devstack.kube.Ku
             f"Fix that (`python -m berth.devstack build-kubernetes` builds the binaries), or set {KUBECONFIG_ENV} "
             "to the kubeconfig of a running cluster (`export $(python -m berth.devstack up --with-kubernetes)`)."
         )
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        fail_or_skip(message)
     request.addfinalizer(plane.stop)
     return plane.connection()

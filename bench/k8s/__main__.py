@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -486,31 +485,31 @@ def main(argv: list[str] | None = None) -> int:
         for scheduler in chosen:
             results[scheduler] = run_one(scheduler, pods, args, root / scheduler)
     _print_table(results)
-    summary: dict[str, Any] = {"pods": args.pods}
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_bound"] = result.bound if result else None
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_pods_per_s"] = result.pods_per_s if result else None
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_gpu_allocation"] = result.gpu_allocation if result else None
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_stranded_gpus"] = result.stranded_gpus if result else None
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_marked_unschedulable"] = result.marked_unschedulable if result else None
-    for scheduler, key in (("berth", "berth"), ("kube-scheduler", "kube_scheduler")):
-        result = results.get(scheduler)
-        summary[f"{key}_settled_s"] = result.settled_seconds if result else None
+    summary = per_scheduler_figures(args.pods, results)
     summary.update({"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "gpu_demand": round(demand, 3),
                     "qps": args.qps, "burst": args.burst,
                     "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
                     "elapsed_s": round(time.monotonic() - started, 1)})
     print(json.dumps(summary), flush=True)
     return 1 if summary["overcommitted_nodes"] else 0
+
+
+SUMMARY_FIGURES: tuple[tuple[str, str], ...] = (
+    ("bound", "bound"), ("pods_per_s", "pods_per_s"), ("gpu_allocation", "gpu_allocation"),
+    ("stranded_gpus", "stranded_gpus"), ("marked_unschedulable", "marked_unschedulable"),
+    ("settled_s", "settled_seconds"))
+"""(key suffix in the JSON line, :class:`RunResult` field), in the order the line gives them."""
+
+
+def per_scheduler_figures(pods: int, results: dict[str, RunResult]) -> dict[str, Any]:
+    """The JSON line's per-scheduler part: ``{"pods", "berth_<figure>", "kube_scheduler_<figure>", ...}``,
+    figure by figure, both schedulers side by side; None for a scheduler that was not run."""
+    summary: dict[str, Any] = {"pods": pods}
+    for suffix, field_name in SUMMARY_FIGURES:
+        for scheduler in ("berth", "kube-scheduler"):
+            result = results.get(scheduler)
+            summary[f"{scheduler.replace('-', '_')}_{suffix}"] = getattr(result, field_name) if result else None
+    return summary
 
 
 def _print_table(results: dict[str, RunResult]) -> None:

@@ -35,7 +35,7 @@ from .model import (
     policy_kind,
     policy_observed,
 )
-from .pools import pool_policies, replica_manifest, replica_pod
+from .pools import pool_policies, replica_manifest, replica_pod, write_pools_file
 
 GENERATORS = ("demo", "bench")
 
@@ -43,7 +43,7 @@ __all__ = [
     "ANNOTATION_ARRIVAL", "ANNOTATION_RUN", "GENERATORS", "LABEL_AGENT_POOL", "AgentPool", "NodeRemoval",
     "PolicyObject", "QueueLagSample", "SpotNotice", "TimedPod", "Workload", "WorkloadError",
     "bench_documents", "demo_documents", "from_documents", "generate_workload", "generated_documents",
-    "load_workload", "parse_generator", "policy_kind", "policy_observed", "pool_policies",
+    "load_workload", "parse_generator", "policy_kind", "policy_observed", "pool_policies", "write_pools_file",
     "replica_manifest", "replica_pod", "write_documents",
 ]
 

@@ -10,7 +10,10 @@ Every replica gets ``schedulerName: berth`` unless the template says otherwise, 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from collections.abc import Sequence
 
@@ -110,3 +113,8 @@ def pool_policies(workload: Workload) -> dict[str, Any]:
             raise WorkloadError(f"AgentPool {pool.key}: {exc}") from exc
         pools[pool.key] = policy.model_dump(mode="json", exclude_unset=True)
     return {"pools": pools}
+
+
+def write_pools_file(workload: Workload, path: Path) -> None:
+    """Write :func:`pool_policies` of ``workload`` as YAML to ``path`` (the services' ``--pools``)."""
+    path.write_text(yaml.safe_dump(pool_policies(workload), sort_keys=False))

@@ -113,9 +113,7 @@ def generate_command(
     rate: Annotated[Optional[float], typer.Option(min=0.001, help="bench only: pods per second.")] = None,
 ) -> None:
     """Write a generated workload as Kubernetes manifests plus a Timeline (loadable with --workload)."""
-    import yaml
-
-    from berth.workloads import WorkloadError, from_documents, generated_documents, pool_policies, write_documents
+    from berth.workloads import WorkloadError, from_documents, generated_documents, write_documents, write_pools_file
 
     try:
         documents = generated_documents(spec, nodes=nodes, pods=pods, rate=rate)
@@ -124,5 +122,5 @@ def generate_command(
         raise typer.BadParameter(str(exc), param_hint="SPEC") from exc
     count = write_documents(documents, out)
     if pools_out is not None:
-        pools_out.write_text(yaml.safe_dump(pool_policies(workload), sort_keys=False))
+        write_pools_file(workload, pools_out)
     typer.echo(f"wrote {count} documents to {out}: {json.dumps(workload.summary())}", err=True)

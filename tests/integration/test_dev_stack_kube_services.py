@@ -20,29 +20,12 @@ import pytest
 from kubernetes.client import CoreV1Api
 
 from berth.devstack.fakenodes import create_fake_nodes
-from berth.devstack.kafka import find_java
 from berth.devstack.kube import KubeConnection
-from berth.devstack.postgres import find_pg_bin
-from berth.devstack.procs import DevStackError, is_running
+from berth.devstack.procs import is_running
 from berth.devstack.stack import SERVICE_ORDER
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def local_binaries() -> None:
-    """Skip (fail in CI) without java, Postgres or the cached Kubernetes binaries."""
-    from berth.devstack.gobuild import kubernetes_binaries_present
-
-    try:
-        find_java()
-        find_pg_bin()
-        if not kubernetes_binaries_present():
-            raise DevStackError("the Kubernetes binaries are not cached: python -m berth.devstack build-kubernetes")
-    except DevStackError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
 
 
 def _wait(check, what: str, timeout: float) -> object:
@@ -55,7 +38,7 @@ def _wait(check, what: str, timeout: float) -> object:
         time.sleep(0.5)
 
 
-@pytest.mark.usefixtures("local_binaries")
+@pytest.mark.usefixtures("local_binaries", "cached_kube_binaries")
 def test_dev_up_with_kubernetes_runs_berth_and_down_stops_it(tmp_path: Path) -> None:
     env = {**os.environ, "BERTH_RUN_DIR": str(tmp_path)}
     for variable in ("BERTH_KUBECONFIG", "BERTH_KAFKA_BOOTSTRAP", "BERTH_DATABASE_URL"):

@@ -17,24 +17,12 @@ import pytest
 import sqlalchemy
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from berth.devstack.kafka import KafkaProcess, fetch_cluster_metadata, find_java
-from berth.devstack.postgres import find_pg_bin
-from berth.devstack.procs import DevStackError, is_running, pids_mentioning
+from berth.devstack.kafka import KafkaProcess, fetch_cluster_metadata
+from berth.devstack.procs import is_running, pids_mentioning
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def local_binaries() -> None:
-    """Skip (fail in CI) tests of our own launchers when java or Postgres is not installed."""
-    try:
-        find_java()
-        find_pg_bin()
-    except DevStackError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
 
 
 # --- the fixtures provide working services ------------------------------------------------------

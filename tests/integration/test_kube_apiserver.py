@@ -31,39 +31,14 @@ from berth.devstack.fakenodes import (
     gpu_topology,
     parse_taint,
 )
-from berth.devstack.gobuild import kubernetes_binaries_present
 from berth.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
-from berth.devstack.kafka import find_java
-from berth.devstack.postgres import find_pg_bin
-from berth.devstack.procs import DevStackError, pids_mentioning
+from berth.devstack.procs import pids_mentioning
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
-
-@pytest.fixture
-def cached_binaries() -> None:
-    """Skip (fail in CI) tests that start their own control plane when nothing is built yet; the
-    ``kube_apiserver`` fixture is the one place that builds on demand."""
-    if not kubernetes_binaries_present():
-        message = "kube-apiserver/etcd not built yet: run `python -m berth.devstack build-kubernetes`"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-
-
-@pytest.fixture
-def local_binaries() -> None:
-    """``dev up`` also starts Kafka and Postgres: skip (fail in CI) without java or Postgres."""
-    try:
-        find_java()
-        find_pg_bin()
-    except DevStackError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -240,7 +215,7 @@ def test_kube_scheduler_binds_plain_pods_on_fake_nodes(kube_apiserver: KubeConne
 # --- our launcher leaves nothing behind -----------------------------------------------------------
 
 
-@pytest.mark.usefixtures("cached_binaries")
+@pytest.mark.usefixtures("cached_kube_binaries")
 def test_control_plane_stop_leaves_nothing_behind() -> None:
     with KubeControlPlane() as kube:
         data_dir = str(kube.data_dir)
@@ -261,12 +236,12 @@ time.sleep(600)
 """
 
 
-@pytest.mark.usefixtures("cached_binaries")
+@pytest.mark.usefixtures("cached_kube_binaries")
 def test_control_plane_dies_when_its_parent_is_killed() -> None:
     assert_children_die_with_their_parent(_KILLED_PARENT_SCRIPT)
 
 
-@pytest.mark.usefixtures("cached_binaries", "local_binaries")
+@pytest.mark.usefixtures("cached_kube_binaries", "local_binaries")
 def test_cli_up_with_kubernetes_nodes_down(tmp_path: Path) -> None:
     env = {**os.environ, "BERTH_RUN_DIR": str(tmp_path)}
     env.pop("BERTH_KUBECONFIG", None)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from berth.bus import ensure_topics
 from berth.devstack.procs import free_ports
@@ -33,7 +32,7 @@ from berth.schemas.cells import cell_of_pool
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
 from berth.settings import BerthSettings
 from berth.supervisor import Supervisor
-from berth.workloads import from_documents, pool_policies, write_documents
+from berth.workloads import from_documents, write_documents, write_pools_file
 from berth.workloads.generate import H100, gpu_node_manifest
 
 pytestmark = pytest.mark.integration
@@ -117,7 +116,7 @@ def test_queue_lag_scales_the_pool_and_a_spot_notice_moves_its_replica_before_th
     documents = _documents(cell_of_pool(NS, POOL, DECISION_INPUTS.partitions))
     workload, pools = tmp_path / "workload.yaml", tmp_path / "pools.yaml"
     write_documents(documents, workload)
-    pools.write_text(yaml.safe_dump(pool_policies(from_documents(documents, name="pools")), sort_keys=False))
+    write_pools_file(from_documents(documents, name="pools"), pools)
     [sim_port] = free_ports(1)
     sim_url = f"http://127.0.0.1:{sim_port}"
 

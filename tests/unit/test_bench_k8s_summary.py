@@ -1,0 +1,17 @@
+"""bench.k8s's JSON line: the per-scheduler figures, in the order the issue gives them."""
+
+from __future__ import annotations
+
+from bench.k8s.__main__ import RunResult, per_scheduler_figures
+
+
+def test_figures_side_by_side_and_none_for_a_scheduler_not_run():
+    berth = RunResult("berth", 10, bound=9, pods_per_s=4.5, gpu_allocation=0.9, stranded_gpus=0,
+                      marked_unschedulable=1, settled_seconds=2.25)
+    line = per_scheduler_figures(10, {"berth": berth})
+    assert list(line)[:5] == ["pods", "berth_bound", "kube_scheduler_bound", "berth_pods_per_s",
+                              "kube_scheduler_pods_per_s"]
+    assert (line["berth_bound"], line["berth_gpu_allocation"], line["berth_settled_s"]) == (9, 0.9, 2.25)
+    assert line["berth_marked_unschedulable"] == 1 and line["berth_stranded_gpus"] == 0
+    assert all(line[key] is None for key in line if key.startswith("kube_scheduler_"))
+    assert len(line) == 1 + 2 * 6
