@@ -24,6 +24,11 @@ PENDING_PODS = Gauge(
     "Number of pending pods, by the queue type (active, backoff, unschedulable, gated).",
     ["queue"],
 )
+PODS_HANDED_OVER = Counter(
+    "berth_pods_handed_over_total",
+    "Pods a decision cell could not place and handed on to the next cell of their round.",
+    ["cell"],
+)
 RECORDS_CONSUMED = Counter(
     "berth_records_consumed_total", "Kafka records consumed.", ["consumer", "topic"]
 )

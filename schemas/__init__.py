@@ -47,10 +47,12 @@ from .scheduler import (
     DeadLetter,
     DecisionRecord,
     EvictPod,
+    HandOverPod,
     InputPosition,
     NodeVerdict,
     PlacePods,
     PodPlacement,
+    PodRouted,
     ScalePool,
     SchedulerConfigAnnounced,
 )

@@ -8,8 +8,10 @@ Rules, in order: an explicit ``berth.io/cell`` label (node label; pod label or n
 a node pool label ``berth.io/node-pool`` (every node of a pool in one cell); gang members by
 their pod group; replicas of an AgentPool with their pool (:func:`agent_pool_of`: the pool's
 lag, its replicas and so the nodes they run on meet in one cell, which scales the pool and moves
-its replicas off reclaimed spot nodes); otherwise a stable hash of the name or UID. The hash is blake2b, not Python's
-``hash`` (salted per process) and not Kafka's murmur2 (partition counts change).
+its replicas off reclaimed spot nodes); otherwise a stable hash of the name or UID. The hash is
+blake2b, not Python's ``hash`` (salted per process) and not Kafka's murmur2 (partition counts
+change). A pod placed by these rules is *pinned* to its cell; any other pending pod starts in its
+hashed cell and moves on to the next while the cells tried have no room for it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ def cell_of_node(node: NodeInfo, cells: int) -> int:
 
 def cell_of_pod(pod: PodInfo, cells: int) -> int:
     """The cell of a pending pod. A bound pod belongs to its node's cell (the router knows it)."""
+    pinned = pinned_cell(pod, cells)
+    return pinned if pinned is not None else stable_hash(f"pod/{pod.uid}") % cells
+
+
+def pinned_cell(pod: PodInfo, cells: int) -> int | None:
+    """The cell a pending pod must be decided in, by the rules above; None when the pod is only
+    hashed to a cell: such a pod may be placed in any cell, and is handed from cell to cell
+    until one has room for it (:class:`~berth.schemas.scheduler.PodRouted`)."""
     explicit = _explicit(pod.node_selector.get(CELL_LABEL) or pod.labels.get(CELL_LABEL), cells)
     if explicit is not None:
         return explicit
@@ -55,12 +65,12 @@ def cell_of_pod(pod: PodInfo, cells: int) -> int:
     if pool:
         return stable_hash(f"pool/{pool}") % cells
     if pod.pod_group:
-        return stable_hash(f"group/{pod.namespace}/{pod.pod_group}") % cells
-    pool = agent_pool_of(pod)
-    if pool is not None:
-        namespace, name = pool.split("/", 1)
+        return cell_of_pod_group(pod.namespace, pod.pod_group, cells)
+    agent_pool = agent_pool_of(pod)
+    if agent_pool is not None:
+        namespace, name = agent_pool.split("/", 1)
         return cell_of_pool(namespace, name, cells)
-    return stable_hash(f"pod/{pod.uid}") % cells
+    return None
 
 
 def agent_pool_of(pod: PodInfo) -> str | None:

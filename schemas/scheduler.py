@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import DnsLabel, FrozenModel, IntMap, Milli, NonNegativeInt, StrMap, UtcDatetime
+from .cluster import PodInfo
 
 
 class InputPosition(FrozenModel):
@@ -111,6 +112,68 @@ class EvictPod(_Command):
         return f"{self.namespace}/{self.name}"
 
 
+class PodRouted(FrozenModel):
+    """A pending pod the inventory routes to a cell that may pass it on (decision inputs only).
+
+    A pod not pinned to a cell (:func:`berth.schemas.cells.pinned_cell`) may land in any cell,
+    so cells are tried in turn: ``tried`` are the cells of the pod's current round, this cell
+    last, out of ``cells``. A cell that cannot place the pod while some cell is untried gives it
+    up (decision ``handed-over`` and a :class:`HandOverPod`), and the inventory routes it to the
+    next one; the last cell of a round reports it unschedulable and keeps it, and starts a new
+    round when it fails there again once ``berth.decider.cell.HANDOVER_RETRY`` of event time has
+    passed since the round began. ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
+    Later changes of the pod reach the cell holding it as plain :class:`PodObserved`.
+    """
+
+    type: Literal["io.berth.scheduler.pod-routed.v1"] = "io.berth.scheduler.pod-routed.v1"
+    pod: PodInfo
+    tried: tuple[NonNegativeInt, ...] = Field(min_length=1)
+    cells: int = Field(ge=1)
+    hop: NonNegativeInt = 0
+    round_started_at: UtcDatetime
+    observed_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.pod.uid
+
+    @property
+    def subject(self) -> str:
+        return self.pod.key
+
+    @property
+    def round_complete(self) -> bool:
+        """Every cell has had its try in this round."""
+        return len(set(self.tried)) >= self.cells
+
+
+class HandOverPod(FrozenModel):
+    """A cell gives up a pod it cannot place, for the inventory to route it to the next cell.
+
+    Issued with the cell's ``handed-over`` decision (same ``decision_id``); the cell forgets the
+    pod at once and ignores it until it is routed there again. The inventory acts on it only if
+    the pod is still pending, still routed to ``cell`` and still at ``hop``.
+    """
+
+    type: Literal["io.berth.scheduler.hand-over-pod.v1"] = "io.berth.scheduler.hand-over-pod.v1"
+    command_id: str = Field(min_length=1)
+    decision_id: str = Field(min_length=1)
+    cell: NonNegativeInt
+    pod_uid: str = Field(min_length=1)
+    namespace: DnsLabel
+    name: DnsLabel
+    hop: NonNegativeInt
+    issued_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.pod_uid
+
+    @property
+    def subject(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 CommandStatus = Literal["applied", "conflict", "failed"]
 
 
@@ -148,8 +211,9 @@ class NodeVerdict(FrozenModel):
 
 
 DecisionOutcome = Literal["placed", "unschedulable", "preempting", "scaled", "held", "cordoned", "evicting",
-                          "spot-suspended", "spot-resumed"]
-"""``evicting``: pods leave a node about to be reclaimed (spot); ``spot-suspended`` / ``spot-resumed``:
+                          "spot-suspended", "spot-resumed", "handed-over"]
+"""``handed-over``: a pod that does not fit in this cell, given to the next cell (:class:`PodRouted`);
+``evicting``: pods leave a node about to be reclaimed (spot); ``spot-suspended`` / ``spot-resumed``:
 a pool stops or starts using spot nodes after too many interruptions / a quiet window."""
 
 
@@ -234,3 +298,4 @@ Command = Annotated[PlacePods | ScalePool | CordonNode | EvictPod, Field(discrim
 ResultEvent = Annotated[CommandResult, Field(discriminator="type")]
 DecisionEvent = Annotated[DecisionRecord | SchedulerConfigAnnounced, Field(discriminator="type")]
 DeadLetterEvent = Annotated[DeadLetter, Field(discriminator="type")]
+HandOverEvent = Annotated[HandOverPod, Field(discriminator="type")]

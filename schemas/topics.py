@@ -14,12 +14,20 @@ from pydantic import Field, TypeAdapter
 
 from .cluster import NodeEvent, NodeObserved, NodeRemoved, PodDeleted, PodEvent, PodObserved
 from .policy import PolicyEvent, PolicyObserved, PolicyRemoved
-from .scheduler import Command, CommandResult, DeadLetterEvent, DecisionEvent, ResultEvent
+from .scheduler import (
+    Command,
+    CommandResult,
+    DeadLetterEvent,
+    DecisionEvent,
+    HandOverEvent,
+    PodRouted,
+    ResultEvent,
+)
 from .signals import QueueEvent, SpotEvent, SpotInterruptionNotice, TelemetryEvent
 from .state import InventoryEvent, LagStateEvent, PoolLagState
 
 CellInput = Annotated[
-    PodObserved | PodDeleted | NodeObserved | NodeRemoved | PolicyObserved | PolicyRemoved
+    PodObserved | PodDeleted | PodRouted | NodeObserved | NodeRemoved | PolicyObserved | PolicyRemoved
     | CommandResult | PoolLagState | SpotInterruptionNotice,
     Field(discriminator="type"),
 ]
@@ -66,6 +74,8 @@ COMMANDS = Topic("berth.scheduler.commands.v1", "pod UID / pool / node", 4, Comm
                  description="Placement, scale, cordon and evict commands for the binder")
 RESULTS = Topic("berth.scheduler.results.v1", "command id", 4, ResultEvent,
                 description="What the binder did with each command")
+HANDOVERS = Topic("berth.scheduler.handovers.v1", "pod UID", 4, HandOverEvent,
+                  description="Pods a cell could not place, for the inventory to route to the next cell")
 DECISIONS = Topic("berth.scheduler.decisions.v1", "cell", 4, DecisionEvent,
                   description="Every decision with its hashes, reasons and scores, for audit")
 INVENTORY_STATE = Topic("berth.inventory.state.v1", "node name", 4, InventoryEvent, compacted=True,
@@ -79,7 +89,7 @@ DEAD_LETTER = Topic("berth.deadletter.v1", "source topic/partition", 1, DeadLett
 
 ALL_TOPICS: tuple[Topic, ...] = (
     PODS, NODES, POLICIES, GPU_TELEMETRY, QUEUE_LAG, SPOT, INVENTORY_STATE, LAG_STATE,
-    COMMANDS, RESULTS, DECISIONS, DECISION_INPUTS, DEAD_LETTER,
+    COMMANDS, RESULTS, DECISIONS, HANDOVERS, DECISION_INPUTS, DEAD_LETTER,
 )
 TOPICS_BY_NAME: dict[str, Topic] = {topic.name: topic for topic in ALL_TOPICS}
 

@@ -398,13 +398,13 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
 
 def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
     """The consumer groups that fold cluster facts into the cells, and their input topics: the
-    inventory (its source topics and its by-node topic) and the decision service (the cells' inputs)."""
+    inventory (its source topics and its by-pod and by-node topics) and the decision service (the cells' inputs)."""
     from berth.schemas.topics import DECISION_INPUTS
     from berth.services.decision.service import GROUP as DECISION_GROUP
     from berth.services.inventory.app import APP_ID as INVENTORY_GROUP
-    from berth.services.inventory.app import NODE_INPUTS, SOURCE_TOPICS
+    from berth.services.inventory.app import INPUT_TOPICS
 
-    return {INVENTORY_GROUP: (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS),
+    return {INVENTORY_GROUP: INPUT_TOPICS,
             DECISION_GROUP: (DECISION_INPUTS.name,)}
 
 

@@ -51,11 +51,11 @@ async def publish_nodes(bootstrap: str, count: int) -> None:
 async def follow(bootstrap: str, pid: int, *, timeout: float) -> tuple[float, float, float]:
     """Until the inventory has no lag: (seconds, its CPU seconds since it started, seconds until
     its CPU last grew fast)."""
-    from berth.services.inventory.app import APP_ID, NODE_INPUTS, SOURCE_TOPICS
+    from berth.services.inventory.app import APP_ID, INPUT_TOPICS
 
     started, cpu_at_start = time.monotonic(), cpu_seconds(pid)
     busy_until, previous_cpu, previous = 0.0, cpu_at_start, 0.0
-    async with LagReader(bootstrap, {APP_ID: (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)}) as reader:
+    async with LagReader(bootstrap, {APP_ID: INPUT_TOPICS}) as reader:
         while True:
             lags = await reader.read()
             now, cpu = time.monotonic() - started, cpu_seconds(pid)

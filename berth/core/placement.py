@@ -33,16 +33,19 @@ class PodPlacement:
         return self.decision.status in ("placed", "held")
 
 
-def place_pod(scheduler: Scheduler, state: ClusterState, pod: PodInfo, profile: str) -> PodPlacement:
+def place_pod(scheduler: Scheduler, state: ClusterState, pod: PodInfo, profile: str, *,
+              preempt: bool = True) -> PodPlacement:
     """Decide ``pod`` with ``profile`` on ``state`` and commit it.
 
     When the decision is ``preempting``, its victims are removed from the state and the pod is
-    scheduled again: only the nominated node changed, so it lands there. A ``placed`` or
+    scheduled again: only the nominated node changed, so it lands there. With ``preempt=False``
+    (a decision cell that can still hand the pod to another cell) a ``preempting`` decision is
+    returned as it is, nothing removed, and the pod is not placed. A ``placed`` or
     ``held`` decision is assumed on the state (``ClusterState.assume``); any other leaves the
     state as it was, except for removed victims."""
     decision = scheduler.schedule(pod, state, profile)
     victims: list[PlacedPod] = []
-    if decision.status == "preempting":
+    if decision.status == "preempting" and preempt:
         for uid in decision.victims:
             placed = state.placed_pod(uid)
             if placed is not None:

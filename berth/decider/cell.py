@@ -11,6 +11,11 @@ What the cell keeps beside the engine's snapshot:
 - the assumed overlay: pods it placed whose binding the cluster has not confirmed yet. The engine
   holds them as assumed, so nothing is allocated twice before the inventory catches up; a failed
   or conflicting command releases them and the pods go back to the queue;
+- hand-overs: a pod routed here with a :class:`~berth.schemas.PodRouted` may be placed in any
+  cell. While its round has cells left to try, it is placed here only if it fits without
+  preemption; otherwise the cell records ``handed-over`` and issues a :class:`HandOverPod`, and
+  forgets the pod (ignoring its echoes) until the inventory routes it here again. The last cell
+  of a round may preempt, and reports the pod unschedulable;
 - gangs: members wait until ``minMember`` of their PodGroup are pending, then go as one;
 - pools: each pool's policy (the pools file, overridden by the cluster's AgentPool), the replica
   count it last asked for and when (cooldowns), the scaling policy's memory folded from the
@@ -47,7 +52,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from hashlib import blake2b
 from typing import Any
 
@@ -57,6 +62,7 @@ from berth.schemas import (
     CordonNode,
     DecisionRecord,
     EvictPod,
+    HandOverPod,
     InputPosition,
     NodeObserved,
     NodeRemoved,
@@ -66,6 +72,7 @@ from berth.schemas import (
     PodInfo,
     PodObserved,
     PodPlacement,
+    PodRouted,
     PolicyObserved,
     PolicyRemoved,
     PoolLagState,
@@ -91,6 +98,11 @@ from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, S
 from .spot import PoolMove, SpotHistory
 
 SCHEDULER_NAME = "berth"
+HANDOVER_RETRY = timedelta(seconds=60)
+"""A pod no cell could place rests in the last cell of its round; failing there again this long
+(event time) after the round began, it is handed on for a new round, since capacity may have
+been freed in cells it cannot see. kube-scheduler retries unschedulable pods on a timer too
+(``podMaxInUnschedulablePodsDuration``)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +163,9 @@ class CellDecider:
         """UIDs the cluster reported bound and not deleted since. A binding is final in
         Kubernetes, so an unbound observation of one of these is an older event delivered
         again (inputs are at-least-once) and must not queue the pod a second time."""
+        self._handed_over: dict[str, int] = {}
+        """uid → hop of pods this cell gave up and the inventory has not yet taken away: their
+        echoes (updates routed here before the hand-over was acted on) must not queue them."""
         self._group_bound: dict[tuple[str, str], set[str]] = {}
         """gang → members bound in the cluster (they count towards minMember, as in kube)."""
         self._pod_groups: dict[tuple[str, str], int] = {}
@@ -197,6 +212,10 @@ class CellDecider:
             self.engine.remove_node(event.name)
         elif isinstance(event, PodObserved):
             cluster_changed = self._on_pod(event.pod, position)
+        elif isinstance(event, PodRouted):
+            self._on_routed(event, position)
+        elif isinstance(event, PodDeleted) and self._handed_over.pop(event.uid, None) is not None:
+            pass  # taken away after a hand-over: nothing of it was here
         elif isinstance(event, PodDeleted):
             decisions.extend(self._pod_gone(event.uid, position, now))
             self._forget_pod(event.uid)
@@ -242,6 +261,7 @@ class CellDecider:
 
     def _on_pod(self, pod: PodInfo, position: InputPosition) -> bool:
         if pod.node_name:
+            self._handed_over.pop(pod.uid, None)
             if pod.uid in self._evicting:
                 return False  # on its way out: its room already belongs to the preemptor
             # Bound (by us, confirmed; or by anyone else): it holds capacity for real now.
@@ -255,6 +275,8 @@ class CellDecider:
             return False
         if pod.scheduler_name != self.scheduler_name or pod.phase != "Pending" or pod.uid in self._bound:
             return False
+        if pod.uid in self._handed_over:
+            return False  # given up: the inventory routes it (and this update) to another cell
         known = self._pending.get(pod.uid)
         if known is not None:
             known.pod = pod  # a spec update of a waiting pod; keep its place in the queue
@@ -265,6 +287,19 @@ class CellDecider:
         self._pending[pod.uid] = PendingPod(pod=pod, sequence=position.offset, shape=_shape(pod))
         self._activate(pod.uid)
         return False
+
+    def _on_routed(self, routed: PodRouted, position: InputPosition) -> None:
+        """A pod routed here for a try in its round (first, next or again)."""
+        uid = routed.pod.uid
+        self._handed_over.pop(uid, None)
+        self._on_pod(routed.pod, position)
+        entry = self._pending.get(uid)
+        if entry is None:
+            return  # not pending for this scheduler (or already placed here): nothing to try
+        entry.routed = routed
+        if uid in self._unschedulable:  # back for a new round: try it again now
+            self._unschedulable.discard(uid)
+            self._activate(uid)
 
     def _on_result(self, result: CommandResult) -> bool:
         uids = self._in_flight.pop(result.command_id, None)
@@ -722,7 +757,7 @@ class CellDecider:
     def _schedule(self, position: InputPosition, now: datetime) -> list[CellDecision]:
         decisions: list[CellDecision] = []
         held_groups: set[tuple[str, str]] = set()
-        failed_shapes: dict[str, tuple[str, EngineOutcome]] = {}
+        failed_shapes: dict[tuple[str, bool], tuple[str, EngineOutcome]] = {}
         """shape → (snapshot, outcome) of a failure in this round: a failure changes nothing, so
         the next pod of that shape on the same snapshot fails the same way without asking."""
         while self._active:
@@ -742,19 +777,45 @@ class CellDecider:
                 decisions.append(decision)
                 continue
             snapshot = self.engine.snapshot_hash()
-            known_failure = failed_shapes.get(entry.shape)
+            may_hand_over = self._may_hand_over(entry, now)
+            shape = (entry.shape, may_hand_over)
+            known_failure = failed_shapes.get(shape)
             if known_failure is not None and known_failure[0] == snapshot:
                 outcome = known_failure[1]
             else:
                 pool = agent_pool_of(pod) if self.pools else None
                 outcome = (self._place_replica(pod, pool) if pool is not None and pool in self.pools
-                           else self.engine.place([pod]))
+                           else self.engine.place([pod], preempt=not may_hand_over))
                 if not outcome.placed:
-                    failed_shapes[entry.shape] = (snapshot, outcome)
+                    failed_shapes[shape] = (snapshot, outcome)
+            if may_hand_over and not outcome.placed:
+                decisions.append(self._hand_over(entry, outcome, position, now, snapshot))
+                continue
             decision = self._conclude([entry], outcome, position, now, subject=pod.key, snapshot=snapshot)
             if decision is not None:
                 decisions.append(decision)
         return decisions
+
+    def _may_hand_over(self, entry: PendingPod, now: datetime) -> bool:
+        """Whether a failure here passes the pod on: its round has an untried cell, or it has
+        rested here for :data:`HANDOVER_RETRY` since its round began."""
+        routed = entry.routed
+        if routed is None or routed.cells < 2:
+            return False
+        return not routed.round_complete or now - routed.round_started_at >= HANDOVER_RETRY
+
+    def _hand_over(self, entry: PendingPod, outcome: EngineOutcome, position: InputPosition, now: datetime,
+                   snapshot: str) -> CellDecision:
+        pod, routed = entry.pod, entry.routed
+        assert routed is not None
+        self._forget_pod(pod.uid)
+        self._handed_over[pod.uid] = routed.hop
+        record = self._record(position, pod.key, "handed-over", now, snapshot=snapshot,
+                              message=outcome.message, verdicts=outcome.verdicts)
+        command = HandOverPod(command_id=_digest(record.decision_id, "hand-over"), decision_id=record.decision_id,
+                              cell=self.cell, pod_uid=pod.uid, namespace=pod.namespace, name=pod.name,
+                              hop=routed.hop, issued_at=now)
+        return CellDecision(record, (command,))
 
     def _try_gang(self, group: tuple[str, str], position: InputPosition,
                   now: datetime) -> CellDecision | None:

@@ -101,12 +101,13 @@ class CoreEngine:
 
     # -- decisions ------------------------------------------------------------------------------
 
-    def place(self, pods: Sequence[PodInfo], *, min_member: int | None = None) -> EngineOutcome:
+    def place(self, pods: Sequence[PodInfo], *, min_member: int | None = None,
+              preempt: bool = True) -> EngineOutcome:
         if min_member is not None:
             return self._place_gang(pods, min_member)
         [pod] = pods
         # The same steps as `berth simulate` (berth.core.placement), assumed on the state.
-        result = place_pod(self.scheduler, self.state, pod, self.profile)
+        result = place_pod(self.scheduler, self.state, pod, self.profile, preempt=preempt)
         decision = result.decision
         # Where each victim holds its room, also when it is only assumed (its own binding
         # still in flight, so its PodInfo names no node yet): the cell keeps that node for the

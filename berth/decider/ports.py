@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PolicyObserved
+from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PodRouted, PolicyObserved
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,10 @@ class PlacementEngine(Protocol):
         """A digest of the current snapshot (order-independent, cheap)."""
         ...
 
-    def place(self, pods: Sequence[PodInfo], *, min_member: int | None = None) -> EngineOutcome:
-        """Try to place one pod, or a gang (all of ``pods``, at least ``min_member``) atomically."""
+    def place(self, pods: Sequence[PodInfo], *, min_member: int | None = None,
+              preempt: bool = True) -> EngineOutcome:
+        """Try to place one pod, or a gang (all of ``pods``, at least ``min_member``) atomically.
+        ``preempt=False``: a pod that would need victims is not placed (one pod only)."""
         ...
 
     def probe_placements(self, pods: Sequence[PodInfo]) -> tuple[str, ...]:
@@ -95,6 +97,8 @@ class PendingPod:
     attempts: int = 0
     in_flight: str | None = field(default=None)
     """The command id of the placement awaiting its result, if any."""
+    routed: PodRouted | None = None
+    """How the inventory routed the pod here when it may go to other cells (None: pinned here)."""
     shape: str = ""
     """A digest of everything about the pod that scheduling looks at (not its identity): two
     pods of one shape fit, or fail, the same way on the same snapshot."""

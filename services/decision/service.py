@@ -2,7 +2,8 @@
 
 Each partition of ``berth.scheduler.inputs.v1`` is a cell. Workers form the consumer group
 ``berth-decision``; whoever holds a partition is the cell's only writer. For each batch of a cell's
-inputs, the commands, the decision records and the input offset are committed in ONE Kafka
+inputs, the commands (to the binder; hand-overs of pods to ``berth.scheduler.handovers.v1`` for the
+inventory), the decision records and the input offset are committed in ONE Kafka
 transaction (a transactional producer per cell, id ``berth-decision-cell-<n>``, which also fences
 a zombie predecessor). A crash aborts the open transaction: nothing of it is visible
 (consumers read committed), and the batch is decided again by whoever takes the cell over.
@@ -30,15 +31,16 @@ from berth.bus import EventConsumer, ensure_topics
 from berth.decider import CellDecider, CellDecision, PlacementEngine
 from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
-from berth.metrics import PENDING_PODS, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
+from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
 from berth.schemas import InputPosition, SchedulerConfigAnnounced, encode
-from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
+from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
 
 log = get_logger(__name__)
 GROUP = "berth-decision"
 SOURCE = "berth/decision"
-_RESULTS = {"placed": "scheduled", "unschedulable": "unschedulable"}
+_RESULTS = {"placed": "scheduled", "unschedulable": "unschedulable", "handed-over": "unschedulable"}
+"""``schedule_attempts_total`` result per decision outcome (a hand-over is a failed attempt here)."""
 CHUNK = 200
 """Records decided between yields to the event loop. Deciding is CPU work on the loop's thread;
 aiokafka's heartbeats need the loop too, and a member that misses them for a session timeout
@@ -201,12 +203,15 @@ class DecisionService:
                 await self._announce(worker)
             for decision, seconds in outputs:
                 for command in decision.commands:
+                    # To the binder (commands topic), or a hand-over to the inventory.
                     encoded = encode(command, source=SOURCE, event_id=command.command_id)
-                    await worker.producer.send(COMMANDS.name, encoded.value, key=encoded.key,
+                    await worker.producer.send(topic_for_event(command).name, encoded.value, key=encoded.key,
                                                headers=encoded.headers)
                 encoded = encode(decision.record, source=SOURCE, event_id=decision.record.decision_id)
                 await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key,
                                            headers=encoded.headers)
+                if decision.record.outcome == "handed-over":
+                    PODS_HANDED_OVER.labels(str(worker.partition)).inc()
                 result = _RESULTS.get(decision.record.outcome)
                 if result is not None:
                     profile = worker.decider.engine.profile

@@ -2,7 +2,11 @@
 
 Topology (one consumer group, ``berth-inventory``)::
 
-    berth.cluster.pods.v1 ──▶ pods agent ─(table pod-routes, key pod UID)──▶ unbound pods to their cell
+    berth.cluster.pods.v1 ────────┐
+    berth.scheduler.handovers.v1 ─┴─▶ berth-inventory-pod-inputs (internal, key pod UID)
+                                   │
+                                   ▼
+                              pod agent ─(table pod-routes, key pod UID)──▶ unbound pods to a cell
                                    │ bound pods, deletions of bound pods
     berth.cluster.nodes.v1 ─┐      ▼
     berth.gpu.telemetry.v1 ─┼──▶ berth-inventory-node-inputs (internal, key node name)
@@ -11,11 +15,13 @@ Topology (one consumer group, ``berth-inventory``)::
                              node agent ─(table nodes, key node name)──▶ inventory state + cells
     berth.cluster.policies.v1 ──▶ policies agent ──▶ cells (stateless)
 
-Why the internal topic: a faust table is partitioned like the stream that writes it (a key's
+Why the internal topics: a faust table is partitioned like the stream that writes it (a key's
 changelog partition is the partition of the event being processed). Pods are keyed by UID and
 nodes by name, and producers outside Berth may hash keys differently from topic to topic, so every
-node-scoped input is re-keyed onto one topic this app produces itself; one agent then owns each
-node's state, in one order, and the ``nodes`` table restores partition by partition with it.
+node-scoped input is re-keyed onto one topic this app produces itself, and so is every pod-scoped
+one (pod events, and the hand-overs the decision cells key by pod UID themselves); one agent then
+owns each node's (each pod's) state, in one order, and the table restores partition by partition
+with it.
 
 Outputs go through an :class:`~berth.bus.streams.Outbox` (faust's producer buffer in production,
 a list in tests), so the records of one input leave in the order the fold returned them and
@@ -46,6 +52,7 @@ from berth.schemas import NodeObserved, NodeRemoved, PodDeleted, PodObserved
 from berth.schemas.topics import (
     DECISION_INPUTS,
     GPU_TELEMETRY,
+    HANDOVERS,
     INVENTORY_STATE,
     NODES,
     PODS,
@@ -56,14 +63,16 @@ from berth.schemas.topics import (
 from .fold import (
     NODE_INPUT,
     NODE_STATE,
+    POD_INPUT,
     POD_ROUTE,
     InventoryChanged,
     NodeInput,
     Output,
+    PodInput,
     ToCell,
     ToNode,
     fold_node_input,
-    fold_pod_event,
+    fold_pod_input,
     route_policy,
 )
 
@@ -74,16 +83,21 @@ CONSUMER = "inventory"
 SOURCE = "berth/inventory"
 NODE_INPUTS = "berth-inventory-node-inputs"
 """Internal topic: every node-scoped input, keyed by node name (see the module docstring)."""
+POD_INPUTS = "berth-inventory-pod-inputs"
+"""Internal topic: pod events and hand-overs, keyed by pod UID (see the module docstring)."""
 NODE_FACT_TOPICS = (NODES, GPU_TELEMETRY, SPOT)
-SOURCE_TOPICS = (PODS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
+POD_SOURCE_TOPICS = (PODS, HANDOVERS)
+SOURCE_TOPICS = (PODS, HANDOVERS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
+INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), POD_INPUTS, NODE_INPUTS)
+"""Every topic the consumer group reads: its sources and its own internal topics."""
 
 
 @dataclass(frozen=True)
 class Layout:
     """Partition counts the app is built for, read from the brokers at start.
 
-    ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the pod
-    topic, which the pod-routes table follows. ``node_partitions``: of the internal by-node topic
+    ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the internal
+    by-pod topic and the pod-routes table (we use the pod topic's count). ``node_partitions``: of the internal by-node topic
     and the nodes table (we use the node topic's count, so node parallelism follows it).
     """
 
@@ -124,6 +138,7 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
     topics = {topic.name: app.topic(topic.name, **raw) for topic in SOURCE_TOPICS}
     node_inputs = app.topic(NODE_INPUTS, partitions=layout.node_partitions, internal=True, **raw)
+    pod_inputs = app.topic(POD_INPUTS, partitions=layout.pod_partitions, internal=True, **raw)
     pod_routes = ModelTable.declare(app, "pod-routes", POD_ROUTE, partitions=layout.pod_partitions,
                                     help="pod UID → where its events were last routed")
     nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
@@ -144,21 +159,28 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             elif isinstance(output, InventoryChanged):
                 sink.publish(INVENTORY_STATE.name, output.inventory, event_id=event_id)
 
-    @app.agent(topics[PODS.name], name="pods")
+    @app.agent(pod_inputs, name="pod-stage")
     async def route_pods(stream: Any) -> None:
         async for record in stream.events():
-            decoded = accept(PODS, record, consumer=CONSUMER, outbox=sink)
-            if decoded is None:
+            message = record.message
+            try:
+                item = POD_INPUT.validate_json(message.value)
+            except ValidationError as exc:  # written by this app: only a version skew gets here
+                refuse(dead_letter_for(
+                    topic=message.topic, partition=message.partition, offset=message.offset,
+                    key=message.key, value=message.value, headers=list(message.headers or ()),
+                    consumer=CONSUMER, reason=f"not a pod input: {exc}"), outbox=sink)
                 continue
-            event = decoded.event
-            uid = event.pod.uid if isinstance(event, PodObserved) else event.uid
+            uid = item.uid
             route = pod_routes.get(uid)
-            folded = fold_pod_event(route, event, layout.cells)
+            folded = fold_pod_input(route, item, layout.cells)
             if folded.state != route:
                 pod_routes.put(uid, folded.state)
-            emit(folded.outputs, origin_of(record), "pods")
+            emit(folded.outputs, item.origin or origin_of(record), "pods")
 
-    agents = {"pods": route_pods}
+    agents = {"pod-stage": route_pods}
+    for topic in POD_SOURCE_TOPICS:
+        agents[topic.name] = _pod_source_agent(app, topics[topic.name], topic, sink)
     for topic in NODE_FACT_TOPICS:
         agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
 
@@ -188,8 +210,21 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             emit(folded.outputs, item.origin or origin_of(record), f"node/{item.node}")
 
     agents.update({"policies": route_policies, "node-stage": fold_nodes})
-    track_consumer_lag(app, consumer=CONSUMER, topics=[topic.name for topic in SOURCE_TOPICS] + [NODE_INPUTS])
+    track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)
     return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
+
+
+def _pod_source_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox) -> Any:
+    """An agent that validates one pod-keyed source topic and re-keys it onto the pod stage."""
+
+    async def forward(stream: Any) -> None:
+        async for record in stream.events():
+            decoded = accept(topic, record, consumer=CONSUMER, outbox=sink)
+            if decoded is not None:
+                item = PodInput(event=decoded.event, origin=origin_of(record))
+                sink.publish_raw(POD_INPUTS, item.uid.encode(), POD_INPUT.dump_json(item))
+
+    return app.agent(channel, name=topic.name.removeprefix("berth.").rsplit(".", 1)[0])(forward)
 
 
 def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emit: Any) -> Any:

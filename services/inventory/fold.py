@@ -6,9 +6,10 @@ functions, store the returned state in tables and send the returned outputs. Tim
 Two stages, because pods and nodes are keyed differently (pod UID vs node name) and faust tables
 are partitioned like the stream that writes them:
 
-* the **pod stage** (:func:`fold_pod_event`, state :class:`PodRoute` per pod UID) routes pods that
-  are not bound to any node straight to their cell and hands everything about a bound pod to the
-  node stage, keyed by the node's name;
+* the **pod stage** (:func:`fold_pod_event` and :func:`fold_hand_over`, state :class:`PodRoute`
+  per pod UID) routes pods that are not bound to any node straight to a cell, passes them on when
+  a cell hands them over, and hands everything about a bound pod to the node stage, keyed by the
+  node's name;
 * the **node stage** (:func:`fold_node_input`, state :class:`NodeState` per node name) owns one
   node: its facts, telemetry, spot notice and bound pods. It derives the published
   :class:`~berth.schemas.NodeInventory` and routes node-related inputs to the node's cell.
@@ -18,8 +19,14 @@ Routing contract (the cell inputs of ``berth.scheduler.inputs.v1``):
 * a node's ``NodeObserved`` / ``NodeRemoved`` and its ``SpotInterruptionNotice`` go to the node's
   cell; the forwarded node is the *effective* one (a device that telemetry reports unhealthy has
   ``healthy=False``), and a ``NodeObserved`` that would change nothing for the cell is not sent;
-* an unbound pod of the ``berth`` scheduler goes to :func:`~berth.schemas.cells.cell_of_pod`;
-  a bound pod (any scheduler: it holds capacity) goes to its node's cell, or to ``cell_of_pod``
+* an unbound pod of the ``berth`` scheduler goes to :func:`~berth.schemas.cells.cell_of_pod`:
+  as a ``PodObserved`` when it is pinned there (:func:`~berth.schemas.cells.pinned_cell`), else as
+  a :class:`~berth.schemas.PodRouted` opening its round of cells; a
+  :class:`~berth.schemas.HandOverPod` from the cell holding it sends it to the next cell of the
+  round (the first after the handing cell, in cell order, not tried yet; all tried: a new round)
+  as a ``PodRouted``, and that cell a ``PodDeleted``; later changes of the pod go, as
+  ``PodObserved``, to the cell holding it, while the rules that placed it are unchanged;
+* a bound pod (any scheduler: it holds capacity) goes to its node's cell, or to ``cell_of_pod``
   while that node has not been observed yet;
 * a ``PodDeleted`` goes to the cell the pod was last routed to;
 * when a pod or node moves to another cell (node relabelled, node observed after its pods, pod
@@ -56,11 +63,13 @@ from berth.schemas import (
     PodDeleted,
     PodInfo,
     PodObserved,
+    PodRouted,
     PolicyObserved,
     PolicyRemoved,
     SpotInterruptionNotice,
 )
-from berth.schemas.cells import cell_of_node, cell_of_pod
+from berth.schemas.cells import cell_of_node, cell_of_pod, pinned_cell
+from berth.schemas.scheduler import HandOverPod
 
 BERTH_SCHEDULER = "berth"
 """``spec.schedulerName`` of the pods Berth places."""
@@ -76,7 +85,7 @@ class _State(BaseModel):
 # --- outputs ------------------------------------------------------------------------------------
 
 CellEvent = Union[
-    PodObserved, PodDeleted, NodeObserved, NodeRemoved, PolicyObserved, PolicyRemoved,
+    PodObserved, PodDeleted, PodRouted, NodeObserved, NodeRemoved, PolicyObserved, PolicyRemoved,
     SpotInterruptionNotice,
 ]
 
@@ -160,11 +169,19 @@ class PodRoute(_State):
     """Where the pod stage last sent a pod.
 
     ``node`` is the node the pod is bound to (its events then go through that node's stage);
-    ``cell`` is the cell an unbound pod was routed to (None once bound: the node stage owns it).
+    ``cell`` is the cell an unbound pod was routed to (None once bound: the node stage owns it),
+    ``home`` the cell its placement rules name. For a pod in a round of cells
+    (:class:`~berth.schemas.PodRouted`): ``pod`` as last observed (handed on with it), ``tried``
+    the round's cells so far (``cell`` last), when the round began, and ``hop``, its routings.
     """
 
     node: str | None = None
     cell: int | None = None
+    home: int | None = None
+    pod: PodInfo | None = None
+    tried: tuple[int, ...] = ()
+    round_started_at: datetime | None = None
+    hop: int = 0
 
 
 POD_ROUTE = TypeAdapter(PodRoute)
@@ -176,6 +193,37 @@ class Folded:
 
     state: Any
     outputs: tuple[Output, ...] = field(default=())
+
+
+PodScopedEvent = Annotated[Union[PodObserved, PodDeleted, HandOverPod], Field(discriminator="type")]
+
+
+class PodInput(_State):
+    """One event about one pod, as carried on the inventory's internal by-pod topic (key: UID).
+
+    Pod events and cells' hand-overs come from topics keyed differently (or hashed by other
+    producers), so both are re-keyed onto one topic: the pod stage then sees each pod's events
+    in one order, next to the pod's table entry."""
+
+    event: PodScopedEvent
+    origin: str = ""
+    """Where the event was first read (``topic/partition/offset``): ids of what it causes."""
+
+    @property
+    def uid(self) -> str:
+        event = self.event
+        return event.pod.uid if isinstance(event, PodObserved) else (
+            event.uid if isinstance(event, PodDeleted) else event.pod_uid)
+
+
+POD_INPUT = TypeAdapter(PodInput)
+
+
+def fold_pod_input(route: PodRoute | None, item: PodInput, cells: int) -> Folded:
+    """The pod stage: route one pod event, or act on one hand-over."""
+    if isinstance(item.event, HandOverPod):
+        return fold_hand_over(route, item.event, cells)
+    return fold_pod_event(route, item.event, cells)
 
 
 def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cells: int) -> Folded:
@@ -200,12 +248,46 @@ def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cell
         return Folded(PodRoute(node=pod.node_name), tuple(outputs))
     if pod.scheduler_name != BERTH_SCHEDULER:
         return Folded(None, tuple(outputs))  # not ours to place, and it holds nothing yet
-    cell = cell_of_pod(pod, cells)
+    home = cell_of_pod(pod, cells)
     previous = route.cell if route is not None else None
-    if previous is not None and previous != cell:
+    if route is not None and previous is not None and route.home == home and (route.tried or previous == home):
+        # Its rules still name the same cell: the change goes to the cell holding the pod
+        # (where its round has taken it), which keeps its place in the round.
+        outputs.append(ToCell(previous, event))
+        return Folded(route.model_copy(update={"pod": pod}) if route.tried else route, tuple(outputs))
+    if previous is not None and previous != home:
         outputs.append(ToCell(previous, _deletion_of(pod, event.observed_at, None)))
-    outputs.append(ToCell(cell, event))
-    return Folded(PodRoute(cell=cell), tuple(outputs))
+    hop = route.hop + 1 if route is not None else 0
+    if cells > 1 and pinned_cell(pod, cells) is None:
+        at = event.observed_at
+        outputs.append(ToCell(home, PodRouted(pod=pod, tried=(home,), cells=cells, hop=hop,
+                                              round_started_at=at, observed_at=at)))
+        return Folded(PodRoute(cell=home, home=home, pod=pod, tried=(home,), round_started_at=at, hop=hop),
+                      tuple(outputs))
+    outputs.append(ToCell(home, event))
+    return Folded(PodRoute(cell=home, home=home, hop=hop), tuple(outputs))
+
+
+def fold_hand_over(route: PodRoute | None, request: HandOverPod, cells: int) -> Folded:
+    """Pass a pod a cell gave up on to the next cell of its round (see the module docstring).
+
+    Ignored unless the pod is still pending in a round, routed to the handing cell, at the hop
+    the cell saw: a pod bound, deleted or moved since, or a repeated hand-over, changes nothing.
+    """
+    if (route is None or route.node is not None or route.pod is None or not route.tried
+            or route.cell != request.cell or route.hop != request.hop or cells < 2):
+        return Folded(route)
+    tried, started = route.tried, route.round_started_at
+    if len(set(tried)) >= cells:  # every cell had its try: a new round, from this cell on
+        tried, started = (request.cell,), request.issued_at
+    target = next(cell for cell in ((request.cell + step) % cells for step in range(1, cells))
+                  if cell not in tried)
+    at = request.issued_at
+    routed = PodRouted(pod=route.pod, tried=(*tried, target), cells=cells, hop=route.hop + 1,
+                       round_started_at=started or at, observed_at=at)
+    outputs = (ToCell(request.cell, _deletion_of(route.pod, at, None)), ToCell(target, routed))
+    return Folded(route.model_copy(update={"cell": target, "tried": routed.tried, "hop": routed.hop,
+                                           "round_started_at": routed.round_started_at}), outputs)
 
 
 def _pod_deleted(route: PodRoute | None, event: PodDeleted) -> Folded:

@@ -9,11 +9,11 @@ decision, audit and ``binder --backend kube``. The CRDs (PodGroup, AgentPool) ar
 
 Each test works in a namespace of its own and on fake GPU nodes of its own (no kubelet), a node
 pool ``berth.io/node-pool=<test>``; its pods select that pool with a node selector, so tests never
-compete for capacity. The pool label is also what keeps a pod and its nodes in one *cell*
+compete for capacity. The pool label is also what pins a pod and its nodes to one *cell*
 (``berth.schemas.cells``: the decision service splits the cluster into cells, one per partition
-of ``berth.scheduler.inputs.v1``, and a pod only sees the nodes of its own cell — hence the node
-count in Berth's "0/N nodes are available" is the count of the pod's cell, see
-:func:`nodes_in_cell_of_pool`). Nodes are never deleted. Every assertion reads the API objects
+of ``berth.scheduler.inputs.v1``, and a pinned pod only sees the nodes of its own cell — hence the
+node count in Berth's "0/N nodes are available" is the count of the pod's cell, see
+:func:`nodes_in_cell_of_pool`; pods that pin nothing are handed from cell to cell). Nodes are never deleted. Every assertion reads the API objects
 (``spec.nodeName``, the ``berth.io/gpu-devices`` annotation, the ``PodScheduled`` condition,
 events), never logs.
 """
@@ -512,6 +512,40 @@ def test_members_of_a_gang_that_cannot_fit_say_why(pipeline, suite, namespace):
                                    if (c := _scheduled_condition(pod)) is not None] or None,
                           "a PodScheduled condition on a member", timeout=GANG_SETTLE_S * 3)
     assert all(condition[:2] == ("False", "Unschedulable") for condition in conditions)
+
+
+def test_a_pod_hashed_to_a_full_cell_is_bound_in_a_cell_with_room(pipeline, suite, namespace):
+    """A pod that names no cell, node pool or gang may go to any node, as with kube-scheduler: the
+    cell its UID hashes to hands it on when it has no room (``PodRouted`` / ``HandOverPod``)."""
+    from berth.schemas.cells import CELL_LABEL, stable_hash
+    from berth.schemas.topics import DECISION_INPUTS
+
+    cells = DECISION_INPUTS.partitions
+    selector = {"berth-e2e/handover": suite}  # selects this test's nodes and pins nothing
+    [full] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-full-",
+                               labels={CELL_LABEL: "0", **selector})
+    [roomy] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-roomy-",
+                                labels={CELL_LABEL: "1", **selector})
+
+    def body(name: str, gpus: int, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+        pod = pod_body(name, suite, gpus=gpus, labels=labels, select_suite=False)
+        pod["spec"]["nodeSelector"] = dict(selector)
+        return pod
+
+    create_pods(pipeline, namespace, [body("filler", 8, {CELL_LABEL: "0"})])  # pinned: fills cell 0
+    assert wait_bound(pipeline, namespace, ["filler"])["filler"].spec.node_name == full
+    # One-GPU pods until one hashes to the full cell (each does with probability 1/cells).
+    homes: dict[str, int] = {}
+    while 0 not in homes.values() and len(homes) < 8:
+        name = f"free-{len(homes)}"
+        uid = create_pods(pipeline, namespace, [body(name, 1)])[name]
+        homes[name] = stable_hash(f"pod/{uid}") % cells
+    assert 0 in homes.values(), f"no pod of {len(homes)} hashed to cell 0: {homes}"
+    bound = wait_bound(pipeline, namespace, list(homes))
+    assert {name: pod.spec.node_name for name, pod in bound.items()} == {name: roomy for name in homes}
+    handed_over = {subject for subject, outcome, _ in asyncio.run(_decisions_about(pipeline.kafka, namespace))
+                   if outcome == "handed-over"}
+    assert handed_over == {f"{namespace}/{name}" for name, home in homes.items() if home == 0}
 
 
 def test_deleting_a_pod_frees_its_gpus_for_the_next(pipeline, suite, namespace):

@@ -56,7 +56,7 @@ class FakeEngine:
                     free[r] -= pod.requests.get(r, 0)
         return free
 
-    def place(self, pods, *, min_member=None) -> EngineOutcome:
+    def place(self, pods, *, min_member=None, preempt=True) -> EngineOutcome:
         chosen: list[tuple[str, PodInfo]] = []
         for pod in pods:
             for name in sorted(self.nodes):

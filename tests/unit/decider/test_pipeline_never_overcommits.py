@@ -15,12 +15,12 @@ from typing import Any
 from berth.decider import CellDecider
 from berth.decider.engine import engine_factory
 from berth.decider.pools import parse_pools
-from berth.schemas import CommandResult, InputPosition, PlacePods, PodDeleted, PodObserved
+from berth.schemas import CommandResult, HandOverPod, InputPosition, PlacePods, PodDeleted, PodObserved
 from berth.schemas.samples import T0
 from berth.workloads import from_documents, generated_documents, pool_policies
 from services.cluster_sim.player import policy_observed
 from services.cluster_sim.state import ClusterState
-from services.inventory.fold import NodeInput, ToCell, ToNode, fold_node_input, fold_pod_event, route_policy
+from services.inventory.fold import NodeInput, PodInput, ToCell, ToNode, fold_node_input, fold_pod_input, route_policy
 
 CELLS = 2
 
@@ -40,6 +40,7 @@ class Pipeline:
         self.rng = random.Random(seed)
         self.max_delay, self.run_steps = max_delay, run_steps
         self.step = 0
+        self.hand_overs = 0
         self._due: list[tuple[int, int, tuple[Any, ...]]] = []
         self._sequence = 0
         self.overcommits: list[tuple[str, str, str]] = []
@@ -51,13 +52,14 @@ class Pipeline:
         heapq.heappush(self._due, (self.step + delay, self._sequence, action))
 
     def _inventory(self, event: Any) -> None:
-        work: list[tuple[str, Any]] = [("pod", event) if isinstance(event, (PodObserved, PodDeleted))
+        work: list[tuple[str, Any]] = [("pod", PodInput(event=event))
+                                       if isinstance(event, (PodObserved, PodDeleted, HandOverPod))
                                        else ("node", NodeInput.of(event))]
         while work:
             stage, item = work.pop(0)
             if stage == "pod":
-                uid = item.pod.uid if isinstance(item, PodObserved) else item.uid
-                folded = fold_pod_event(self.routes.get(uid), item, CELLS)
+                uid = item.uid
+                folded = fold_pod_input(self.routes.get(uid), item, CELLS)
                 if folded.state is None:
                     self.routes.pop(uid, None)
                 else:
@@ -78,6 +80,9 @@ class Pipeline:
             for command in decision.commands:
                 if isinstance(command, PlacePods):
                     self._later(self.rng.randint(1, self.max_delay), ("apply", command))
+                elif isinstance(command, HandOverPod):  # the inventory acts on it, a little later
+                    self.hand_overs += 1
+                    self._later(self.rng.randint(1, 20), ("hand-over", command))
 
     def _apply(self, command: PlacePods) -> None:
         """What the binder does: evict the victims, then bind; report the result to the cell."""
@@ -108,6 +113,8 @@ class Pipeline:
             _, _, (kind, item) = heapq.heappop(self._due)
             if kind == "apply":
                 self._apply(item)
+            elif kind == "hand-over":
+                self._inventory(item)
             else:
                 for event in self.cluster.delete_pod(item.namespace, item.name, T0, uid=item.pod_uid).events:
                     self._inventory(event)
@@ -134,4 +141,9 @@ def test_late_out_of_order_bindings_never_overcommit_a_node():
     pipeline.run()
     assert pipeline.cluster.counters.pods_bound > 1000
     assert pipeline.cluster.counters.evictions > 0, "the run must exercise preemption"
+    assert pipeline.hand_overs > 0, "the run must pass pods between cells"
     assert pipeline.overcommits == []
+    # One writer per pod: no pod waits in two cells, and no cell gave up a pod it still holds.
+    pending = [uid for cell in pipeline.cells for uid in cell._pending]
+    assert len(pending) == len(set(pending))
+    assert not any(set(cell._pending) & set(cell._handed_over) for cell in pipeline.cells)

@@ -26,17 +26,22 @@ from berth.schemas import (
     SpotInterruptionNotice,
 )
 from berth.schemas.cells import CELL_LABEL, cell_of_pod
+from berth.schemas.scheduler import HandOverPod, PodRouted
 from berth.services.inventory.fold import (
     NODE_INPUT,
     NODE_STATE,
+    POD_INPUT,
     InventoryChanged,
     NodeInput,
     NodeState,
+    PodInput,
     PodRoute,
     ToCell,
     ToNode,
+    fold_hand_over,
     fold_node_input,
     fold_pod_event,
+    fold_pod_input,
     inventory_of,
     route_policy,
 )
@@ -288,7 +293,7 @@ def pod_event(p: PodInfo, t: float = 0) -> PodObserved:
 def test_pending_berth_pods_go_to_their_cell_and_others_are_ignored():
     pending = pod("wait", cell=2)
     folded = fold_pod_event(None, pod_event(pending), CELLS)
-    assert folded.state == PodRoute(cell=2)
+    assert folded.state == PodRoute(cell=2, home=2)  # pinned by its cell label: no round of cells
     assert [(o.cell, o.event) for o in folded.outputs] == [(2, pod_event(pending))]
     foreign = pod("theirs", scheduler="default-scheduler")
     assert fold_pod_event(None, pod_event(foreign), CELLS).outputs == ()
@@ -335,6 +340,90 @@ def test_a_pending_pod_whose_cell_changes_is_withdrawn_from_the_old_one():
     folded = fold_pod_event(route, pod_event(moved), CELLS)
     assert [(o.cell, o.event.type.split(".")[-2]) for o in folded.outputs] == [
         (route.cell, "pod-deleted"), ((route.cell + 1) % CELLS, "pod-observed")]
+
+
+def hand_over(route: PodRoute, t: float = 5, **update: Any) -> HandOverPod:
+    fields = {"command_id": f"c-{route.hop}", "decision_id": f"d-{route.hop}", "cell": route.cell,
+              "pod_uid": "uid-free", "namespace": "ml", "name": "free", "hop": route.hop, "issued_at": at(t)}
+    return HandOverPod(**{**fields, **update})
+
+
+def test_an_unpinned_pending_pod_opens_a_round_in_its_hashed_cell():
+    free = pod("free")
+    folded = fold_pod_event(None, pod_event(free), CELLS)
+    home = cell_of_pod(free, CELLS)
+    [out] = folded.outputs
+    assert out.cell == home and out.event == PodRouted(pod=free, tried=(home,), cells=CELLS, hop=0,
+                                                        round_started_at=at(0), observed_at=at(0))
+    assert folded.state == PodRoute(cell=home, home=home, pod=free, tried=(home,), round_started_at=at(0))
+    # With one cell there is nowhere to go: a plain observation, as before rounds existed.
+    [single] = fold_pod_event(None, pod_event(free), 1).outputs
+    assert single.event == pod_event(free)
+
+
+def test_hand_overs_walk_the_cells_in_order_then_start_a_new_round():
+    free = pod("free")
+    route = fold_pod_event(None, pod_event(free), CELLS).state
+    home = route.cell
+    visited = [home]
+    for step in range(1, CELLS):
+        folded = fold_hand_over(route, hand_over(route, t=step), CELLS)
+        withdrawn, routed = folded.outputs
+        # The handing cell forgets the pod first, then the next untried cell gets it.
+        assert withdrawn.cell == route.cell and isinstance(withdrawn.event, PodDeleted)
+        assert isinstance(routed.event, PodRouted) and routed.cell == (route.cell + 1) % CELLS
+        assert routed.event.hop == step and routed.event.round_started_at == at(0)
+        route = folded.state
+        visited.append(route.cell)
+    assert sorted(visited) == list(range(CELLS)) and PodRouted(
+        pod=free, tried=route.tried, cells=CELLS, round_started_at=at(0), observed_at=at(0)).round_complete
+    # Every cell tried: the last one hands it on for a new round that starts now.
+    folded = fold_hand_over(route, hand_over(route, t=70), CELLS)
+    routed = folded.outputs[1].event
+    assert routed.tried == (route.cell, (route.cell + 1) % CELLS) and routed.round_started_at == at(70)
+    assert not routed.round_complete
+
+
+def test_an_update_of_a_pod_in_a_round_goes_to_the_cell_holding_it_and_is_handed_on():
+    free = pod("free")
+    route = fold_pod_event(None, pod_event(free), CELLS).state
+    route = fold_hand_over(route, hand_over(route), CELLS).state
+    changed = free.model_copy(update={"labels": {"team": "a"}})
+    folded = fold_pod_event(route, pod_event(changed, 6), CELLS)
+    assert [(o.cell, o.event) for o in folded.outputs] == [(route.cell, pod_event(changed, 6))]
+    assert folded.state.pod == changed and folded.state.tried == route.tried
+    routed = fold_hand_over(folded.state, hand_over(folded.state, t=7), CELLS).outputs[1].event
+    assert routed.pod == changed  # the next cell sees the pod as it is now
+
+
+@pytest.mark.parametrize("stale", ["hop", "cell", "bound", "deleted"])
+def test_a_stale_hand_over_changes_nothing(stale):
+    free = pod("free")
+    route = fold_pod_event(None, pod_event(free), CELLS).state
+    request = hand_over(route)
+    if stale == "hop":  # repeated after the pod was already passed on (a re-decided batch)
+        route = fold_hand_over(route, request, CELLS).state
+        request = request.model_copy(update={"cell": route.cell})
+    elif stale == "cell":
+        request = request.model_copy(update={"cell": (route.cell + 1) % CELLS})
+    elif stale == "bound":
+        route = fold_pod_event(route, pod_event(pod("free", node_name="gpu-a", devices=(0,), whole=1), 2),
+                               CELLS).state
+    else:
+        route = fold_pod_event(route, PodDeleted(uid="uid-free", namespace="ml", name="free",
+                                                 observed_at=at(2)), CELLS).state
+    folded = fold_hand_over(route, request, CELLS)
+    assert folded.state == route and folded.outputs == ()
+
+
+def test_pod_inputs_round_trip_the_internal_topic_and_dispatch_by_kind():
+    free = pod("free")
+    route = fold_pod_event(None, pod_event(free), CELLS).state
+    request = hand_over(route)
+    for event in (pod_event(free), request):
+        item = PodInput(event=event, origin="berth.cluster.pods.v1/0/7")
+        assert POD_INPUT.validate_json(POD_INPUT.dump_json(item)) == item and item.uid == "uid-free"
+    assert fold_pod_input(route, PodInput(event=request), CELLS) == fold_hand_over(route, request, CELLS)
 
 
 # --- policies ------------------------------------------------------------------------------------
@@ -398,14 +487,19 @@ async def put(agent, event=None, *, raw: tuple[bytes, bytes] | None = None, head
 
 async def test_agents_route_a_bound_pod_through_the_node_stage(service):
     from berth.schemas.topics import DECISION_INPUTS, DEAD_LETTER, INVENTORY_STATE
+    from berth.services.inventory.app import NODE_INPUTS, POD_INPUTS
 
     outbox = service.outbox
     async with service.agents["berth.cluster.nodes.v1"].test_context() as nodes:
         await put(nodes, NodeObserved(node=node(cell=2), observed_at=at(0)))
-    async with service.agents["pods"].test_context() as pods:
+    async with service.agents["berth.cluster.pods.v1"].test_context() as pods:
         await put(pods, pod_event(pod("p", node_name="gpu-a", devices=(1,), milli=500)))
         await put(pods, raw=(b"k", b"{not json"))
-    handed_over = [item for item in outbox.published if item.value is not None]
+    [rekeyed] = outbox.on(POD_INPUTS)
+    assert rekeyed.key == b"uid-p"  # pod events meet their pod's route under its UID
+    async with service.agents["pod-stage"].test_context() as stage:
+        await put(stage, raw=(rekeyed.key, rekeyed.value))
+    handed_over = outbox.on(NODE_INPUTS)
     assert [item.key for item in handed_over] == [b"gpu-a", b"gpu-a"]  # node fact, then the pod
     async with service.agents["node-stage"].test_context() as stage:
         for item in handed_over:
@@ -419,3 +513,25 @@ async def test_agents_route_a_bound_pod_through_the_node_stage(service):
     # The event ids are derived from the input's position: stable across reprocessing.
     ids = [p.event_id for p in outbox.on(DECISION_INPUTS.name)]
     assert len(set(ids)) == 2 and all(ids)
+
+
+async def test_agents_pass_a_handed_over_pod_to_the_next_cell(service):
+    from berth.schemas.topics import DECISION_INPUTS
+    from berth.services.inventory.app import POD_INPUTS
+
+    outbox = service.outbox
+    free = pod("free")
+    home = cell_of_pod(free, CELLS)
+    async with service.agents["berth.cluster.pods.v1"].test_context() as pods:
+        await put(pods, pod_event(free))
+    request = hand_over(PodRoute(cell=home, hop=0))
+    async with service.agents["berth.scheduler.handovers.v1"].test_context() as handovers:
+        await put(handovers, request)
+    rekeyed = outbox.on(POD_INPUTS)
+    assert [item.key for item in rekeyed] == [b"uid-free", b"uid-free"]
+    async with service.agents["pod-stage"].test_context() as stage:
+        for item in rekeyed:
+            await put(stage, raw=(item.key, item.value))
+    routed = [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)]
+    assert routed == [(home, "pod-routed"), (home, "pod-deleted"), ((home + 1) % CELLS, "pod-routed")]
+    assert service.pod_routes.get("uid-free").cell == (home + 1) % CELLS
