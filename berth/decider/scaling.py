@@ -252,7 +252,7 @@ def need(inputs: ScalingInput) -> Need:
 def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
     """The replica count to ask for now (or a held verdict saying why not), or None to leave the
     pool as it is. See the module docstring for the rule."""
-    policy, lag, current = inputs.policy, inputs.lag, inputs.current
+    policy, current = inputs.policy, inputs.current
     if current > policy.max_replicas:
         return ScaleVerdict(policy.max_replicas, f"above maxReplicas {policy.max_replicas}",
                             wanted=policy.max_replicas)

@@ -7,7 +7,6 @@ healthy stack is recorded.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 

@@ -29,7 +29,6 @@ from aiokafka.errors import KafkaError
 
 from berth.bus import EventConsumer, ensure_topics
 from berth.decider import CellDecider, CellDecision, PlacementEngine
-from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
 from berth.schemas import InputPosition, SchedulerConfigAnnounced, encode
