@@ -130,6 +130,9 @@ class PodRouted(FrozenModel):
     tried: tuple[NonNegativeInt, ...] = Field(min_length=1)
     cells: int = Field(ge=1)
     hop: NonNegativeInt = 0
+    route_partition: NonNegativeInt = 0
+    """The partition of ``berth.cluster.pods.v1`` the pod's events arrive on: where the router
+    keeps the pod's route, so a hand-over must go to this partition of the hand-over topic."""
     round_started_at: UtcDatetime
     observed_at: UtcDatetime
 
@@ -163,6 +166,8 @@ class HandOverPod(FrozenModel):
     namespace: DnsLabel
     name: DnsLabel
     hop: NonNegativeInt
+    route_partition: NonNegativeInt = 0
+    """The :class:`PodRouted`'s: the partition of ``berth.scheduler.handovers.v1`` to publish to."""
     issued_at: UtcDatetime
 
     @property

@@ -74,8 +74,10 @@ COMMANDS = Topic("berth.scheduler.commands.v1", "pod UID / pool / node", 4, Comm
                  description="Placement, scale, cordon and evict commands for the binder")
 RESULTS = Topic("berth.scheduler.results.v1", "command id", 4, ResultEvent,
                 description="What the binder did with each command")
-HANDOVERS = Topic("berth.scheduler.handovers.v1", "pod UID", 4, HandOverEvent,
-                  description="Pods a cell could not place, for the inventory to route to the next cell")
+HANDOVERS = Topic("berth.scheduler.handovers.v1", "pod UID; partition = the pod's on the pod topic", 4,
+                  HandOverEvent,
+                  description="Pods a cell could not place, for the inventory to route to the next cell "
+                              "(as many partitions as berth.cluster.pods.v1)")
 DECISIONS = Topic("berth.scheduler.decisions.v1", "cell", 4, DecisionEvent,
                   description="Every decision with its hashes, reasons and scores, for audit")
 INVENTORY_STATE = Topic("berth.inventory.state.v1", "node name", 4, InventoryEvent, compacted=True,

@@ -81,9 +81,17 @@ class RunningScheduler:
     """Consumer group → its input topics, that must have no lag before the measured run (Berth's
     cache sync, :mod:`bench.k8s.catchup`); empty for kube-scheduler, whose caches are synced before
     it binds its warm-up pod."""
+    handed_over: Callable[[], int] = lambda: 0
+    """Pods handed from one decision cell to another so far (Berth's ``berth_pods_handed_over_total``)."""
 
     def api_requests(self) -> dict[str, int]:
         return requests_by_method(self.metrics_text())
+
+
+def counter_total(metrics_text: str, name: str) -> int:
+    """The sum of counter ``name`` over its labels, from Prometheus text."""
+    return sum(int(float(line.rpartition(" ")[2])) for line in metrics_text.splitlines()
+               if line.startswith((f"{name}{{", f"{name} ")))
 
 
 def requests_by_method(metrics_text: str) -> dict[str, int]:
@@ -118,6 +126,8 @@ class RunResult:
     settled_seconds: float = 0.0
     """Until the last pod was bound or first marked unschedulable, from the first creation: when
     every pod's fate was visible on the apiserver (of the pods marked by the run's end)."""
+    handed_over: int = 0
+    """Hand-overs between Berth's decision cells during the run (0 for kube-scheduler)."""
 
 
 # --- talking to the apiserver --------------------------------------------------------------------
@@ -387,13 +397,15 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
                 services.start(name, args[name], wait=False)
             for service in services.services.values():
                 service.wait_ready(timeout=180)
-            binder = services.services["binder"]
 
-            def binder_metrics() -> str:
-                with urllib.request.urlopen(f"http://127.0.0.1:{binder.metrics_port}/metrics", timeout=10) as answer:
+            def metrics_of(service: str) -> str:
+                port = services.services[service].metrics_port
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
                     return answer.read().decode()
-            yield RunningScheduler(services.check_alive, binder_metrics, env["BERTH_KAFKA_BOOTSTRAP"],
-                                   berth_consumer_inputs())
+            yield RunningScheduler(
+                services.check_alive, lambda: metrics_of("binder"), env["BERTH_KAFKA_BOOTSTRAP"],
+                berth_consumer_inputs(),
+                handed_over=lambda: counter_total(metrics_of("decision"), "berth_pods_handed_over_total"))
 
 
 def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
@@ -431,15 +443,17 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         if running.consumer_inputs:
             catch_up(running, scheduler, timeout=args.catch_up_timeout)
             console.print(f"[green]✓[/] {scheduler}: its consumers caught up {time.monotonic() - warmed:.1f} s later")
-        before = running.api_requests()
+        before, handed_before = running.api_requests(), running.handed_over()
         result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
                          check_alive=running.check_alive)
         after = running.api_requests()
         result.api_requests = {method: after[method] - before.get(method, 0) for method in after}
+        result.handed_over = running.handed_over() - handed_before
     result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
     console.print(f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
                   f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}; its API "
-                  f"requests during the run, by method: {result.api_requests}")
+                  f"requests during the run, by method: {result.api_requests}"
+                  + (f"; {result.handed_over} pods handed over between cells" if scheduler == "berth" else ""))
     return result
 
 
@@ -489,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     summary.update({"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "gpu_demand": round(demand, 3),
                     "qps": args.qps, "burst": args.burst,
                     "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
+                    "berth_handed_over": results["berth"].handed_over if "berth" in results else None,
                     "elapsed_s": round(time.monotonic() - started, 1)})
     print(json.dumps(summary), flush=True)
     return 1 if summary["overcommitted_nodes"] else 0

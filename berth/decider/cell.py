@@ -814,7 +814,7 @@ class CellDecider:
                               message=outcome.message, verdicts=outcome.verdicts)
         command = HandOverPod(command_id=_digest(record.decision_id, "hand-over"), decision_id=record.decision_id,
                               cell=self.cell, pod_uid=pod.uid, namespace=pod.namespace, name=pod.name,
-                              hop=routed.hop, issued_at=now)
+                              hop=routed.hop, route_partition=routed.route_partition, issued_at=now)
         return CellDecision(record, (command,))
 
     def _try_gang(self, group: tuple[str, str], position: InputPosition,

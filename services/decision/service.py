@@ -31,7 +31,7 @@ from berth.bus import EventConsumer, ensure_topics
 from berth.decider import CellDecider, CellDecision, PlacementEngine
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
-from berth.schemas import InputPosition, SchedulerConfigAnnounced, encode
+from berth.schemas import HandOverPod, InputPosition, SchedulerConfigAnnounced, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
 
@@ -202,10 +202,12 @@ class DecisionService:
                 await self._announce(worker)
             for decision, seconds in outputs:
                 for command in decision.commands:
-                    # To the binder (commands topic), or a hand-over to the inventory.
+                    # To the binder (commands topic), or a hand-over to the inventory: to the
+                    # partition where the inventory keeps the pod's route.
                     encoded = encode(command, source=SOURCE, event_id=command.command_id)
+                    partition = command.route_partition if isinstance(command, HandOverPod) else None
                     await worker.producer.send(topic_for_event(command).name, encoded.value, key=encoded.key,
-                                               headers=encoded.headers)
+                                               headers=encoded.headers, partition=partition)
                 encoded = encode(decision.record, source=SOURCE, event_id=decision.record.decision_id)
                 await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key,
                                            headers=encoded.headers)

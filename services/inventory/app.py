@@ -3,10 +3,7 @@
 Topology (one consumer group, ``berth-inventory``)::
 
     berth.cluster.pods.v1 ────────┐
-    berth.scheduler.handovers.v1 ─┴─▶ berth-inventory-pod-inputs (internal, key pod UID)
-                                   │
-                                   ▼
-                              pod agent ─(table pod-routes, key pod UID)──▶ unbound pods to a cell
+    berth.scheduler.handovers.v1 ─┴─▶ pods agent ─(table pod-routes, key pod UID)──▶ unbound pods to a cell
                                    │ bound pods, deletions of bound pods
     berth.cluster.nodes.v1 ─┐      ▼
     berth.gpu.telemetry.v1 ─┼──▶ berth-inventory-node-inputs (internal, key node name)
@@ -18,10 +15,14 @@ Topology (one consumer group, ``berth-inventory``)::
 Why the internal topics: a faust table is partitioned like the stream that writes it (a key's
 changelog partition is the partition of the event being processed). Pods are keyed by UID and
 nodes by name, and producers outside Berth may hash keys differently from topic to topic, so every
-node-scoped input is re-keyed onto one topic this app produces itself, and so is every pod-scoped
-one (pod events, and the hand-overs the decision cells key by pod UID themselves); one agent then
-owns each node's (each pod's) state, in one order, and the table restores partition by partition
-with it.
+node-scoped input is re-keyed onto one topic this app produces itself; one agent then owns each
+node's state, in one order, and the ``nodes`` table restores partition by partition with it.
+
+Pods need no such hop (most of the pipeline's records are pod events): the pods agent reads the
+pod topic, and the hand-overs come back on the partition of ``berth.scheduler.handovers.v1`` with
+the number of the pod's partition (``PodRouted.route_partition``, echoed by the cell), so a pod's
+route is read and written under one partition whatever hash the pod's producer used. The two
+topics must have as many partitions (checked at start).
 
 Outputs go through an :class:`~berth.bus.streams.Outbox` (faust's producer buffer in production,
 a list in tests), so the records of one input leave in the order the fold returned them and
@@ -41,6 +42,7 @@ from berth.bus.streams import (
     FaustOutbox,
     ModelTable,
     Outbox,
+    StartupError,
     accept,
     derived_event_id,
     origin_of,
@@ -63,12 +65,10 @@ from berth.schemas.topics import (
 from .fold import (
     NODE_INPUT,
     NODE_STATE,
-    POD_INPUT,
     POD_ROUTE,
     InventoryChanged,
     NodeInput,
     Output,
-    PodInput,
     ToCell,
     ToNode,
     fold_node_input,
@@ -83,27 +83,41 @@ CONSUMER = "inventory"
 SOURCE = "berth/inventory"
 NODE_INPUTS = "berth-inventory-node-inputs"
 """Internal topic: every node-scoped input, keyed by node name (see the module docstring)."""
-POD_INPUTS = "berth-inventory-pod-inputs"
-"""Internal topic: pod events and hand-overs, keyed by pod UID (see the module docstring)."""
 NODE_FACT_TOPICS = (NODES, GPU_TELEMETRY, SPOT)
-POD_SOURCE_TOPICS = (PODS, HANDOVERS)
 SOURCE_TOPICS = (PODS, HANDOVERS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
-INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), POD_INPUTS, NODE_INPUTS)
-"""Every topic the consumer group reads: its sources and its own internal topics."""
+INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)
+"""Every topic the consumer group reads: its sources and its own internal topic."""
 
 
 @dataclass(frozen=True)
 class Layout:
     """Partition counts the app is built for, read from the brokers at start.
 
-    ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the internal
-    by-pod topic and the pod-routes table (we use the pod topic's count). ``node_partitions``: of the internal by-node topic
+    ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the pod
+    topic and of the hand-over topic (they must be equal), which the pod-routes table follows. ``node_partitions``: of the internal by-node topic
     and the nodes table (we use the node topic's count, so node parallelism follows it).
     """
 
     cells: int
     pod_partitions: int
     node_partitions: int
+
+    @classmethod
+    def of(cls, partitions: dict[str, int]) -> Layout:
+        """The layout for the brokers' partition counts (of :data:`LAYOUT_TOPICS`); a hand-over
+        topic split unlike the pod topic is refused, saying what to do (module docstring)."""
+        pods, handovers = partitions[PODS.name], partitions[HANDOVERS.name]
+        if pods != handovers:
+            raise StartupError(
+                f"{HANDOVERS.name} has {handovers} partitions and {PODS.name} {pods}: they must have as "
+                f"many (a hand-over returns to its pod's partition); add partitions to the smaller one "
+                f"(kafka-topics.sh --alter --partitions {max(pods, handovers)})")
+        return cls(cells=partitions[DECISION_INPUTS.name], pod_partitions=pods,
+                   node_partitions=partitions[NODES.name])
+
+
+LAYOUT_TOPICS = (DECISION_INPUTS.name, PODS.name, HANDOVERS.name, NODES.name)
+"""The topics whose partition counts make the :class:`Layout`."""
 
 
 @dataclass
@@ -136,9 +150,8 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     )
     sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE)
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
-    topics = {topic.name: app.topic(topic.name, **raw) for topic in SOURCE_TOPICS}
+    topics = {topic.name: app.topic(topic.name, **raw) for topic in (*NODE_FACT_TOPICS, POLICIES)}
     node_inputs = app.topic(NODE_INPUTS, partitions=layout.node_partitions, internal=True, **raw)
-    pod_inputs = app.topic(POD_INPUTS, partitions=layout.pod_partitions, internal=True, **raw)
     pod_routes = ModelTable.declare(app, "pod-routes", POD_ROUTE, partitions=layout.pod_partitions,
                                     help="pod UID → where its events were last routed")
     nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
@@ -159,28 +172,25 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             elif isinstance(output, InventoryChanged):
                 sink.publish(INVENTORY_STATE.name, output.inventory, event_id=event_id)
 
-    @app.agent(pod_inputs, name="pod-stage")
+    pod_sources = {PODS.name: PODS, HANDOVERS.name: HANDOVERS}
+
+    @app.agent(app.topic(PODS.name, HANDOVERS.name, **raw), name="pods")
     async def route_pods(stream: Any) -> None:
         async for record in stream.events():
             message = record.message
-            try:
-                item = POD_INPUT.validate_json(message.value)
-            except ValidationError as exc:  # written by this app: only a version skew gets here
-                refuse(dead_letter_for(
-                    topic=message.topic, partition=message.partition, offset=message.offset,
-                    key=message.key, value=message.value, headers=list(message.headers or ()),
-                    consumer=CONSUMER, reason=f"not a pod input: {exc}"), outbox=sink)
+            decoded = accept(pod_sources[message.topic], record, consumer=CONSUMER, outbox=sink)
+            if decoded is None:
                 continue
-            uid = item.uid
+            event = decoded.event
+            uid = event.pod.uid if isinstance(event, PodObserved) else (
+                event.uid if isinstance(event, PodDeleted) else event.pod_uid)
             route = pod_routes.get(uid)
-            folded = fold_pod_input(route, item, layout.cells)
+            folded = fold_pod_input(route, event, layout.cells, partition=message.partition)
             if folded.state != route:
                 pod_routes.put(uid, folded.state)
-            emit(folded.outputs, item.origin or origin_of(record), "pods")
+            emit(folded.outputs, origin_of(record), "pods")
 
-    agents = {"pod-stage": route_pods}
-    for topic in POD_SOURCE_TOPICS:
-        agents[topic.name] = _pod_source_agent(app, topics[topic.name], topic, sink)
+    agents = {"pods": route_pods}
     for topic in NODE_FACT_TOPICS:
         agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
 
@@ -212,19 +222,6 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     agents.update({"policies": route_policies, "node-stage": fold_nodes})
     track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)
     return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
-
-
-def _pod_source_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox) -> Any:
-    """An agent that validates one pod-keyed source topic and re-keys it onto the pod stage."""
-
-    async def forward(stream: Any) -> None:
-        async for record in stream.events():
-            decoded = accept(topic, record, consumer=CONSUMER, outbox=sink)
-            if decoded is not None:
-                item = PodInput(event=decoded.event, origin=origin_of(record))
-                sink.publish_raw(POD_INPUTS, item.uid.encode(), POD_INPUT.dump_json(item))
-
-    return app.agent(channel, name=topic.name.removeprefix("berth.").rsplit(".", 1)[0])(forward)
 
 
 def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emit: Any) -> Any:

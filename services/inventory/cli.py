@@ -27,21 +27,18 @@ def run(
     (berth.inventory.state.v1) and each cell's inputs (berth.scheduler.inputs.v1). Stops on SIGTERM."""
     from berth.bus.streams import StartupError, serve
     from berth.logs import configure_logging
-    from berth.schemas.topics import DECISION_INPUTS, NODES, PODS
     from berth.settings import load_settings
 
-    from .app import Layout, create_app
+    from .app import LAYOUT_TOPICS, Layout, create_app
 
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="inventory")
 
     def build(partitions: dict[str, int], options: dict) -> object:
-        layout = Layout(cells=partitions[DECISION_INPUTS.name], pod_partitions=partitions[PODS.name],
-                        node_partitions=partitions[NODES.name])
-        return create_app(layout, app_options=options).app
+        return create_app(Layout.of(partitions), app_options=options).app
 
     try:
-        serve("inventory", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, PODS.name, NODES.name],
+        serve("inventory", build, kafka=settings.kafka, topics=LAYOUT_TOPICS,
               log_level=settings.log_level, data_dir=data_dir, store=store,
               metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
     except StartupError as exc:

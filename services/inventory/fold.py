@@ -195,39 +195,19 @@ class Folded:
     outputs: tuple[Output, ...] = field(default=())
 
 
-PodScopedEvent = Annotated[Union[PodObserved, PodDeleted, HandOverPod], Field(discriminator="type")]
+def fold_pod_input(route: PodRoute | None, event: PodObserved | PodDeleted | HandOverPod, cells: int, *,
+                   partition: int = 0) -> Folded:
+    """The pod stage: route one pod event, or act on one hand-over. ``partition``: of the pod
+    topic, where this stage keeps the pod's route (hand-overs are sent back to it)."""
+    if isinstance(event, HandOverPod):
+        return fold_hand_over(route, event, cells)
+    return fold_pod_event(route, event, cells, partition=partition)
 
 
-class PodInput(_State):
-    """One event about one pod, as carried on the inventory's internal by-pod topic (key: UID).
-
-    Pod events and cells' hand-overs come from topics keyed differently (or hashed by other
-    producers), so both are re-keyed onto one topic: the pod stage then sees each pod's events
-    in one order, next to the pod's table entry."""
-
-    event: PodScopedEvent
-    origin: str = ""
-    """Where the event was first read (``topic/partition/offset``): ids of what it causes."""
-
-    @property
-    def uid(self) -> str:
-        event = self.event
-        return event.pod.uid if isinstance(event, PodObserved) else (
-            event.uid if isinstance(event, PodDeleted) else event.pod_uid)
-
-
-POD_INPUT = TypeAdapter(PodInput)
-
-
-def fold_pod_input(route: PodRoute | None, item: PodInput, cells: int) -> Folded:
-    """The pod stage: route one pod event, or act on one hand-over."""
-    if isinstance(item.event, HandOverPod):
-        return fold_hand_over(route, item.event, cells)
-    return fold_pod_event(route, item.event, cells)
-
-
-def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cells: int) -> Folded:
-    """Route one pod event; ``route`` is what this stage remembers of the pod (None: nothing)."""
+def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cells: int, *,
+                   partition: int = 0) -> Folded:
+    """Route one pod event; ``route`` is what this stage remembers of the pod (None: nothing);
+    ``partition``: the pod topic's partition the event came from (a round's hand-overs return there)."""
     if isinstance(event, PodDeleted):
         return _pod_deleted(route, event)
     pod = event.pod
@@ -260,7 +240,7 @@ def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cell
     hop = route.hop + 1 if route is not None else 0
     if cells > 1 and pinned_cell(pod, cells) is None:
         at = event.observed_at
-        outputs.append(ToCell(home, PodRouted(pod=pod, tried=(home,), cells=cells, hop=hop,
+        outputs.append(ToCell(home, PodRouted(pod=pod, tried=(home,), cells=cells, hop=hop, route_partition=partition,
                                               round_started_at=at, observed_at=at)))
         return Folded(PodRoute(cell=home, home=home, pod=pod, tried=(home,), round_started_at=at, hop=hop),
                       tuple(outputs))
@@ -284,7 +264,7 @@ def fold_hand_over(route: PodRoute | None, request: HandOverPod, cells: int) -> 
                   if cell not in tried)
     at = request.issued_at
     routed = PodRouted(pod=route.pod, tried=(*tried, target), cells=cells, hop=route.hop + 1,
-                       round_started_at=started or at, observed_at=at)
+                       route_partition=request.route_partition, round_started_at=started or at, observed_at=at)
     outputs = (ToCell(request.cell, _deletion_of(route.pod, at, None)), ToCell(target, routed))
     return Folded(route.model_copy(update={"cell": target, "tried": routed.tried, "hop": routed.hop,
                                            "round_started_at": routed.round_started_at}), outputs)

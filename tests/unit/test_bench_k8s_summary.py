@@ -15,3 +15,18 @@ def test_figures_side_by_side_and_none_for_a_scheduler_not_run():
     assert line["berth_marked_unschedulable"] == 1 and line["berth_stranded_gpus"] == 0
     assert all(line[key] is None for key in line if key.startswith("kube_scheduler_"))
     assert len(line) == 1 + 2 * 6
+
+
+def test_counter_total_sums_a_counter_over_its_labels_and_nothing_else():
+    from bench.k8s.__main__ import counter_total
+
+    text = "\n".join([
+        "# HELP berth_pods_handed_over_total Pods handed over.",
+        "# TYPE berth_pods_handed_over_total counter",
+        'berth_pods_handed_over_total{cell="0"} 12.0',
+        'berth_pods_handed_over_total{cell="1"} 3.0',
+        'berth_pods_handed_over_created{cell="0"} 1.7e+09',
+        "berth_pods_handed_over_total_other 99.0",
+    ])
+    assert counter_total(text, "berth_pods_handed_over_total") == 15
+    assert counter_total("", "berth_pods_handed_over_total") == 0

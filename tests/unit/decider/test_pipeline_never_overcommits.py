@@ -20,7 +20,7 @@ from berth.schemas.samples import T0
 from berth.workloads import from_documents, generated_documents, pool_policies
 from services.cluster_sim.player import policy_observed
 from services.cluster_sim.state import ClusterState
-from services.inventory.fold import NodeInput, PodInput, ToCell, ToNode, fold_node_input, fold_pod_input, route_policy
+from services.inventory.fold import NodeInput, ToCell, ToNode, fold_node_input, fold_pod_input, route_policy
 
 CELLS = 2
 
@@ -52,13 +52,13 @@ class Pipeline:
         heapq.heappush(self._due, (self.step + delay, self._sequence, action))
 
     def _inventory(self, event: Any) -> None:
-        work: list[tuple[str, Any]] = [("pod", PodInput(event=event))
-                                       if isinstance(event, (PodObserved, PodDeleted, HandOverPod))
+        work: list[tuple[str, Any]] = [("pod", event) if isinstance(event, (PodObserved, PodDeleted, HandOverPod))
                                        else ("node", NodeInput.of(event))]
         while work:
             stage, item = work.pop(0)
             if stage == "pod":
-                uid = item.uid
+                uid = item.pod.uid if isinstance(item, PodObserved) else (
+                    item.uid if isinstance(item, PodDeleted) else item.pod_uid)
                 folded = fold_pod_input(self.routes.get(uid), item, CELLS)
                 if folded.state is None:
                     self.routes.pop(uid, None)

@@ -30,11 +30,9 @@ from berth.schemas.scheduler import HandOverPod, PodRouted
 from berth.services.inventory.fold import (
     NODE_INPUT,
     NODE_STATE,
-    POD_INPUT,
     InventoryChanged,
     NodeInput,
     NodeState,
-    PodInput,
     PodRoute,
     ToCell,
     ToNode,
@@ -354,7 +352,8 @@ def test_an_unpinned_pending_pod_opens_a_round_in_its_hashed_cell():
     home = cell_of_pod(free, CELLS)
     [out] = folded.outputs
     assert out.cell == home and out.event == PodRouted(pod=free, tried=(home,), cells=CELLS, hop=0,
-                                                        round_started_at=at(0), observed_at=at(0))
+                                                        route_partition=0, round_started_at=at(0),
+                                                        observed_at=at(0))
     assert folded.state == PodRoute(cell=home, home=home, pod=free, tried=(home,), round_started_at=at(0))
     # With one cell there is nowhere to go: a plain observation, as before rounds existed.
     [single] = fold_pod_event(None, pod_event(free), 1).outputs
@@ -416,14 +415,13 @@ def test_a_stale_hand_over_changes_nothing(stale):
     assert folded.state == route and folded.outputs == ()
 
 
-def test_pod_inputs_round_trip_the_internal_topic_and_dispatch_by_kind():
+def test_a_round_keeps_the_pod_topic_partition_its_hand_overs_return_to():
     free = pod("free")
-    route = fold_pod_event(None, pod_event(free), CELLS).state
-    request = hand_over(route)
-    for event in (pod_event(free), request):
-        item = PodInput(event=event, origin="berth.cluster.pods.v1/0/7")
-        assert POD_INPUT.validate_json(POD_INPUT.dump_json(item)) == item and item.uid == "uid-free"
-    assert fold_pod_input(route, PodInput(event=request), CELLS) == fold_hand_over(route, request, CELLS)
+    route = fold_pod_event(None, pod_event(free), CELLS, partition=3).state
+    [_, routed] = fold_pod_input(route, hand_over(route, route_partition=3), CELLS).outputs
+    assert routed.event.route_partition == 3
+    [first] = fold_pod_input(None, pod_event(free), CELLS, partition=3).outputs
+    assert first.event.route_partition == 3
 
 
 # --- policies ------------------------------------------------------------------------------------
@@ -485,20 +483,29 @@ async def put(agent, event=None, *, raw: tuple[bytes, bytes] | None = None, head
     await agent.put(value, key=key, headers=headers or [])
 
 
+async def put_on(agent, topic: str, event=None, *, raw: tuple[bytes, bytes] | None = None, partition: int = 0):
+    """``put`` onto one topic of an agent that reads several (faust's test wrapper names none)."""
+    agent._get_strtopic = lambda channel: topic
+    from berth.schemas import encode
+
+    if raw is not None:
+        (key, value), headers = raw, []
+    else:
+        record = encode(event, source="test")
+        key, value, headers = record.key, record.value, record.headers
+    await agent.put(value, key=key, headers=headers, partition=partition)
+
+
 async def test_agents_route_a_bound_pod_through_the_node_stage(service):
     from berth.schemas.topics import DECISION_INPUTS, DEAD_LETTER, INVENTORY_STATE
-    from berth.services.inventory.app import NODE_INPUTS, POD_INPUTS
+    from berth.services.inventory.app import NODE_INPUTS
 
     outbox = service.outbox
     async with service.agents["berth.cluster.nodes.v1"].test_context() as nodes:
         await put(nodes, NodeObserved(node=node(cell=2), observed_at=at(0)))
-    async with service.agents["berth.cluster.pods.v1"].test_context() as pods:
-        await put(pods, pod_event(pod("p", node_name="gpu-a", devices=(1,), milli=500)))
-        await put(pods, raw=(b"k", b"{not json"))
-    [rekeyed] = outbox.on(POD_INPUTS)
-    assert rekeyed.key == b"uid-p"  # pod events meet their pod's route under its UID
-    async with service.agents["pod-stage"].test_context() as stage:
-        await put(stage, raw=(rekeyed.key, rekeyed.value))
+    async with service.agents["pods"].test_context() as pods:
+        await put_on(pods, "berth.cluster.pods.v1", pod_event(pod("p", node_name="gpu-a", devices=(1,), milli=500)))
+        await put_on(pods, "berth.cluster.pods.v1", raw=(b"k", b"{not json"))
     handed_over = outbox.on(NODE_INPUTS)
     assert [item.key for item in handed_over] == [b"gpu-a", b"gpu-a"]  # node fact, then the pod
     async with service.agents["node-stage"].test_context() as stage:
@@ -517,21 +524,27 @@ async def test_agents_route_a_bound_pod_through_the_node_stage(service):
 
 async def test_agents_pass_a_handed_over_pod_to_the_next_cell(service):
     from berth.schemas.topics import DECISION_INPUTS
-    from berth.services.inventory.app import POD_INPUTS
 
     outbox = service.outbox
     free = pod("free")
     home = cell_of_pod(free, CELLS)
-    async with service.agents["berth.cluster.pods.v1"].test_context() as pods:
-        await put(pods, pod_event(free))
-    request = hand_over(PodRoute(cell=home, hop=0))
-    async with service.agents["berth.scheduler.handovers.v1"].test_context() as handovers:
-        await put(handovers, request)
-    rekeyed = outbox.on(POD_INPUTS)
-    assert [item.key for item in rekeyed] == [b"uid-free", b"uid-free"]
-    async with service.agents["pod-stage"].test_context() as stage:
-        for item in rekeyed:
-            await put(stage, raw=(item.key, item.value))
+    async with service.agents["pods"].test_context() as pods:
+        await put_on(pods, "berth.cluster.pods.v1", pod_event(free), partition=2)
+        [opened] = outbox.on(DECISION_INPUTS.name)
+        assert opened.event.route_partition == 2  # where the cell must send the pod back
+        await put_on(pods, "berth.scheduler.handovers.v1", hand_over(PodRoute(cell=home, hop=0), route_partition=2),
+                     partition=2)
     routed = [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)]
     assert routed == [(home, "pod-routed"), (home, "pod-deleted"), ((home + 1) % CELLS, "pod-routed")]
     assert service.pod_routes.get("uid-free").cell == (home + 1) % CELLS
+
+
+def test_the_hand_over_topic_must_be_split_like_the_pod_topic():
+    from berth.bus.streams import StartupError
+    from berth.services.inventory.app import Layout
+
+    counts = {"berth.scheduler.inputs.v1": 2, "berth.cluster.pods.v1": 4, "berth.scheduler.handovers.v1": 4,
+              "berth.cluster.nodes.v1": 4}
+    assert Layout.of(counts) == Layout(cells=2, pod_partitions=4, node_partitions=4)
+    with pytest.raises(StartupError, match="must have as many"):
+        Layout.of({**counts, "berth.scheduler.handovers.v1": 3})
