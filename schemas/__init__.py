@@ -53,6 +53,7 @@ from .scheduler import (
     PlacePods,
     PodPlacement,
     PodRouted,
+    RejectedNodes,
     ScalePool,
     SchedulerConfigAnnounced,
 )

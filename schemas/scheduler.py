@@ -112,6 +112,22 @@ class EvictPod(_Command):
         return f"{self.namespace}/{self.name}"
 
 
+class RejectedNodes(FrozenModel):
+    """How many nodes rejected a pod, and why: kube-scheduler's FitError histogram (a node counts
+    once for each reason it gave)."""
+
+    nodes: NonNegativeInt = 0
+    reasons: IntMap = Field(default_factory=dict)
+
+    def plus(self, other: RejectedNodes | None) -> RejectedNodes:
+        if other is None:
+            return self
+        reasons = dict(self.reasons)
+        for reason, count in other.reasons.items():
+            reasons[reason] = reasons.get(reason, 0) + count
+        return RejectedNodes(nodes=self.nodes + other.nodes, reasons=dict(sorted(reasons.items())))
+
+
 class PodRouted(FrozenModel):
     """A pending pod the inventory routes to a cell that may pass it on (decision inputs only).
 
@@ -133,6 +149,9 @@ class PodRouted(FrozenModel):
     route_partition: NonNegativeInt = 0
     """The partition of ``berth.cluster.pods.v1`` the pod's events arrive on: where the router
     keeps the pod's route, so a hand-over must go to this partition of the hand-over topic."""
+    elsewhere: RejectedNodes | None = None
+    """Why the nodes of the cells tried before in this round rejected the pod: the last cell's
+    unschedulable message counts them too, as kube-scheduler's counts every node."""
     round_started_at: UtcDatetime
     observed_at: UtcDatetime
 
@@ -168,6 +187,9 @@ class HandOverPod(FrozenModel):
     hop: NonNegativeInt
     route_partition: NonNegativeInt = 0
     """The :class:`PodRouted`'s: the partition of ``berth.scheduler.handovers.v1`` to publish to."""
+    rejected: RejectedNodes | None = None
+    """Why this cell's nodes, and those of the round's cells before it, rejected the pod (handed
+    on as the next cell's ``elsewhere``; only this cell's when its round was complete)."""
     issued_at: UtcDatetime
 
     @property

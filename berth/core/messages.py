@@ -27,6 +27,7 @@ __all__ = [
     "TOPOLOGY_SPREAD_MISSING_LABEL",
     "TOPOLOGY_SPREAD_NOT_MATCH",
     "fit_error",
+    "with_more_nodes",
     "gang_failed",
     "gang_not_found",
     "gang_waiting",
@@ -91,6 +92,28 @@ def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
     if postfilter_message:
         message += _SEPARATOR.format(postfilter_message)
     return message
+
+
+def with_more_nodes(message: str, total_nodes: int, reason_counts: Mapping[str, int],
+                    more_nodes: int, more_reasons: Mapping[str, int]) -> str:
+    """A FitError over ``total_nodes`` (histogram ``reason_counts``) restated over those and
+    ``more_nodes`` others that rejected the pod for ``more_reasons`` — the nodes of the decision
+    cells a pod was tried in before (kube-scheduler has one cache, so its message counts every
+    node). A PostFilter part of ``message`` is kept as it is. A message that is not that
+    histogram's FitError (a PreFilter rejection, a gang's) is returned unchanged, except that
+    "no nodes" becomes the other nodes' FitError."""
+    if not more_nodes:
+        return message
+    if total_nodes == 0 and message == NO_NODES_TO_SCHEDULE:
+        return fit_error(more_nodes, more_reasons)
+    base = fit_error(total_nodes, reason_counts)
+    # Without a histogram, what follows the count may be a PreFilter's message: leave it.
+    if not reason_counts or not message.startswith(base):
+        return message
+    merged = dict(reason_counts)
+    for reason, count in more_reasons.items():
+        merged[reason] = merged.get(reason, 0) + count
+    return fit_error(total_nodes + more_nodes, merged) + message[len(base):]
 
 
 # --- NodeUnschedulable (plugins/nodeunschedulable/node_unschedulable.go) ----------------------

@@ -51,7 +51,7 @@ import bisect
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from hashlib import blake2b
 from typing import Any
@@ -79,6 +79,7 @@ from berth.schemas import (
     ScalePool,
     SpotInterruptionNotice,
 )
+from berth.core.messages import with_more_nodes
 from berth.schemas.envelope import event_time
 
 from berth.schemas.agentpool import AgentPoolSpecError
@@ -812,9 +813,13 @@ class CellDecider:
         self._handed_over[pod.uid] = routed.hop
         record = self._record(position, pod.key, "handed-over", now, snapshot=snapshot,
                               message=outcome.message, verdicts=outcome.verdicts)
+        # A new round starts from this cell: what the cells before it said is stale by now.
+        before = None if routed.round_complete else routed.elsewhere
+        rejected = outcome.rejected.plus(before) if outcome.rejected is not None else before
         command = HandOverPod(command_id=_digest(record.decision_id, "hand-over"), decision_id=record.decision_id,
                               cell=self.cell, pod_uid=pod.uid, namespace=pod.namespace, name=pod.name,
-                              hop=routed.hop, route_partition=routed.route_partition, issued_at=now)
+                              hop=routed.hop, route_partition=routed.route_partition, rejected=rejected,
+                              issued_at=now)
         return CellDecision(record, (command,))
 
     def _try_gang(self, group: tuple[str, str], position: InputPosition,
@@ -857,6 +862,7 @@ class CellDecider:
                   now: datetime, *, subject: str, snapshot: str,
                   pod_group: str | None = None) -> CellDecision | None:
         if not outcome.placed:
+            outcome = _counting_cells_tried(entries[0], outcome)
             for entry in entries:
                 entry.attempts += 1
                 self._unschedulable.add(entry.pod.uid)
@@ -931,6 +937,18 @@ class CellDecider:
         canonical = json.dumps(unsigned.model_dump(mode="json", exclude=excluded),
                                sort_keys=True, separators=(",", ":"))
         return unsigned.model_copy(update={"decision_hash": _digest(canonical, size=32)})
+
+
+def _counting_cells_tried(entry: PendingPod, outcome: EngineOutcome) -> EngineOutcome:
+    """The outcome of a pod at the end of its round, its message counting the nodes of every cell
+    of the round (kube-scheduler's FitError counts every node of the cluster)."""
+    routed = entry.routed
+    if routed is None or routed.elsewhere is None or outcome.rejected is None:
+        return outcome
+    more = routed.elsewhere
+    message = with_more_nodes(outcome.message, outcome.rejected.nodes, outcome.rejected.reasons,
+                              more.nodes, more.reasons)
+    return replace(outcome, message=message, rejected=outcome.rejected.plus(more))
 
 
 def _as_pending(pod: PodInfo) -> PodInfo:

@@ -20,7 +20,7 @@ from berth.core.gangs import StateGangHost, place_gang
 from berth.core.placement import place_pod
 from berth.core.scheduler import Scheduler
 from berth.core.state import ClusterState
-from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PolicyObserved
+from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PolicyObserved, RejectedNodes
 
 from .pools import PoolPolicy, parse_pools
 from .ports import EngineOutcome, Placement
@@ -116,7 +116,8 @@ class CoreEngine:
                                                  "gpu_devices": placed.gpu_devices})
                    for placed in result.victims]
         if not result.placed:
-            return EngineOutcome(message=decision.message, verdicts=self._verdicts(decision))
+            return EngineOutcome(message=decision.message, verdicts=self._verdicts(decision),
+                                 rejected=_rejected_nodes(decision))
         return EngineOutcome(
             placements=(Placement(pod, decision.node, tuple(decision.gpu_devices), decision.gpu_milli),),
             verdicts=self._verdicts(decision), victims=tuple(sorted(victims, key=lambda p: p.key)),
@@ -206,6 +207,16 @@ class CoreEngine:
             for group in decision.rejections:
                 verdicts.append(NodeVerdict(node=f"{group.count} node(s)", reason=", ".join(group.reasons)))
         return tuple(verdicts)
+
+
+def _rejected_nodes(decision: Any) -> RejectedNodes:
+    """The FitError histogram of an unplaced decision: each rejection group's nodes count once
+    for each of its reasons (as ``berth.core.messages.fit_error`` counts them)."""
+    reasons: dict[str, int] = {}
+    for group in decision.rejections:
+        for reason in group.reasons:
+            reasons[reason] = reasons.get(reason, 0) + group.count
+    return RejectedNodes(nodes=decision.nodes_total, reasons=reasons)
 
 
 def config_document(path: Path | None, pools: dict[str, PoolPolicy] | None = None) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PodRouted, PolicyObserved
+from berth.schemas import NodeInfo, NodeVerdict, PodInfo, PodRouted, PolicyObserved, RejectedNodes
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class EngineOutcome:
     verdicts: tuple[NodeVerdict, ...] = ()
     victims: tuple[PodInfo, ...] = ()
     nominated_node: str | None = None
+    rejected: RejectedNodes | None = None
+    """For a pod not placed: the nodes that rejected it and why (what ``message`` counts)."""
 
     @property
     def placed(self) -> bool:

@@ -264,7 +264,8 @@ def fold_hand_over(route: PodRoute | None, request: HandOverPod, cells: int) -> 
                   if cell not in tried)
     at = request.issued_at
     routed = PodRouted(pod=route.pod, tried=(*tried, target), cells=cells, hop=route.hop + 1,
-                       route_partition=request.route_partition, round_started_at=started or at, observed_at=at)
+                       route_partition=request.route_partition, elsewhere=request.rejected,
+                       round_started_at=started or at, observed_at=at)
     outputs = (ToCell(request.cell, _deletion_of(route.pod, at, None)), ToCell(target, routed))
     return Folded(route.model_copy(update={"cell": target, "tried": routed.tried, "hop": routed.hop,
                                            "round_started_at": routed.round_started_at}), outputs)

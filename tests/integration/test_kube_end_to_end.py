@@ -546,6 +546,13 @@ def test_a_pod_hashed_to_a_full_cell_is_bound_in_a_cell_with_room(pipeline, suit
     handed_over = {subject for subject, outcome, _ in asyncio.run(_decisions_about(pipeline.kafka, namespace))
                    if outcome == "handed-over"}
     assert handed_over == {f"{namespace}/{name}" for name, home in homes.items() if home == 0}
+    # A pod no cell can place is reported by the last cell of its round over every cell's nodes.
+    create_pods(pipeline, namespace, [body("too-big", 16)])
+    condition = wait_for(lambda: _scheduled_condition(pods_of(pipeline, namespace)["too-big"]), "too-big reported")
+    nodes = len(CoreV1Api(pipeline.api).list_node().items)
+    assert condition[:2] == ("False", "Unschedulable")
+    assert condition[2].startswith(f"0/{nodes} nodes are available: "), condition[2]
+    assert "2 Insufficient nvidia.com/gpu" in condition[2]
 
 
 def test_deleting_a_pod_frees_its_gpus_for_the_next(pipeline, suite, namespace):

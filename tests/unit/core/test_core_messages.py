@@ -108,4 +108,19 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
     assert functions - berths_own <= {"fit_error", "insufficient", "untolerated_taint",
                                       "plugins_not_satisfied", "plugin_not_satisfied",
                                       "plugins_not_satisfied_simultaneously",
-                                      "preemption_failed"}
+                                      "preemption_failed", "with_more_nodes"}
+
+
+def test_a_fit_error_restated_over_more_nodes_keeps_its_postfilter_part():
+    own = messages.fit_error(3, {"Insufficient nvidia.com/gpu": 2, "node(s) were unschedulable": 1},
+                             postfilter_message=messages.preemption_failed("0/3 nodes are available: x."))
+    merged = messages.with_more_nodes(own, 3, {"Insufficient nvidia.com/gpu": 2, "node(s) were unschedulable": 1},
+                                      7, {"Insufficient nvidia.com/gpu": 7})
+    assert merged == ("0/10 nodes are available: 1 node(s) were unschedulable, 9 Insufficient nvidia.com/gpu. "
+                      "preemption: 0/3 nodes are available: x..")
+    # Not that histogram's FitError (a PreFilter's, a gang's): unchanged; "no nodes" takes the others'.
+    prefilter = messages.fit_error(3, {}, prefilter_message="node(s) didn't satisfy plugin NodeAffinity")
+    assert messages.with_more_nodes(prefilter, 3, {}, 7, {"x": 7}) == prefilter
+    assert messages.with_more_nodes(messages.NO_NODES_TO_SCHEDULE, 0, {}, 2, {"x": 2}) == \
+        "0/2 nodes are available: 2 x."
+    assert messages.with_more_nodes(own, 3, {}, 0, {}) == own

@@ -113,3 +113,27 @@ def test_a_cell_with_untried_cells_hands_over_instead_of_preempting():
     [preempting] = feed(routed(_core_pod("high", 8, 1000), tried=(1, 0), hop=1))
     [command] = preempting.commands
     assert isinstance(command, PlacePods) and command.victims == ("ml/low",)
+
+
+def test_the_last_cell_counts_the_nodes_of_every_cell_of_the_round_in_its_message():
+    from berth.schemas import NodeObserved
+    from berth.schemas.samples import h100_node
+
+    def cell(number: int, nodes: int) -> Feed:
+        feed = Feed(CellDecider(number, CoreEngine(default_scheduler_document())))
+        for index in range(nodes):
+            feed(NodeObserved(node=h100_node(f"gpu-{number}-{index}"), observed_at=T0))
+        return feed
+
+    first, last = cell(0, 2), cell(1, 3)
+    too_big = _core_pod("too-big", 16, 0)
+    [handed] = first(routed(too_big, tried=(0,)))
+    [command] = hand_overs([handed])
+    assert handed.record.message.startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    assert command.rejected.nodes == 2
+    # What the inventory hands on (services.inventory.fold.fold_hand_over) reaches the last cell.
+    arrived = routed(too_big, tried=(0, 1), hop=1).model_copy(update={"elsewhere": command.rejected})
+    [verdict] = last(arrived)
+    assert verdict.record.outcome == "unschedulable"
+    assert verdict.record.message == ("0/5 nodes are available: 5 Insufficient nvidia.com/gpu. preemption: 0/3 "
+                                      "nodes are available: 3 Preemption is not helpful for scheduling..")
