@@ -42,6 +42,7 @@ from .policy import (
     ResourceQuotaInfo,
 )
 from .scheduler import (
+    CellTick,
     CommandResult,
     CordonNode,
     DeadLetter,

@@ -27,6 +27,7 @@ from .cluster import (
 )
 from .policy import PodGroupInfo, PolicyObserved, PolicyRemoved
 from .scheduler import (
+    CellTick,
     CommandResult,
     CordonNode,
     DeadLetter,
@@ -164,6 +165,7 @@ def one_of_each() -> list[Any]:
         HandOverPod(command_id="cmd-5", decision_id="dec-5", cell=0, pod_uid=pod.uid, namespace=pod.namespace,
                     name=pod.name, hop=0, issued_at=T0),
         PodRouted(pod=pod, tried=(0, 1), cells=2, hop=1, round_started_at=T0, observed_at=T0),
+        CellTick(issued_at=T0),
         DeadLetter(source_topic="berth.inference.queue.v1", source_partition=0, source_offset=7,
                    consumer="token-lag", reason="io.berth.inference.queue-lag.v1: tokens_in_queue: "
                    "Input should be greater than or equal to 0", value_b64="e30=", failed_at=T0),

@@ -136,8 +136,8 @@ class PodRouted(FrozenModel):
     last, out of ``cells``. A cell that cannot place the pod while some cell is untried gives it
     up (decision ``handed-over`` and a :class:`HandOverPod`), and the inventory routes it to the
     next one; the last cell of a round reports it unschedulable and keeps it, and starts a new
-    round when it fails there again once ``berth.decider.cell.HANDOVER_RETRY`` of event time has
-    passed since the round began. ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
+    round when it fails there again after resting through ``berth.decider.cell.HANDOVER_RETRY_TICKS``
+    :class:`CellTick` s (capacity may have been freed in a cell it cannot see). ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
     Later changes of the pod reach the cell holding it as plain :class:`PodObserved`.
     """
 
@@ -167,6 +167,26 @@ class PodRouted(FrozenModel):
     def round_complete(self) -> bool:
         """Every cell has had its try in this round."""
         return len(set(self.tried)) >= self.cells
+
+
+class CellTick(FrozenModel):
+    """The passing of time, sent to every cell at a fixed interval (decision inputs only).
+
+    A cell folds it like any input, so what waits for time there — a pod resting in the last
+    cell of its round until it may go round again — ends even when nothing else happens in the
+    cell (kube-scheduler flushes its unschedulable pods on a timer too). Deterministic on
+    replay: the ticks are in the cell's log."""
+
+    type: Literal["io.berth.scheduler.cell-tick.v1"] = "io.berth.scheduler.cell-tick.v1"
+    issued_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return "tick"
+
+    @property
+    def subject(self) -> str:
+        return "tick"
 
 
 class HandOverPod(FrozenModel):

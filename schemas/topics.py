@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter
 from .cluster import NodeEvent, NodeObserved, NodeRemoved, PodDeleted, PodEvent, PodObserved
 from .policy import PolicyEvent, PolicyObserved, PolicyRemoved
 from .scheduler import (
+    CellTick,
     Command,
     CommandResult,
     DeadLetterEvent,
@@ -28,7 +29,7 @@ from .state import InventoryEvent, LagStateEvent, PoolLagState
 
 CellInput = Annotated[
     PodObserved | PodDeleted | PodRouted | NodeObserved | NodeRemoved | PolicyObserved | PolicyRemoved
-    | CommandResult | PoolLagState | SpotInterruptionNotice,
+    | CommandResult | PoolLagState | SpotInterruptionNotice | CellTick,
     Field(discriminator="type"),
 ]
 """Everything a decision cell consumes, in one totally ordered log per cell."""

@@ -52,13 +52,14 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from hashlib import blake2b
 from typing import Any
 
 from berth.schemas import (
     AgentPoolSpec,
     CommandResult,
+    CellTick,
     CordonNode,
     DecisionRecord,
     EvictPod,
@@ -99,11 +100,11 @@ from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, S
 from .spot import PoolMove, SpotHistory
 
 SCHEDULER_NAME = "berth"
-HANDOVER_RETRY = timedelta(seconds=60)
-"""A pod no cell could place rests in the last cell of its round; failing there again this long
-(event time) after the round began, it is handed on for a new round, since capacity may have
-been freed in cells it cannot see. kube-scheduler retries unschedulable pods on a timer too
-(``podMaxInUnschedulablePodsDuration``)."""
+HANDOVER_RETRY_TICKS = 2
+"""A pod no cell could place rests in the last cell of its round; once it has rested through this
+many :class:`~berth.schemas.CellTick` s it is tried again and, failing, handed on for a new round,
+since capacity may have been freed in cells it cannot see (kube-scheduler retries unschedulable
+pods on a timer too, ``podMaxInUnschedulablePodsDuration``)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,8 @@ class CellDecider:
             decisions.extend(self._on_spot(event, position, now))
         elif isinstance(event, PoolLagState):
             decisions.extend(self._on_lag(event, position, now))
+        elif isinstance(event, CellTick):
+            self._on_tick()
         if self._moves:
             decisions.extend(self._advance_moves(position, now))
         if cluster_changed and self._unschedulable:
@@ -301,6 +304,18 @@ class CellDecider:
         if uid in self._unschedulable:  # back for a new round: try it again now
             self._unschedulable.discard(uid)
             self._activate(uid)
+
+    def _on_tick(self) -> None:
+        """Time passes for the pods resting at the end of their round: those that have rested
+        long enough are tried again (and handed on for a new round if they still do not fit)."""
+        for uid in sorted(self._unschedulable):
+            entry = self._pending.get(uid)
+            if entry is None or entry.routed is None or not entry.routed.round_complete:
+                continue
+            entry.ticks_rested += 1
+            if entry.ticks_rested >= HANDOVER_RETRY_TICKS:
+                self._unschedulable.discard(uid)
+                self._activate(uid)
 
     def _on_result(self, result: CommandResult) -> bool:
         uids = self._in_flight.pop(result.command_id, None)
@@ -778,7 +793,7 @@ class CellDecider:
                 decisions.append(decision)
                 continue
             snapshot = self.engine.snapshot_hash()
-            may_hand_over = self._may_hand_over(entry, now)
+            may_hand_over = self._may_hand_over(entry)
             shape = (entry.shape, may_hand_over)
             known_failure = failed_shapes.get(shape)
             if known_failure is not None and known_failure[0] == snapshot:
@@ -797,13 +812,14 @@ class CellDecider:
                 decisions.append(decision)
         return decisions
 
-    def _may_hand_over(self, entry: PendingPod, now: datetime) -> bool:
+    @staticmethod
+    def _may_hand_over(entry: PendingPod) -> bool:
         """Whether a failure here passes the pod on: its round has an untried cell, or it has
-        rested here for :data:`HANDOVER_RETRY` since its round began."""
+        rested here through :data:`HANDOVER_RETRY_TICKS` ticks."""
         routed = entry.routed
         if routed is None or routed.cells < 2:
             return False
-        return not routed.round_complete or now - routed.round_started_at >= HANDOVER_RETRY
+        return not routed.round_complete or entry.ticks_rested >= HANDOVER_RETRY_TICKS
 
     def _hand_over(self, entry: PendingPod, outcome: EngineOutcome, position: InputPosition, now: datetime,
                    snapshot: str) -> CellDecision:

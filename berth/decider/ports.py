@@ -101,6 +101,8 @@ class PendingPod:
     """The command id of the placement awaiting its result, if any."""
     routed: PodRouted | None = None
     """How the inventory routed the pod here when it may go to other cells (None: pinned here)."""
+    ticks_rested: int = 0
+    """:class:`~berth.schemas.CellTick` s seen while resting here at the end of its round."""
     shape: str = ""
     """A digest of everything about the pod that scheduling looks at (not its identity): two
     pods of one shape fit, or fail, the same way on the same snapshot."""

@@ -11,8 +11,9 @@ Topology (one consumer group, ``berth-inventory``)::
                                    ▼
                              node agent ─(table nodes, key node name)──▶ inventory state + cells
     berth.cluster.policies.v1 ──▶ policies agent ──▶ cells (stateless)
+    timer (group leader, every 30 s) ──▶ a CellTick to every cell
 
-Why the internal topics: a faust table is partitioned like the stream that writes it (a key's
+Why the internal topic: a faust table is partitioned like the stream that writes it (a key's
 changelog partition is the partition of the event being processed). Pods are keyed by UID and
 nodes by name, and producers outside Berth may hash keys differently from topic to topic, so every
 node-scoped input is re-keyed onto one topic this app produces itself; one agent then owns each
@@ -32,6 +33,7 @@ before that input's offset is committed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import faust
@@ -50,7 +52,7 @@ from berth.bus.streams import (
     track_consumer_lag,
 )
 from berth.logs import get_logger
-from berth.schemas import NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas import CellTick, NodeObserved, NodeRemoved, PodDeleted, PodObserved
 from berth.schemas.topics import (
     DECISION_INPUTS,
     GPU_TELEMETRY,
@@ -85,6 +87,8 @@ NODE_INPUTS = "berth-inventory-node-inputs"
 """Internal topic: every node-scoped input, keyed by node name (see the module docstring)."""
 NODE_FACT_TOPICS = (NODES, GPU_TELEMETRY, SPOT)
 SOURCE_TOPICS = (PODS, HANDOVERS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
+TICK_INTERVAL_S = 30.0
+"""How often every cell gets a :class:`~berth.schemas.CellTick` (see ``berth.decider.cell``)."""
 INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)
 """Every topic the consumer group reads: its sources and its own internal topic."""
 
@@ -94,8 +98,9 @@ class Layout:
     """Partition counts the app is built for, read from the brokers at start.
 
     ``cells``: partitions of the decision inputs (one per cell). ``pod_partitions``: of the pod
-    topic and of the hand-over topic (they must be equal), which the pod-routes table follows. ``node_partitions``: of the internal by-node topic
-    and the nodes table (we use the node topic's count, so node parallelism follows it).
+    topic and of the hand-over topic (they must be equal), which the pod-routes table follows.
+    ``node_partitions``: of the internal by-node topic and the nodes table (we use the node
+    topic's count, so node parallelism follows it).
     """
 
     cells: int
@@ -133,11 +138,12 @@ class InventoryApp:
 
 
 def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | None = None,
-               app_id: str = APP_ID) -> InventoryApp:
-    """Declare the app, its topics, tables and agents for ``layout``.
+               app_id: str = APP_ID, tick_interval_s: float = TICK_INTERVAL_S) -> InventoryApp:
+    """Declare the app, its topics, tables, agents and timer for ``layout``.
 
     ``app_options`` are extra ``faust.App`` settings (broker, credentials, store, datadir ...);
-    ``outbox`` defaults to the app's own producer.
+    ``outbox`` defaults to the app's own producer; every ``tick_interval_s`` the group's leader
+    sends a :class:`~berth.schemas.CellTick` to every cell.
     """
     app = faust.App(
         app_id,
@@ -182,8 +188,7 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             if decoded is None:
                 continue
             event = decoded.event
-            uid = event.pod.uid if isinstance(event, PodObserved) else (
-                event.uid if isinstance(event, PodDeleted) else event.pod_uid)
+            uid = event.partition_key  # the pod's UID, for pod events and hand-overs alike
             route = pod_routes.get(uid)
             folded = fold_pod_input(route, event, layout.cells, partition=message.partition)
             if folded.state != route:
@@ -218,6 +223,13 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             if folded.state != state:
                 nodes.put(item.node, folded.state)
             emit(folded.outputs, item.origin or origin_of(record), f"node/{item.node}")
+
+    @app.timer(interval=tick_interval_s, on_leader=True)
+    async def tick_cells() -> None:
+        # The cells read no clock; this is how time reaches a cell where nothing else happens.
+        at = datetime.now(timezone.utc)
+        for cell in range(layout.cells):
+            sink.publish(DECISION_INPUTS.name, CellTick(issued_at=at), partition=cell)
 
     agents.update({"policies": route_policies, "node-stage": fold_nodes})
     track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)

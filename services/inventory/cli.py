@@ -22,9 +22,13 @@ def run(
     store: Annotated[str, typer.Option(
         help="faust table store: memory:// rebuilds the tables from their changelogs at every start; "
              "rocksdict:// keeps them in --data-dir (needs the rocksdict package).")] = "memory://",
+    tick_seconds: Annotated[float, typer.Option(
+        min=0.1, help="Send every decision cell a tick this often (how time reaches a quiet cell: a pod "
+                      "no cell could place goes round the cells again after two ticks).")] = 30.0,
 ) -> None:
-    """Consume pods, nodes, policies, GPU telemetry and spot notices; publish node inventories
-    (berth.inventory.state.v1) and each cell's inputs (berth.scheduler.inputs.v1). Stops on SIGTERM."""
+    """Consume pods, nodes, policies, GPU telemetry, spot notices and the cells' hand-overs; publish
+    node inventories (berth.inventory.state.v1) and each cell's inputs (berth.scheduler.inputs.v1).
+    Stops on SIGTERM."""
     from berth.bus.streams import StartupError, serve
     from berth.logs import configure_logging
     from berth.settings import load_settings
@@ -35,7 +39,7 @@ def run(
     configure_logging(settings.log_level, settings.log_format, service="inventory")
 
     def build(partitions: dict[str, int], options: dict) -> object:
-        return create_app(Layout.of(partitions), app_options=options).app
+        return create_app(Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds).app
 
     try:
         serve("inventory", build, kafka=settings.kafka, topics=LAYOUT_TOPICS,

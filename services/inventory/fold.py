@@ -55,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from berth.schemas import (
     DeviceInventory,
     GpuTelemetry,
+    HandOverPod,
     NodeInfo,
     NodeInventory,
     NodeObserved,
@@ -69,7 +70,6 @@ from berth.schemas import (
     SpotInterruptionNotice,
 )
 from berth.schemas.cells import cell_of_node, cell_of_pod, pinned_cell
-from berth.schemas.scheduler import HandOverPod
 
 BERTH_SCHEDULER = "berth"
 """``spec.schedulerName`` of the pods Berth places."""

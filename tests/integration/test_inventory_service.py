@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from berth.bus.consumer import read_matching
 from berth.bus import EventProducer, ensure_topics
 from berth.schemas import (
+    CellTick,
     GpuDevice,
     GpuDeviceSample,
     GpuTelemetry,
@@ -54,8 +55,8 @@ def supervisor(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Supervisor]:
         yield running
 
 
-def start_inventory(supervisor: Supervisor, data_dir: Path) -> Any:
-    return supervisor.start("inventory", ["run", "--data-dir", str(data_dir)], ready_timeout=90)
+def start_inventory(supervisor: Supervisor, data_dir: Path, *options: str) -> Any:
+    return supervisor.start("inventory", ["run", "--data-dir", str(data_dir), *options], ready_timeout=90)
 
 
 def unique(prefix: str) -> str:
@@ -97,9 +98,9 @@ def about(name: str) -> Callable[[Any], bool]:
 
 
 async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafka, supervisor, tmp_path):
-    service = start_inventory(supervisor, tmp_path / "data")
-    node = unique("node")
     t = now()
+    service = start_inventory(supervisor, tmp_path / "data", "--tick-seconds", "1")
+    node = unique("node")
     await publish(kafka, NodeObserved(node=gpu_node(node), observed_at=t))
     [seen] = await wait_for(kafka, DECISION_INPUTS.name, about(node))
     assert (seen.partition, seen.event.type) == (CELL, "io.berth.cluster.node-observed.v1")
@@ -150,6 +151,11 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
                                         observed_at=t))
     broadcast = await wait_for(kafka, DECISION_INPUTS.name, about(priority), count=2)
     assert sorted(item.partition for item in broadcast) == [0, 1]
+
+    # Time reaches every cell, whether anything happens there or not.
+    ticks = await wait_for(kafka, DECISION_INPUTS.name,
+                           lambda e: isinstance(e, CellTick) and e.issued_at >= t, count=4)
+    assert {item.partition for item in ticks} == {0, 1}
     assert service.is_alive()
 
 

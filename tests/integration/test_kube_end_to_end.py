@@ -54,6 +54,9 @@ BIND_TIMEOUT_S = 90.0
 """How long a pod may take from creation to binding (the pipeline has 4 Kafka hops; the machine
 is small and shared, and the first pods also wait for the consumer groups to settle)."""
 
+TICK_S = 3.0
+"""The inventory's tick interval here (``--tick-seconds``; 30 s by default)."""
+
 GANG_SETTLE_S = 10.0
 """Time given to the pipeline to decide a gang that cannot be placed (nothing on the API shows it)."""
 
@@ -135,7 +138,8 @@ def pipeline(control_plane: KubeControlPlane, module_kafka: str, module_database
         _apply_crds(api)
         args = {
             "audit": ["run"],
-            "inventory": ["run", "--data-dir", str(work / "inventory")],
+            # Frequent ticks: a pod resting at the end of its round goes round again within seconds.
+            "inventory": ["run", "--data-dir", str(work / "inventory"), "--tick-seconds", str(TICK_S)],
             "token-lag": ["run", "--data-dir", str(work / "token-lag")],
             "decision": ["run"],
             "binder": ["run", "--backend", "kube", "--kubeconfig", kubeconfig],
@@ -553,6 +557,33 @@ def test_a_pod_hashed_to_a_full_cell_is_bound_in_a_cell_with_room(pipeline, suit
     assert condition[:2] == ("False", "Unschedulable")
     assert condition[2].startswith(f"0/{nodes} nodes are available: "), condition[2]
     assert "2 Insufficient nvidia.com/gpu" in condition[2]
+
+
+def test_room_freed_in_another_cell_reaches_a_pod_resting_at_the_end_of_its_round(pipeline, suite, namespace):
+    """Both cells full: the pod is tried in both and rests in the last. Room freed in the other
+    cell is not an event of the resting cell; the ticks send the pod round again."""
+    from berth.schemas.cells import CELL_LABEL, stable_hash
+    from berth.schemas.topics import DECISION_INPUTS
+
+    selector = {"berth-e2e/handover": suite}
+    nodes = {cell: create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-c{cell}-",
+                                     labels={CELL_LABEL: str(cell), **selector})[0] for cell in (0, 1)}
+
+    def body(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+        pod = pod_body(name, suite, gpus=8, labels=labels, select_suite=False)
+        pod["spec"]["nodeSelector"] = dict(selector)
+        return pod
+
+    fillers = [f"filler-{cell}" for cell in nodes]
+    create_pods(pipeline, namespace, [body(f"filler-{cell}", {CELL_LABEL: str(cell)}) for cell in nodes])
+    wait_bound(pipeline, namespace, fillers)
+    uid = create_pods(pipeline, namespace, [body("waiter")])["waiter"]
+    condition = wait_for(lambda: _scheduled_condition(pods_of(pipeline, namespace)["waiter"]), "waiter reported")
+    assert condition[:2] == ("False", "Unschedulable")
+    home = stable_hash(f"pod/{uid}") % DECISION_INPUTS.partitions  # its round began here, ends in the other
+    delete_pods(pipeline, namespace, [f"filler-{home}"])
+    waiter = wait_bound(pipeline, namespace, ["waiter"])["waiter"]
+    assert waiter.spec.node_name == nodes[home]
 
 
 def test_deleting_a_pod_frees_its_gpus_for_the_next(pipeline, suite, namespace):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from berth.decider import CellDecider
-from berth.decider.cell import HANDOVER_RETRY
+from berth.decider.cell import HANDOVER_RETRY_TICKS
 from berth.decider.engine import CoreEngine, default_scheduler_document
-from berth.schemas import HandOverPod, PlacePods, PodDeleted, PodObserved, PodRouted
+from berth.schemas import CellTick, HandOverPod, PlacePods, PodDeleted, PodObserved, PodRouted
 from berth.schemas.samples import T0
 
 from .fake_engine import FakeEngine
@@ -55,11 +55,23 @@ def test_the_last_cell_of_a_round_reports_and_keeps_the_pod_then_starts_a_new_ro
     assert feed.cell.unschedulable_count == 1
     # A change in the cell soon after: tried again here, same verdict, not repeated.
     assert feed(node("gpu-b", gpus=1).model_copy(update={"observed_at": T0 + timedelta(seconds=5)})) == []
-    # Long enough after the round began: capacity may be free elsewhere, so it goes round again.
-    later = T0 + HANDOVER_RETRY
-    out = feed(node("gpu-b", gpus=1).model_copy(update={"observed_at": later}))
+    # Resting through the ticks: capacity may be free elsewhere, so it goes round again.
+    for tick in range(1, HANDOVER_RETRY_TICKS):
+        assert feed(CellTick(issued_at=T0 + timedelta(seconds=30 * tick))) == []
+    later = T0 + timedelta(seconds=30 * HANDOVER_RETRY_TICKS)
+    out = feed(CellTick(issued_at=later))
     [command] = hand_overs(out)
     assert command.hop == 1 and command.issued_at == later and feed.cell.unschedulable_count == 0
+
+
+def test_ticks_do_not_move_pinned_pods_or_pods_with_untried_cells():
+    feed = Feed(CellDecider(0, FakeEngine()))
+    feed(node("gpu-a", gpus=1))
+    feed(pod("holder"))
+    feed(pod("pinned"))  # a plain observation: pinned to this cell
+    for tick in range(3 * HANDOVER_RETRY_TICKS):
+        assert feed(CellTick(issued_at=T0 + timedelta(seconds=30 * tick))) == []
+    assert feed.cell.unschedulable_count == 1
 
 
 def test_a_pod_routed_back_in_a_later_round_is_tried_at_once():

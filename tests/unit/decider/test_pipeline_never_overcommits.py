@@ -57,8 +57,7 @@ class Pipeline:
         while work:
             stage, item = work.pop(0)
             if stage == "pod":
-                uid = item.pod.uid if isinstance(item, PodObserved) else (
-                    item.uid if isinstance(item, PodDeleted) else item.pod_uid)
+                uid = item.partition_key
                 folded = fold_pod_input(self.routes.get(uid), item, CELLS)
                 if folded.state is None:
                     self.routes.pop(uid, None)
