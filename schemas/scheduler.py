@@ -136,8 +136,9 @@ class PodRouted(FrozenModel):
     last, out of ``cells``. A cell that cannot place the pod while some cell is untried gives it
     up (decision ``handed-over`` and a :class:`HandOverPod`), and the inventory routes it to the
     next one; the last cell of a round reports it unschedulable and keeps it, and starts a new
-    round when it fails there again after resting through ``berth.decider.cell.HANDOVER_RETRY_TICKS``
-    :class:`CellTick` s (capacity may have been freed in a cell it cannot see). ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
+    round when it fails there again after resting through ``HANDOVER_RETRY_TICKS``
+    (:mod:`berth.decider.cell`) :class:`CellTick` s: capacity may have been freed in a cell it
+    cannot see. ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
     Later changes of the pod reach the cell holding it as plain :class:`PodObserved`.
     """
 
@@ -153,6 +154,7 @@ class PodRouted(FrozenModel):
     """Why the nodes of the cells tried before in this round rejected the pod: the last cell's
     unschedulable message counts them too, as kube-scheduler's counts every node."""
     round_started_at: UtcDatetime
+    """When the pod's current round began (for the record: cells count ticks, not time)."""
     observed_at: UtcDatetime
 
     @property

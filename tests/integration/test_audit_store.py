@@ -79,3 +79,48 @@ def test_same_decision_id_with_another_hash_is_a_determinism_error(store):
         errors = connection.execute(select(DeterminismErrorRow.new_hash)
                                     .where(DeterminismErrorRow.decision_id == decision.decision_id)).all()
         assert [row[0] for row in errors] == ["f" * 64]
+
+
+def test_replay_takes_a_partly_recorded_last_input_as_lag_and_a_missing_earlier_decision_as_a_mismatch(
+        database_url):
+    """The audit may have written only some of the decisions of the last input it holds (one
+    input can yield many; a running system keeps deciding while an auditor replays)."""
+    from sqlalchemy import delete
+
+    from berth.decider import CellDecider
+    from berth.decider.engine import CoreEngine, default_scheduler_document
+    from berth.devstack.scratch import scratch_database
+    from berth.schemas import InputPosition, NodeObserved, PodInfo, PodObserved, SchedulerConfigAnnounced
+    from berth.schemas.samples import T0, h100_node
+    from berth.services.audit.replay import replay
+
+    engine = CoreEngine(default_scheduler_document())
+    cell = CellDecider(0, engine)
+    pods = [PodInfo.model_validate({
+        "uid": f"uid-{name}", "namespace": "ml", "name": name, "scheduler_name": "berth", "creation_time": T0,
+        "requests": {"cpu": 1000, "nvidia.com/gpu": 1},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}) for name in ("a", "b")]
+    inputs = [*(PodObserved(pod=pod, observed_at=T0) for pod in pods), NodeObserved(node=h100_node("gpu-0"), observed_at=T0)]
+    decisions = [decision.record for offset, event in enumerate(inputs)
+                 for decision in cell.handle(event, InputPosition(topic=DECISION_INPUTS.name, partition=0, offset=offset))]
+    assert [d.input.offset for d in decisions] == [0, 1, 2, 2]  # the node placed both pods
+    config = SchedulerConfigAnnounced(config_hash=engine.config_hash, config_version=engine.config_version,
+                                      document=engine.config_document, cell=cell.cell_name, announced_at=T0)
+    with scratch_database(database_url, "replay") as url:
+        settings = DatabaseSettings(url=url)
+        db.upgrade(settings)
+        database = db.make_engine(settings)
+        try:
+            AuditStore(database).write_batch(
+                [AuditRecord(DECISION_INPUTS.name, 0, offset, event) for offset, event in enumerate(inputs)]
+                + [AuditRecord(DECISIONS.name, 0, 100, config)]
+                + [AuditRecord(DECISIONS.name, 0, 101 + i, d) for i, d in enumerate(decisions[:-1])],
+                consumer="t-replay")
+            lagging = replay(database)
+            assert lagging.mismatches == [] and lagging.compared == 3
+            with database.begin() as connection:
+                connection.execute(delete(DecisionRow).where(DecisionRow.decision_id == decisions[0].decision_id))
+            [mismatch] = replay(database).mismatches
+            assert (mismatch.kind, mismatch.decision_id) == ("extra", decisions[0].decision_id)
+        finally:
+            database.dispose()
