@@ -271,13 +271,8 @@ class NodeInfo(FrozenModel):
 # --- events ------------------------------------------------------------------------------------
 
 
-class PodObserved(FrozenModel):
-    """A pod was created or changed (including being bound to a node)."""
-
-    type: Literal["io.berth.cluster.pod-observed.v1"] = "io.berth.cluster.pod-observed.v1"
-    pod: PodInfo
-    resource_version: str = ""
-    observed_at: UtcDatetime
+class AboutOnePod:
+    """Kafka key and CloudEvents subject of an event that carries one pod (its ``pod`` field)."""
 
     @property
     def partition_key(self) -> str:
@@ -286,6 +281,15 @@ class PodObserved(FrozenModel):
     @property
     def subject(self) -> str:
         return self.pod.key
+
+
+class PodObserved(AboutOnePod, FrozenModel):
+    """A pod was created or changed (including being bound to a node)."""
+
+    type: Literal["io.berth.cluster.pod-observed.v1"] = "io.berth.cluster.pod-observed.v1"
+    pod: PodInfo
+    resource_version: str = ""
+    observed_at: UtcDatetime
 
 
 class PodDeleted(FrozenModel):

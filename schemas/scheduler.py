@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import DnsLabel, FrozenModel, IntMap, Milli, NonNegativeInt, StrMap, UtcDatetime
-from .cluster import PodInfo
+from .cluster import AboutOnePod, PodInfo
 
 
 class InputPosition(FrozenModel):
@@ -31,6 +31,19 @@ class PodPlacement(FrozenModel):
     gpu_devices: tuple[NonNegativeInt, ...] = ()
     gpu_milli: Milli | None = None
     """Share of the single device for a fractional pod; None for whole devices."""
+
+
+class NamesOnePod:
+    """Kafka key and CloudEvents subject of a command about one pod (its ``pod_uid``,
+    ``namespace`` and ``name`` fields)."""
+
+    @property
+    def partition_key(self) -> str:
+        return self.pod_uid
+
+    @property
+    def subject(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class _Command(FrozenModel):
@@ -95,21 +108,13 @@ class CordonNode(_Command):
         return self.node
 
 
-class EvictPod(_Command):
+class EvictPod(NamesOnePod, _Command):
     type: Literal["io.berth.scheduler.evict-pod.v1"] = "io.berth.scheduler.evict-pod.v1"
     pod_uid: str = Field(min_length=1)
     namespace: DnsLabel
     name: DnsLabel
     node: str | None = None
     reason: str = ""
-
-    @property
-    def partition_key(self) -> str:
-        return self.pod_uid
-
-    @property
-    def subject(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 class RejectedNodes(FrozenModel):
@@ -128,7 +133,7 @@ class RejectedNodes(FrozenModel):
         return RejectedNodes(nodes=self.nodes + other.nodes, reasons=dict(sorted(reasons.items())))
 
 
-class PodRouted(FrozenModel):
+class PodRouted(AboutOnePod, FrozenModel):
     """A pending pod the inventory routes to a cell that may pass it on (decision inputs only).
 
     A pod not pinned to a cell (:func:`berth.schemas.cells.pinned_cell`) may land in any cell,
@@ -158,14 +163,6 @@ class PodRouted(FrozenModel):
     observed_at: UtcDatetime
 
     @property
-    def partition_key(self) -> str:
-        return self.pod.uid
-
-    @property
-    def subject(self) -> str:
-        return self.pod.key
-
-    @property
     def round_complete(self) -> bool:
         """Every cell has had its try in this round."""
         return len(set(self.tried)) >= self.cells
@@ -191,7 +188,7 @@ class CellTick(FrozenModel):
         return "tick"
 
 
-class HandOverPod(FrozenModel):
+class HandOverPod(NamesOnePod, FrozenModel):
     """A cell gives up a pod it cannot place, for the inventory to route it to the next cell.
 
     Issued with the cell's ``handed-over`` decision (same ``decision_id``); the cell forgets the
@@ -213,14 +210,6 @@ class HandOverPod(FrozenModel):
     """Why this cell's nodes, and those of the round's cells before it, rejected the pod (handed
     on as the next cell's ``elsewhere``; only this cell's when its round was complete)."""
     issued_at: UtcDatetime
-
-    @property
-    def partition_key(self) -> str:
-        return self.pod_uid
-
-    @property
-    def subject(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 CommandStatus = Literal["applied", "conflict", "failed"]
