@@ -16,40 +16,12 @@ The public surface::
 Modules: :mod:`~berth.core.framework` (plugin contracts), :mod:`~berth.core.state`
 (ClusterState), :mod:`~berth.core.scheduler` (Framework, Scheduler), :mod:`~berth.core.config`,
 :mod:`~berth.core.registry`, :mod:`~berth.core.decision`, :mod:`~berth.core.messages`.
-Imports are lazy so that importing a leaf module (e.g. ``berth.core.gpu``) stays cheap.
 """
 
-from __future__ import annotations
-
-from types import MappingProxyType
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from berth.core.config import ConfigError, SchedulerConfig, default_config, load_config
-    from berth.core.decision import Decision
-    from berth.core.scheduler import Framework, Scheduler
-    from berth.core.state import ClusterState
+from berth.core.config import ConfigError, SchedulerConfig, default_config, load_config
+from berth.core.decision import Decision
+from berth.core.scheduler import Framework, Scheduler
+from berth.core.state import ClusterState
 
 __all__ = ["ClusterState", "ConfigError", "Decision", "Framework", "Scheduler",
            "SchedulerConfig", "default_config", "load_config"]
-
-_WHERE = MappingProxyType({
-    "ClusterState": "berth.core.state",
-    "ConfigError": "berth.core.config",
-    "SchedulerConfig": "berth.core.config",
-    "default_config": "berth.core.config",
-    "load_config": "berth.core.config",
-    "Decision": "berth.core.decision",
-    "Framework": "berth.core.scheduler",
-    "Scheduler": "berth.core.scheduler",
-})
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'berth.core' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

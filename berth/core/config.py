@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from berth.core.framework import EXTENSION_POINTS, Plugin, PluginArgs, ScorePlugin
 from berth.core.hashing import canonical_json, sha256_hex
+from berth.core.registry import REGISTRY
 
 __all__ = [
     "API_VERSIONS",
@@ -238,8 +239,6 @@ def default_config(registry: Mapping[str, type[Plugin]] | None = None) -> Schedu
 def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:
     """Validate plain data (parsed YAML) into a :class:`SchedulerConfig`."""
     if registry is None:
-        from berth.core.registry import REGISTRY
-
         registry = REGISTRY
     if not isinstance(data, Mapping):
         raise ConfigError(["(document): expected a mapping with apiVersion, kind and profiles"])

@@ -20,8 +20,9 @@ Contracts every plugin obeys:
 - **Stateless across cycles.** One plugin instance serves every cycle of its profile; anything a
   plugin computes for one cycle goes into :attr:`CycleContext.data` under its own key (by
   convention its ``NAME`` or ``NAME + "/suffix"``). State that must outlive a cycle and follow
-  the cluster (e.g. per-device GPU allocation) lives in a :class:`StateExtension` attached to the
-  ClusterState, which the state keeps current on every mutation.
+  the cluster (e.g. per-device GPU allocation) lives in a :class:`~berth.core.state.StateExtension`
+  attached to the ClusterState, which the state keeps current on every mutation (the contract is
+  the state's, since the state calls it; it is re-exported here with the plugin contracts).
 - **Read-only state.** No extension point may mutate the ClusterState. The caller commits a
   decision with :meth:`ClusterState.assume` after :meth:`Framework.schedule` returns.
 - **Misfits are values.** Plugins return :class:`Status` / :class:`FilterResult` values; raising
@@ -61,15 +62,14 @@ import enum
 from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:  # imported for annotations only, to keep the module graph acyclic
-    from berth.core.state import ClusterState, PlacedPod
-    from berth.schemas.cluster import NodeInfo, PodInfo
+from berth.core.state import ClusterState, StateExtension
+from berth.schemas.cluster import PodInfo
 
 __all__ = [
     "MAX_NODE_SCORE",
@@ -435,36 +435,6 @@ class PermitPlugin(Plugin):
     def permit(self, cycle: CycleContext, node: int) -> PermitResult:
         """Allow, hold (WAIT: the decision's status becomes ``held``) or reject the placement."""
         return PermitResult()
-
-
-class StateExtension:
-    """Plugin-owned per-node state kept inside a ClusterState (e.g. GPU device arrays).
-
-    The state calls the hooks on every mutation, after updating its own arrays. Arrays indexed by
-    node slot must have at least ``capacity`` rows (see :meth:`grow`). Hooks must be exact
-    inverses where that makes sense (``pod_added``/``pod_removed``), so that removing and re-adding
-    pods during preemption restores the extension exactly. Extensions are derived state: they do
-    not contribute to the snapshot hash.
-    """
-
-    KEY: ClassVar[str]
-    """Unique key, by convention the owning plugin's NAME."""
-
-    def grow(self, capacity: int) -> None:
-        """Make slot-indexed arrays at least ``capacity`` rows long (new rows empty)."""
-
-    def node_upserted(self, slot: int, node: NodeInfo, previous: NodeInfo | None) -> None:
-        """A node was added (``previous`` None) or replaced in ``slot``."""
-
-    def node_removed(self, slot: int, node: NodeInfo) -> None:
-        """A node left ``slot``; the slot may be reused later. Pods placed on it stay known to
-        the state (reported again through ``pod_added`` if the node comes back)."""
-
-    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
-        """A pod now holds capacity on node slot ``slot`` (None: its node is not known yet)."""
-
-    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
-        """A pod released what it held."""
 
 
 EXTENSION_POINTS: Mapping[str, type[Plugin]] = MappingProxyType({

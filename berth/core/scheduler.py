@@ -44,6 +44,7 @@ from berth.core.framework import (
 )
 from berth.core.hashing import canonical_json, sha256_hex, tie_break_keys
 from berth.core.memo import NodeMemo, membership, stale_nodes
+from berth.core.registry import REGISTRY
 from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
@@ -109,8 +110,6 @@ class Framework:
     def __init__(self, config: SchedulerConfig, profile: str = DEFAULT_PROFILE,
                  registry: Mapping[str, type[Plugin]] | None = None) -> None:
         if registry is None:
-            from berth.core.registry import REGISTRY
-
             registry = REGISTRY
         resolved = config.profile(profile)
         self.profile = resolved

@@ -33,12 +33,11 @@ import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from berth.core.framework import StateExtension
 from berth.core.hashing import (
     DIGEST_MODULUS,
     canonical_json,
@@ -61,6 +60,7 @@ __all__ = [
     "PODS",
     "ClusterState",
     "PlacedPod",
+    "StateExtension",
 ]
 
 FIXED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
@@ -126,6 +126,37 @@ def has_required_anti_affinity(pod: PodInfo) -> bool:
 
 def _is_hard_taint(taint: Taint) -> bool:
     return taint.effect in ("NoSchedule", "NoExecute")
+
+
+class StateExtension:
+    """Plugin-owned per-node state kept inside a ClusterState (e.g. GPU device arrays).
+
+    The state calls the hooks on every mutation, after updating its own arrays. Arrays indexed by
+    node slot must have at least ``capacity`` rows (see :meth:`grow`). Hooks must be exact
+    inverses where that makes sense (``pod_added``/``pod_removed``), so that removing and re-adding
+    pods during preemption restores the extension exactly. Extensions are derived state: they do
+    not contribute to the snapshot hash.
+    """
+
+    KEY: ClassVar[str]
+    """Unique key, by convention the owning plugin's NAME."""
+
+    def grow(self, capacity: int) -> None:
+        """Make slot-indexed arrays at least ``capacity`` rows long (new rows empty)."""
+
+    def node_upserted(self, slot: int, node: NodeInfo, previous: NodeInfo | None) -> None:
+        """A node was added (``previous`` None) or replaced in ``slot``."""
+
+    def node_removed(self, slot: int, node: NodeInfo) -> None:
+        """A node left ``slot``; the slot may be reused later. Pods placed on it stay known to
+        the state (reported again through ``pod_added`` if the node comes back)."""
+
+    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
+        """A pod now holds capacity on node slot ``slot`` (None: its node is not known yet)."""
+
+    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        """A pod released what it held."""
+
 
 
 class ClusterState:

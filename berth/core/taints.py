@@ -8,15 +8,12 @@ A toleration tolerates a taint when its effect is empty or equal, its key is emp
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from berth.core.state import ClusterState
 from berth.schemas.cluster import Taint, Toleration
-
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState
 
 __all__ = ["HARD_EFFECTS", "UNSCHEDULABLE_TAINT", "tolerated_by_any", "tolerates",
            "untolerated_hard_taints", "untolerated_lookup"]

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,9 +25,7 @@ from berth.core.framework import (
     StateExtension,
     Status,
 )
-
-if TYPE_CHECKING:
-    from berth.schemas.cluster import NodeInfo
+from berth.schemas.cluster import NodeInfo
 
 __all__ = ["ANNOTATION_CACHED_MODELS", "ANNOTATION_DATA_LOCALITY", "ANNOTATION_MODEL", "DataLocality",
            "ModelCache", "ModelCacheIndex"]

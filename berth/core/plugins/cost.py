@@ -10,17 +10,15 @@ few array operations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
 from berth.core.framework import MAX_NODE_SCORE, CycleContext, NodeArray, PluginArgs, ScorePlugin, StateExtension
-
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState
-    from berth.schemas.cluster import NodeInfo
+from berth.core.state import ClusterState
+from berth.schemas.cluster import NodeInfo
 
 __all__ = ["NodeCost", "NodeEconomics", "linear_preference", "node_economics"]
 

@@ -16,15 +16,18 @@ These plugins add what counts cannot say — which devices:
 - :class:`GpuFragmentation` (Score): FGD's fragmentation gradient, in its own module
   (:mod:`berth.core.plugins.gpu_fragmentation`), re-exported here.
 
-The per-device state is :class:`GpuDeviceExtension`, kept current by the ClusterState.
+The per-device state is :class:`GpuDeviceExtension`, kept current by the ClusterState; it and
+:func:`gpu_inventory` live in :mod:`berth.core.plugins.gpu_extension` (GpuFragmentation reads the
+inventory too) and are re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+
 from berth.core import messages
 from berth.core.framework import (
     MAX_NODE_SCORE,
@@ -32,22 +35,17 @@ from berth.core.framework import (
     FilterPlugin,
     FilterResult,
     NodeArray,
-    PluginArgs,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
     ReservePlugin,
     ReserveResult,
     ScorePlugin,
-    StateExtension,
     Status,
 )
+from berth.core.plugins.gpu_extension import GpuDeviceExtension, gpu_inventory
 from berth.core.plugins.gpu_fragmentation import DEVICE_HINT, GpuFragmentation
-from berth.core.plugins.gpu_inventory import MILLI, GpuAllocation, GpuInventory, GpuMisfit, GpuRequest
-
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState, PlacedPod
-    from berth.schemas.cluster import NodeInfo
+from berth.core.plugins.gpu_inventory import MILLI, GpuMisfit, GpuRequest
 
 __all__ = [
     "GpuAvailability",
@@ -60,94 +58,6 @@ __all__ = [
 ]
 
 _REQUEST = "GpuDeviceFit/request"
-_AUTO_REMEMBERED = 65_536
-
-
-class GpuDeviceExtension(StateExtension):
-    """Per-device GPU state of a ClusterState (a :class:`GpuInventory` over node slots).
-
-    Remembers what every placed pod holds (by UID) so that ``pod_removed`` gives back exactly
-    what ``pod_added`` took, and re-applies holdings when a node is replaced in place.
-    """
-
-    KEY = "GpuDeviceFit"
-
-    def __init__(self) -> None:
-        self.inventory = GpuInventory()
-        self.held: dict[str, tuple[int, GpuAllocation]] = {}
-        self._by_slot: dict[int, dict[str, GpuAllocation]] = {}
-        self._auto: dict[str, tuple[int, GpuAllocation]] = {}
-        """Devices this extension chose for bound pods that did not name theirs, kept after the
-        pod is removed so that removing and re-adding it (preemption's what-if) restores exactly
-        the same devices rather than whatever would be chosen now."""
-
-    def grow(self, capacity: int) -> None:
-        self.inventory.grow(capacity)
-
-    def node_upserted(self, slot: int, node: NodeInfo, previous: NodeInfo | None) -> None:
-        self.inventory.set_node(slot, node)
-        kept = self._by_slot.get(slot, {})
-        for uid, allocation in list(kept.items()):
-            # Devices the new description no longer has are dropped from the claim.
-            known = set(int(d) for d in self.inventory.dev_index[slot] if d >= 0)
-            trimmed = GpuAllocation(
-                devices=tuple(d for d in allocation.devices if d in known), milli=allocation.milli,
-                memory_mib=allocation.memory_mib, mig=tuple(m for m in allocation.mig if m[0] in known))
-            kept[uid] = trimmed
-            self.held[uid] = (slot, trimmed)
-            self.inventory.allocate(slot, trimmed)
-
-    def node_removed(self, slot: int, node: NodeInfo) -> None:
-        self.inventory.clear_node(slot)
-        for uid in self._by_slot.pop(slot, {}):
-            self.held.pop(uid, None)
-
-    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
-        if slot is None:
-            return
-        # Any pod changes the node's free CPU, which fragmentation scores read too.
-        self.inventory.touch(slot)
-        pod = placed.pod
-        # An assumed pod carries its devices in the placement; a bound one in its PodInfo.
-        devices = placed.gpu_devices or pod.gpu_devices
-        remembered = self._auto.get(pod.uid)
-        if not devices and remembered is not None and remembered[0] == slot:
-            allocation = remembered[1]
-        else:
-            allocation = self.inventory.allocation_of_bound(slot, pod, devices)
-            if not devices:
-                self._auto[pod.uid] = (slot, allocation)
-                if len(self._auto) > _AUTO_REMEMBERED:
-                    # Forget the oldest: a what-if re-adds a pod right after removing it, so only
-                    # recent entries matter, and a long-running cell must not grow without bound.
-                    del self._auto[next(iter(self._auto))]
-        if not (allocation.devices or allocation.mig):
-            return
-        self.inventory.allocate(slot, allocation)
-        self.held[pod.uid] = (slot, allocation)
-        self._by_slot.setdefault(slot, {})[pod.uid] = allocation
-
-    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
-        if slot is not None:
-            self.inventory.touch(slot)
-        entry = self.held.pop(placed.pod.uid, None)
-        if entry is None:
-            return
-        held_slot, allocation = entry
-        self._by_slot.get(held_slot, {}).pop(placed.pod.uid, None)
-        self.inventory.release(held_slot, allocation)
-
-    def devices_of(self, uid: str) -> tuple[int, ...]:
-        entry = self.held.get(uid)
-        return entry[1].devices if entry else ()
-
-
-def gpu_inventory(state: ClusterState) -> GpuInventory:
-    """The GPU inventory attached to ``state`` (by :class:`GpuDeviceFit`'s extension)."""
-    extension = state.extension(GpuDeviceExtension.KEY)
-    if extension is None:
-        extension = state.ensure_extension(GpuDeviceExtension)
-    return extension.inventory  # type: ignore[attr-defined, no-any-return]
 
 
 def _request(cycle: CycleContext) -> GpuRequest:

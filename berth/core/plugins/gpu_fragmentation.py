@@ -42,7 +42,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Hashable, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -68,11 +68,10 @@ from berth.core.gpu.fragmentation import (
     weighted_fragmentation_batch,
     weighted_fragmentation_one,
 )
+from berth.core.plugins.gpu_extension import gpu_inventory
 from berth.core.plugins.gpu_inventory import GpuRequest
-
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState, PlacedPod
-    from berth.schemas.cluster import PodInfo
+from berth.core.state import CPU, ClusterState, PlacedPod
+from berth.schemas.cluster import PodInfo
 
 __all__ = [
     "DEVICE_HINT",
@@ -387,8 +386,6 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         return 0, self._configured
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
-        from berth.core.plugins.gpu_devices import gpu_inventory
-
         shape = shape_of(cycle.pod)
         if shape is None or not gpu_inventory(cycle.state).node_total.any():
             return Status.skip()  # nothing the measure understands, or no GPUs to fragment
@@ -412,8 +409,6 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         """Raw: ``increase << 6 | (device + 1)``, increase in weighted units (lower is better)."""
-        from berth.core.plugins.gpu_devices import gpu_inventory
-
         shape: Shape = cycle.data[_SHAPE]  # type: ignore[assignment]  # set by PreScore
         workload_id, workload = self._cycle_workload(cycle)
         inv = gpu_inventory(cycle.state)
@@ -441,8 +436,6 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         """A few nodes (the usual case: those changed since the memo last saw this shape):
         look each node state up in the extension's content-addressed results first — nodes
         pass through the same states again and again — and score only the new ones."""
-        from berth.core.plugins.gpu_devices import gpu_inventory
-
         extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
         results = extension.results
         models = gpu_inventory(cycle.state).models
@@ -605,7 +598,5 @@ _HASH_MULTIPLIERS = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1
 def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
     """Free CPU millicores of node slots: allocatable minus requested, as NodeResourcesFit's
     filter counts them (so the measure's "CPU runs out" is the filter's)."""
-    from berth.core.state import CPU
-
     return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)
 

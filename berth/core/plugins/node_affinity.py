@@ -30,7 +30,7 @@ from berth.core.framework import (
     ScorePlugin,
     Status,
 )
-from berth.core.labels import NODE_NAME_FIELD, match_node_selector, match_node_selector_terms, match_node_term
+from berth.core.node_selectors import NODE_NAME_FIELD, match_node_selector, match_node_selector_terms, match_node_term
 from berth.core.plugins._normalize import default_normalize
 from berth.schemas.cluster import NodeAffinity as NodeAffinitySpec
 from berth.schemas.cluster import NodeSelectorRequirement, NodeSelectorTerm, PodInfo, PreferredSchedulingTerm

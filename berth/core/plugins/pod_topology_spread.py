@@ -45,7 +45,8 @@ from berth.core.framework import (
     ScorePlugin,
     Status,
 )
-from berth.core.labels import CompiledSelector, Requirement, compile_selector, match_required_node_affinity
+from berth.core.labels import CompiledSelector, Requirement, compile_selector
+from berth.core.node_selectors import match_required_node_affinity
 from berth.core.state import ClusterState
 from berth.core.taints import untolerated_hard_taints
 from berth.schemas.cluster import PodInfo, TopologySpreadConstraint

@@ -23,7 +23,7 @@ and reports every node as "Preemption is not helpful for scheduling".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -38,10 +38,8 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.preemption import Candidate, disruptions_allowed, pick_candidate, select_victims
+from berth.core.state import ClusterState, PlacedPod
 from berth.schemas.policy import PodDisruptionBudgetInfo
-
-if TYPE_CHECKING:
-    from berth.core.state import ClusterState, PlacedPod
 
 __all__ = ["PROBE", "DefaultPreemption", "FeasibilityProbe", "FrameworkProbe"]
 

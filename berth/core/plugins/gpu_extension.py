@@ -1,0 +1,106 @@
+"""The per-device GPU state of a ClusterState and how plugins reach it.
+
+:class:`GpuDeviceExtension` is the state extension GpuDeviceFit attaches; :func:`gpu_inventory`
+gives its :class:`~berth.core.plugins.gpu_inventory.GpuInventory` to any plugin that reads GPU
+devices (GpuDeviceFit and the GPU score terms in :mod:`berth.core.plugins.gpu_devices`,
+GpuFragmentation in :mod:`berth.core.plugins.gpu_fragmentation`). In a module of its own so that
+those plugin modules depend on it rather than on one another.
+"""
+
+from __future__ import annotations
+
+from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory
+from berth.core.state import ClusterState, PlacedPod, StateExtension
+from berth.schemas.cluster import NodeInfo
+
+__all__ = ["GpuDeviceExtension", "gpu_inventory"]
+
+_AUTO_REMEMBERED = 65_536
+"""Devices chosen for bound pods that did not name theirs, kept at most (oldest forgotten)."""
+
+
+class GpuDeviceExtension(StateExtension):
+    """Per-device GPU state of a ClusterState (a :class:`GpuInventory` over node slots).
+
+    Remembers what every placed pod holds (by UID) so that ``pod_removed`` gives back exactly
+    what ``pod_added`` took, and re-applies holdings when a node is replaced in place.
+    """
+
+    KEY = "GpuDeviceFit"
+
+    def __init__(self) -> None:
+        self.inventory = GpuInventory()
+        self.held: dict[str, tuple[int, GpuAllocation]] = {}
+        self._by_slot: dict[int, dict[str, GpuAllocation]] = {}
+        self._auto: dict[str, tuple[int, GpuAllocation]] = {}
+        """Devices this extension chose for bound pods that did not name theirs, kept after the
+        pod is removed so that removing and re-adding it (preemption's what-if) restores exactly
+        the same devices rather than whatever would be chosen now."""
+
+    def grow(self, capacity: int) -> None:
+        self.inventory.grow(capacity)
+
+    def node_upserted(self, slot: int, node: NodeInfo, previous: NodeInfo | None) -> None:
+        self.inventory.set_node(slot, node)
+        kept = self._by_slot.get(slot, {})
+        for uid, allocation in list(kept.items()):
+            # Devices the new description no longer has are dropped from the claim.
+            known = set(int(d) for d in self.inventory.dev_index[slot] if d >= 0)
+            trimmed = GpuAllocation(
+                devices=tuple(d for d in allocation.devices if d in known), milli=allocation.milli,
+                memory_mib=allocation.memory_mib, mig=tuple(m for m in allocation.mig if m[0] in known))
+            kept[uid] = trimmed
+            self.held[uid] = (slot, trimmed)
+            self.inventory.allocate(slot, trimmed)
+
+    def node_removed(self, slot: int, node: NodeInfo) -> None:
+        self.inventory.clear_node(slot)
+        for uid in self._by_slot.pop(slot, {}):
+            self.held.pop(uid, None)
+
+    def pod_added(self, slot: int | None, placed: PlacedPod) -> None:
+        if slot is None:
+            return
+        # Any pod changes the node's free CPU, which fragmentation scores read too.
+        self.inventory.touch(slot)
+        pod = placed.pod
+        # An assumed pod carries its devices in the placement; a bound one in its PodInfo.
+        devices = placed.gpu_devices or pod.gpu_devices
+        remembered = self._auto.get(pod.uid)
+        if not devices and remembered is not None and remembered[0] == slot:
+            allocation = remembered[1]
+        else:
+            allocation = self.inventory.allocation_of_bound(slot, pod, devices)
+            if not devices:
+                self._auto[pod.uid] = (slot, allocation)
+                if len(self._auto) > _AUTO_REMEMBERED:
+                    # Forget the oldest: a what-if re-adds a pod right after removing it, so only
+                    # recent entries matter, and a long-running cell must not grow without bound.
+                    del self._auto[next(iter(self._auto))]
+        if not (allocation.devices or allocation.mig):
+            return
+        self.inventory.allocate(slot, allocation)
+        self.held[pod.uid] = (slot, allocation)
+        self._by_slot.setdefault(slot, {})[pod.uid] = allocation
+
+    def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
+        if slot is not None:
+            self.inventory.touch(slot)
+        entry = self.held.pop(placed.pod.uid, None)
+        if entry is None:
+            return
+        held_slot, allocation = entry
+        self._by_slot.get(held_slot, {}).pop(placed.pod.uid, None)
+        self.inventory.release(held_slot, allocation)
+
+    def devices_of(self, uid: str) -> tuple[int, ...]:
+        entry = self.held.get(uid)
+        return entry[1].devices if entry else ()
+
+
+def gpu_inventory(state: ClusterState) -> GpuInventory:
+    """The GPU inventory attached to ``state`` (by :class:`GpuDeviceFit`'s extension)."""
+    extension = state.extension(GpuDeviceExtension.KEY)
+    if extension is None:
+        extension = state.ensure_extension(GpuDeviceExtension)
+    return extension.inventory  # type: ignore[attr-defined, no-any-return]
