@@ -1,7 +1,7 @@
 # Berth's image: one image, every service (`berth <service> run`).
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY berth ./berth
 COPY schemas ./schemas
 COPY services ./services

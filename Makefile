@@ -2,7 +2,8 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PACKAGING := pyproject.toml setup.py dev/pyproject.toml
+STAMP  := $(VENV)/.installed-$(shell cat $(PACKAGING) | sha256sum | cut -c1-12)
 
 .PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
         bench-pipeline bench-scaling bench-k8s schemas lint up down status clean deploy-render
@@ -10,14 +11,14 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): $(PACKAGING)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./dev
 	rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP)  ## create .venv and install Berth with its dependencies
+install: $(STAMP)  ## create .venv and install Berth (and its dev tooling, berth-dev) with their dependencies
 
 demo: $(STAMP)  ## Berth's main job: the local stack end to end on a sample workload
 	$(BIN)/berth demo
@@ -54,8 +55,8 @@ schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 deploy-render: $(STAMP)  ## lint the Helm chart and rewrite deploy/manifests/berth.yaml (builds helm once)
 	$(BIN)/python -m berth.devstack.helm render
 
-lint: $(STAMP)  ## architecture rules (import-linter)
-	$(BIN)/lint-imports
+lint: $(STAMP)  ## architecture rules (import-linter, on the product as pip installs it)
+	$(BIN)/python -m berth_dev.lint_imports
 
 up: $(STAMP)  ## start Kafka and Postgres in the background
 	$(BIN)/berth dev up
