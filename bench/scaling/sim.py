@@ -245,173 +245,72 @@ def minute_violates(samples: int, over_slo: int, percentile: float) -> bool:
     return samples > 0 and over_slo > samples - math.ceil(percentile * samples)
 
 
-def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Interruption, ...],
-             config: RunConfig | None = None, progress: Callable[[float], None] | None = None) -> RunResult:
-    """Run ``policy`` over ``workload``; deterministic (no clock, no randomness of its own)."""
-    config = config or RunConfig()
-    cfg = config.pool
-    slo_s = cfg.ttft_slo_ms / 1000.0
-    slots = cfg.slots_per_replica
-    seq_rate = cfg.tokens_per_second_per_replica / slots
-    duration = workload.shape.duration_s
+class _Requests:
+    """The request side of a run: arrivals, the FIFO queue (retries ahead of it), the requests
+    holding a slot, the TTFT histogram and the current minute's SLO samples."""
 
-    pool = _Pool(config)
-    pool.create(cfg.initial_replicas)
-    pool.place_pending(-cfg.model_load_seconds)  # warm start: ready at midnight
-    pool.promote_ready(0.0)
-    base_target = cfg.initial_replicas
-    surge = 0
-    view = PoolView()
-    view.probe = pool.probe
+    def __init__(self, workload: Workload, pool: PoolConfig) -> None:
+        self.slo_s = pool.ttft_slo_ms / 1000.0
+        self.seq_rate = pool.tokens_per_second_per_replica / pool.slots_per_replica
+        self.arrivals = workload.arrivals.tolist()
+        self.tokens = workload.tokens.tolist()
+        self.count = len(self.arrivals)
+        self.next_index = 0  # the next request to arrive
+        self.queue: deque[tuple[float, int]] = deque()  # (arrived, tokens)
+        self.retries: deque[tuple[float, int]] = deque()
+        self.waiting_tokens = 0
+        self.running: list[tuple[float, int]] = []  # a heap of (finishes at, tokens)
+        self.histogram = [0] * (TTFT_BUCKETS + 1)
+        self.served = self.over_slo_total = self.retried = 0
+        self.busy_total = self.ready_slot_total = self.waiting_total = 0.0
+        self.minute_samples = self.minute_over = 0
 
-    arrivals = workload.arrivals.tolist()
-    tokens = workload.tokens.tolist()
-    n_requests = len(arrivals)
-    ai = 0
-    queue: deque[tuple[float, int]] = deque()
-    retries: deque[tuple[float, int]] = deque()
-    waiting_tokens = 0
-    running: list[tuple[float, int]] = []
-    histogram = [0] * (TTFT_BUCKETS + 1)
-    served = over_slo_total = retried = 0
-    busy_total = ready_slot_total = waiting_total = 0.0
-    gpu_s_spot = gpu_s_od = 0.0
-    minute_samples = minute_over = 0
-    minute_violations: list[bool] = []
-    minute_ready: list[int] = []
-    target_changes: list[tuple[float, int, int]] = []
-    scale_events = 0
-    peak = pool.alive
+    @property
+    def waiting(self) -> int:
+        return len(self.queue) + len(self.retries)
 
-    notices = sorted(interruptions, key=lambda i: i.notice_at)
-    notice_at = {int(i.notice_at): idx for idx, i in enumerate(notices)}
-    deadlines: dict[int, int] = {}
-    deletions: dict[int, int] = {}
-    returns: dict[int, Node] = {}
-    log: dict[int, dict[str, object]] = {}
-    moves: dict[int, _Move] = {}
-
-    def start_oldest(at: float) -> None:
+    def start_oldest(self, at: float) -> None:
         """Give a free slot, at time ``at``, to the oldest waiting request (retries first),
         counting its time to first token."""
-        nonlocal waiting_tokens, served, minute_samples, over_slo_total, minute_over
-        arrived, tok = retries.popleft() if retries else queue.popleft()
-        waiting_tokens -= tok
+        arrived, tok = self.retries.popleft() if self.retries else self.queue.popleft()
+        self.waiting_tokens -= tok
         ttft = at - arrived
-        histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
-        served += 1
-        minute_samples += 1
-        if ttft > slo_s:
-            over_slo_total += 1
-            minute_over += 1
-        heapq.heappush(running, (at + tok / seq_rate, tok))
+        self.histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
+        self.served += 1
+        self.minute_samples += 1
+        if ttft > self.slo_s:
+            self.over_slo_total += 1
+            self.minute_over += 1
+        heapq.heappush(self.running, (at + tok / self.seq_rate, tok))
 
-    def advance_moves() -> None:
-        """Each surge replica placed since the last call evicts one old replica (loading first)
-        and gives its surge back, as the cell does on seeing the replacement bound."""
-        nonlocal surge, scale_events
-        for move in moves.values():
-            for replica in [r for r in move.surge if r.state != PENDING]:
-                move.surge.remove(replica)
-                if replica.state not in (LOADING, READY):
-                    continue  # removed by a scale-down before it was placed
-                move.olds = [r for r in move.olds if r.state in (LOADING, READY)]
-                if move.olds:
-                    old = min(move.olds, key=lambda r: (r.state == READY, r.id))
-                    move.olds.remove(old)
-                    pool.remove(old)
-                if move.surge_left:
-                    move.surge_left -= 1
-                    surge -= 1
-                    scale_events += 1
+    def cut(self, now: float, lost_ready: int, ready: int) -> int:
+        """``lost_ready`` of the ``ready`` replicas die at ``now``: their share of the running
+        requests (the longest-running) is cut and retried at once. Returns how many were cut."""
+        running = self.running
+        if not (lost_ready and running and ready):
+            return 0
+        lost = round(len(running) * lost_ready / ready)
+        if lost:
+            running.sort()  # a sorted list is a heap; the longest-running are cut
+            for _, tok in running[-lost:]:
+                self.retries.append((now, tok))
+                self.waiting_tokens += tok
+            del running[-lost:]
+            self.retried += lost
+        return lost
 
-    for t in range(duration):
-        now = float(t)
-        # Lifecycle at the start of the second.
-        changed = pool.promote_ready(now)
-        if t in notice_at:
-            idx = notice_at[t]
-            interruption = notices[idx]
-            victim = pick_victim(pool.nodes, pool.per_node())
-            if victim is not None:
-                victim.reclaim_at = interruption.deadline
-                on_node = pool.on_node(victim)
-                entry: dict[str, object] = {
-                    "notice_at": now, "notice_s": interruption.notice_s, "node": victim.name,
-                    "replicas_on_node": len(on_node), "ready_at_notice": pool.counts[READY], "surge": 0}
-                view.now = now
-                classes = tuple(policy.on_spot_notice(
-                    SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), view))
-                if classes:
-                    victim.cordoned = True
-                    surge += len(classes)
-                    entry["surge"] = len(classes)
-                    entry["surge_capacity"] = classes
-                    scale_events += 1
-                    moves[idx] = _Move(victim, on_node, pool.create(len(classes), classes), len(classes))
-                    pool.place_pending(now)
-                log[idx] = entry
-                deadlines[int(math.ceil(interruption.deadline))] = idx
-                changed = True
-        advance_moves()
-        if t in deadlines:
-            idx = deadlines.pop(t)
-            entry = log[idx]
-            victim = next(n for n in pool.nodes if n.name == entry["node"])
-            doomed = pool.on_node(victim)
-            lost_ready = sum(1 for r in doomed if r.state == READY)
-            lost_requests = 0
-            if lost_ready and running and pool.counts[READY]:
-                lost_requests = round(len(running) * lost_ready / pool.counts[READY])
-                if lost_requests:
-                    running.sort()  # a sorted list is a heap; the longest-running are cut
-                    for _, tok in running[-lost_requests:]:
-                        retries.append((now, tok))
-                        waiting_tokens += tok
-                    del running[-lost_requests:]
-                    retried += lost_requests
-            move = moves.pop(idx, None)
-            for replica in doomed:
-                if move is not None:
-                    pool.remove(replica)
-                else:
-                    pool.make_unreachable(replica, idx)
-            if move is not None:
-                if move.surge_left:
-                    surge -= move.surge_left
-                    scale_events += 1
-            else:
-                deletions[t + int(math.ceil(config.recreate_delay_s))] = idx
-            victim.available = False
-            victim.cordoned = False
-            returns[t + int(math.ceil(config.cluster.spot_return_s))] = victim
-            hit = int(entry["replicas_on_node"]) > 0
-            entry.update(hit=hit, requests_cut=lost_requests, ready_after_deadline=pool.counts[READY],
-                         survived=hit and lost_requests == 0
-                         and pool.counts[READY] >= min(int(entry["ready_at_notice"]), base_target))
-            changed = True
-        if t in deletions:
-            idx = deletions.pop(t)
-            for replica in [r for r in pool.replicas if r.state == UNREACHABLE and r.interruption == idx]:
-                pool.remove(replica)
-            changed = True
-        if t in returns:
-            node = returns.pop(t)
-            node.available, node.reclaim_at, node.cordoned = True, None, False
-            changed = True
-        if changed:
-            pool.reconcile(base_target + surge, now)
-            advance_moves()
-
-        # Serve the requests of [t, t + 1).
-        capacity = pool.counts[READY] * slots
+    def serve_second(self, now: float, capacity: int) -> None:
+        """Serve the requests of [now, now + 1) on ``capacity`` slots, in event order (arrivals
+        and finishes), and add the second to the busy/ready/waiting integrals."""
+        arrivals, tokens, running, queue, retries = self.arrivals, self.tokens, self.running, self.queue, self.retries
+        index, seq_rate = self.next_index, self.seq_rate
         end = now + 1.0
         clock = now
         busy = 0.0
         while len(running) < capacity and (retries or queue):
-            start_oldest(now)
+            self.start_oldest(now)
         while True:
-            next_arrival = arrivals[ai] if ai < n_requests else math.inf
+            next_arrival = arrivals[index] if index < self.count else math.inf
             next_finish = running[0][0] if running else math.inf
             if next_finish <= next_arrival:
                 if next_finish >= end:
@@ -420,93 +319,254 @@ def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Int
                 busy += (len(running) + 1) * (next_finish - clock)
                 clock = next_finish
                 if len(running) < capacity and (retries or queue):
-                    start_oldest(clock)
+                    self.start_oldest(clock)
             else:
                 if next_arrival >= end:
                     break
                 busy += len(running) * (next_arrival - clock)
                 clock = next_arrival
-                tok = tokens[ai]
-                ai += 1
+                tok = tokens[index]
+                index += 1
                 if len(running) < capacity and not retries and not queue:
-                    histogram[0] += 1
-                    served += 1
-                    minute_samples += 1
+                    self.histogram[0] += 1
+                    self.served += 1
+                    self.minute_samples += 1
                     heapq.heappush(running, (clock + tok / seq_rate, tok))
                 else:
                     queue.append((clock, tok))
-                    waiting_tokens += tok
+                    self.waiting_tokens += tok
         busy += len(running) * (end - clock)
+        self.next_index = index
+        self.busy_total += busy
+        self.ready_slot_total += capacity
+        self.waiting_total += self.waiting
 
-        # Integrals over the second.
-        busy_total += busy
-        ready_slot_total += capacity
-        waiting_total += len(queue) + len(retries)
-        gpu_s_spot += pool.gpus_spot
-        gpu_s_od += pool.gpus_on_demand
+    def close_minute(self, end: float, percentile: float) -> bool:
+        """Whether the minute ending at ``end`` violates the SLO; requests still waiting count
+        with their wait so far. Starts the next minute's samples."""
+        for waiting in (self.retries, self.queue):
+            self.minute_samples += len(waiting)
+            for arrived, _ in waiting:
+                if end - arrived <= self.slo_s:
+                    break
+                self.minute_over += 1
+        violates = minute_violates(self.minute_samples, self.minute_over, percentile)
+        self.minute_samples = self.minute_over = 0
+        return violates
 
+
+class _Run:
+    """One policy over one workload, a second at a time: the pool's lifecycle (readiness, spot
+    notices, deadlines, recreations, nodes coming back), the serving, and the policy's answer."""
+
+    def __init__(self, workload: Workload, policy: ScalingPolicy, interruptions: tuple[Interruption, ...],
+                 config: RunConfig, progress: Callable[[float], None] | None) -> None:
+        self.config = config
+        self.policy = policy
+        self.progress = progress
+        self.duration = workload.shape.duration_s
+        self.slots = config.pool.slots_per_replica
+        self.pool = _Pool(config)
+        self.pool.create(config.pool.initial_replicas)
+        self.pool.place_pending(-config.pool.model_load_seconds)  # warm start: ready at midnight
+        self.pool.promote_ready(0.0)
+        self.base_target = config.pool.initial_replicas
+        self.surge = 0
+        self.view = PoolView()
+        self.view.probe = self.pool.probe
+        self.requests = _Requests(workload, config.pool)
+        self.gpu_s_spot = self.gpu_s_od = 0.0
+        self.minute_violations: list[bool] = []
+        self.minute_ready: list[int] = []
+        self.target_changes: list[tuple[float, int, int]] = []
+        self.scale_events = 0
+        self.peak = self.pool.alive
+        self.notices = sorted(interruptions, key=lambda i: i.notice_at)
+        self.notice_at = {int(i.notice_at): idx for idx, i in enumerate(self.notices)}
+        # Second → interruption index (or the node coming back), for what happens at that second.
+        self.deadlines: dict[int, int] = {}
+        self.deletions: dict[int, int] = {}
+        self.returns: dict[int, Node] = {}
+        self.log: dict[int, dict[str, object]] = {}
+        self.moves: dict[int, _Move] = {}
+
+    def run(self) -> RunResult:
+        for t in range(self.duration):
+            self.step(t)
+        return self.result()
+
+    def step(self, t: int) -> None:
+        now = float(t)
+        end = now + 1.0
+        self.lifecycle(t, now)
+        self.requests.serve_second(now, self.pool.counts[READY] * self.slots)
+        self.gpu_s_spot += self.pool.gpus_spot
+        self.gpu_s_od += self.pool.gpus_on_demand
         if (t + 1) % 60 == 0:
-            for waiting in (retries, queue):
-                minute_samples += len(waiting)
-                for arrived, _ in waiting:
-                    if end - arrived <= slo_s:
-                        break
-                    minute_over += 1
-            minute_violations.append(minute_violates(minute_samples, minute_over, config.slo_percentile))
-            minute_ready.append(pool.counts[READY])
-            minute_samples = minute_over = 0
-        if progress is not None and (t + 1) % 3600 == 0:
-            progress(end)
+            self.minute_violations.append(self.requests.close_minute(end, self.config.slo_percentile))
+            self.minute_ready.append(self.pool.counts[READY])
+        if self.progress is not None and (t + 1) % 3600 == 0:
+            self.progress(end)
+        self.consult_policy(end)
+        if self.moves:
+            self.advance_moves()
+        self.peak = max(self.peak, self.pool.alive)
 
-        # The policy looks at the pool as the second ends.
+    def lifecycle(self, t: int, now: float) -> None:
+        """What happens to the pool at the start of second ``t``; the ReplicaSet reconciles when
+        anything changed."""
+        changed = self.pool.promote_ready(now)
+        if t in self.notice_at and self.on_notice(self.notice_at[t], now):
+            changed = True
+        self.advance_moves()
+        if t in self.deadlines:
+            self.on_deadline(self.deadlines.pop(t), t, now)
+            changed = True
+        if t in self.deletions:
+            idx = self.deletions.pop(t)
+            for replica in [r for r in self.pool.replicas if r.state == UNREACHABLE and r.interruption == idx]:
+                self.pool.remove(replica)
+            changed = True
+        if t in self.returns:
+            node = self.returns.pop(t)
+            node.available, node.reclaim_at, node.cordoned = True, None, False
+            changed = True
+        if changed:
+            self.pool.reconcile(self.base_target + self.surge, now)
+            self.advance_moves()
+
+    def on_notice(self, idx: int, now: float) -> bool:
+        """Spot notice ``idx``: pick the victim node and let the policy answer with surge replicas
+        (which start a move off the node). False when no node could be the victim."""
+        pool = self.pool
+        interruption = self.notices[idx]
+        victim = pick_victim(pool.nodes, pool.per_node())
+        if victim is None:
+            return False
+        victim.reclaim_at = interruption.deadline
+        on_node = pool.on_node(victim)
+        entry: dict[str, object] = {
+            "notice_at": now, "notice_s": interruption.notice_s, "node": victim.name,
+            "replicas_on_node": len(on_node), "ready_at_notice": pool.counts[READY], "surge": 0}
+        self.view.now = now
+        classes = tuple(self.policy.on_spot_notice(
+            SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), self.view))
+        if classes:
+            victim.cordoned = True
+            self.surge += len(classes)
+            entry["surge"] = len(classes)
+            entry["surge_capacity"] = classes
+            self.scale_events += 1
+            self.moves[idx] = _Move(victim, on_node, pool.create(len(classes), classes), len(classes))
+            pool.place_pending(now)
+        self.log[idx] = entry
+        self.deadlines[int(math.ceil(interruption.deadline))] = idx
+        return True
+
+    def on_deadline(self, idx: int, t: int, now: float) -> None:
+        """Interruption ``idx``'s node goes: its replicas die (removed if the pool surged, else
+        unreachable until deleted), their requests are cut, and the node comes back later."""
+        pool = self.pool
+        entry = self.log[idx]
+        victim = next(n for n in pool.nodes if n.name == entry["node"])
+        doomed = pool.on_node(victim)
+        lost_ready = sum(1 for r in doomed if r.state == READY)
+        lost_requests = self.requests.cut(now, lost_ready, pool.counts[READY])
+        move = self.moves.pop(idx, None)
+        for replica in doomed:
+            if move is not None:
+                pool.remove(replica)
+            else:
+                pool.make_unreachable(replica, idx)
+        if move is not None:
+            if move.surge_left:
+                self.surge -= move.surge_left
+                self.scale_events += 1
+        else:
+            self.deletions[t + int(math.ceil(self.config.recreate_delay_s))] = idx
+        victim.available = False
+        victim.cordoned = False
+        self.returns[t + int(math.ceil(self.config.cluster.spot_return_s))] = victim
+        hit = int(entry["replicas_on_node"]) > 0
+        entry.update(hit=hit, requests_cut=lost_requests, ready_after_deadline=pool.counts[READY],
+                     survived=hit and lost_requests == 0
+                     and pool.counts[READY] >= min(int(entry["ready_at_notice"]), self.base_target))
+
+    def advance_moves(self) -> None:
+        """Each surge replica placed since the last call evicts one old replica (loading first)
+        and gives its surge back, as the cell does on seeing the replacement bound."""
+        for move in self.moves.values():
+            for replica in [r for r in move.surge if r.state != PENDING]:
+                move.surge.remove(replica)
+                if replica.state not in (LOADING, READY):
+                    continue  # removed by a scale-down before it was placed
+                move.olds = [r for r in move.olds if r.state in (LOADING, READY)]
+                if move.olds:
+                    old = min(move.olds, key=lambda r: (r.state == READY, r.id))
+                    move.olds.remove(old)
+                    self.pool.remove(old)
+                if move.surge_left:
+                    move.surge_left -= 1
+                    self.surge -= 1
+                    self.scale_events += 1
+
+    def consult_policy(self, end: float) -> None:
+        """The policy looks at the pool as the second ends; a new replica count is reconciled."""
+        pool, requests, view = self.pool, self.requests, self.view
         view.now = end
-        view.target = base_target
+        view.target = self.base_target
         view.ready = pool.counts[READY]
         view.loading = pool.counts[LOADING]
         view.pending = pool.counts[PENDING]
-        view.waiting_requests = len(queue) + len(retries)
-        view.waiting_tokens = waiting_tokens
-        view.running = len(running)
-        view.tokens_processed = busy_total * seq_rate
-        view.busy_slot_seconds = busy_total
-        view.ready_slot_seconds = ready_slot_total
-        view.waiting_request_seconds = waiting_total
+        view.waiting_requests = requests.waiting
+        view.waiting_tokens = requests.waiting_tokens
+        view.running = len(requests.running)
+        view.tokens_processed = requests.busy_total * requests.seq_rate
+        view.busy_slot_seconds = requests.busy_total
+        view.ready_slot_seconds = requests.ready_slot_total
+        view.waiting_request_seconds = requests.waiting_total
         view.spot_replicas = pool.spot_replicas
         view.usd_per_hour = pool.usd_per_hour
-        answer = policy.decide(view)
+        answer = self.policy.decide(view)
         scale = Scale(answer) if isinstance(answer, int) else answer
-        if scale is not None and scale.replicas != base_target:
-            target_changes.append((end, base_target, scale.replicas))
-            base_target = scale.replicas
-            scale_events += 1
-            pool.reconcile(base_target + surge, end, scale.capacity)
+        if scale is not None and scale.replicas != self.base_target:
+            self.target_changes.append((end, self.base_target, scale.replicas))
+            self.base_target = scale.replicas
+            self.scale_events += 1
+            pool.reconcile(self.base_target + self.surge, end, scale.capacity)
         elif pool.counts[PENDING]:
             pool.place_pending(end)
-        if moves:
-            advance_moves()
-        peak = max(peak, pool.alive)
 
-    price = config.cluster
-    gpu_hours = (gpu_s_spot + gpu_s_od) / 3600.0
-    cost = (gpu_s_spot * price.spot_usd_per_gpu_hour + gpu_s_od * price.on_demand_usd_per_gpu_hour) / 3600.0
-    hits = [e for e in log.values() if e.get("hit")]
-    return RunResult(
-        policy=policy.name,
-        slo_violation_minutes=sum(minute_violations),
-        gpu_hours=gpu_hours,
-        cost_usd=cost,
-        scale_events=scale_events,
-        interruptions_survived=sum(1 for e in hits if e["survived"]),
-        interruptions_hit=len(hits),
-        requests=n_requests,
-        requests_over_slo=over_slo_total,
-        requests_retried=retried,
-        ttft_p50_s=_percentile_of_histogram(histogram, served, 0.50),
-        ttft_p99_s=_percentile_of_histogram(histogram, served, 0.99),
-        peak_replicas=peak,
-        spot_gpu_hours=gpu_s_spot / 3600.0,
-        minute_violations=minute_violations,
-        minute_ready=minute_ready,
-        target_changes=target_changes,
-        interruption_log=[log[i] for i in sorted(log)],
-    )
+    def result(self) -> RunResult:
+        price = self.config.cluster
+        requests = self.requests
+        gpu_hours = (self.gpu_s_spot + self.gpu_s_od) / 3600.0
+        cost = (self.gpu_s_spot * price.spot_usd_per_gpu_hour
+                + self.gpu_s_od * price.on_demand_usd_per_gpu_hour) / 3600.0
+        hits = [e for e in self.log.values() if e.get("hit")]
+        return RunResult(
+            policy=self.policy.name,
+            slo_violation_minutes=sum(self.minute_violations),
+            gpu_hours=gpu_hours,
+            cost_usd=cost,
+            scale_events=self.scale_events,
+            interruptions_survived=sum(1 for e in hits if e["survived"]),
+            interruptions_hit=len(hits),
+            requests=requests.count,
+            requests_over_slo=requests.over_slo_total,
+            requests_retried=requests.retried,
+            ttft_p50_s=_percentile_of_histogram(requests.histogram, requests.served, 0.50),
+            ttft_p99_s=_percentile_of_histogram(requests.histogram, requests.served, 0.99),
+            peak_replicas=self.peak,
+            spot_gpu_hours=self.gpu_s_spot / 3600.0,
+            minute_violations=self.minute_violations,
+            minute_ready=self.minute_ready,
+            target_changes=self.target_changes,
+            interruption_log=[self.log[i] for i in sorted(self.log)],
+        )
+
+
+def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Interruption, ...],
+             config: RunConfig | None = None, progress: Callable[[float], None] | None = None) -> RunResult:
+    """Run ``policy`` over ``workload``; deterministic (no clock, no randomness of its own)."""
+    return _Run(workload, policy, interruptions, config or RunConfig(), progress).run()
