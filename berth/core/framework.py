@@ -139,10 +139,6 @@ class Status:
         return self.code is Code.SKIP
 
     @property
-    def is_rejected(self) -> bool:
-        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-
-    @property
     def message(self) -> str:
         """kube's ``Status.Message()``: the reasons joined by ", "."""
         return ", ".join(self.reasons)

@@ -597,9 +597,6 @@ class Scheduler:
     def config_hash(self) -> str:
         return self.config.hash
 
-    def framework_for(self, pod: PodInfo) -> Framework | None:
-        return self.frameworks.get(pod.scheduler_name)
-
     def schedule(self, pod: PodInfo, state: ClusterState, profile: str | None = None) -> Decision:
         framework = self.frameworks.get(profile or pod.scheduler_name)
         if framework is None:

@@ -749,18 +749,13 @@ class ClusterState:
 
     @property
     def has_pods_with_affinity(self) -> bool:
+        """Whether any placed pod has a pod affinity or anti-affinity term."""
         return bool(self._pods_with_affinity)
-
-    def pods_with_affinity(self) -> list[PlacedPod]:
-        """Placed pods with any pod (anti-)affinity term, sorted by UID."""
-        return [self._pods[uid] for uid in sorted(self._pods_with_affinity)]
 
     @property
     def has_pods_with_required_anti_affinity(self) -> bool:
+        """Whether any placed pod has a required pod anti-affinity term."""
         return bool(self._pods_with_required_anti_affinity)
-
-    def pods_with_required_anti_affinity(self) -> list[PlacedPod]:
-        return [self._pods[uid] for uid in sorted(self._pods_with_required_anti_affinity)]
 
     def pods_matching(self, namespaces: Iterable[str] | None,
                       selector: CompiledSelector) -> list[PlacedPod]:

@@ -24,7 +24,7 @@ independent inventory. Misfits are values (:class:`GpuMisfit`), never exceptions
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -103,10 +103,6 @@ class GpuMisfit:
 
     kind: Literal["count", "socket", "nvlink", "share", "mig"]
     detail: tuple[int | str, ...] = ()
-
-
-def _popcount(mask: int) -> int:
-    return bin(mask).count("1")
 
 
 @dataclass
@@ -775,12 +771,3 @@ class GpuInventory:
                     entry[profile] = int(free[row, c])
             out[int(self.dev_index[row, c])] = entry
         return out
-
-
-def requests_by_node(pods: Iterable[PodInfo]) -> Mapping[str, list[PodInfo]]:
-    """Bound pods grouped by node name, in the given order (helper for building state)."""
-    out: dict[str, list[PodInfo]] = {}
-    for pod in pods:
-        if pod.node_name:
-            out.setdefault(pod.node_name, []).append(pod)
-    return out
