@@ -35,7 +35,7 @@ __all__ = ["Decision", "DecisionStatus", "NodeScore", "RejectionGroup", "pack_no
 
 DecisionStatus = Literal["placed", "unschedulable", "preempting", "held", "error"]
 """``placed``: assume it on ``node``; ``unschedulable``: no node fits (``message`` says why);
-``preempting``: it fits on ``nominated_node`` once ``victims`` are evicted (part 2);
+``preempting``: it fits on ``nominated_node`` once ``victims`` are evicted;
 ``held``: a Permit plugin asked to wait (gangs) — it holds ``node`` once assumed;
 ``error``: a plugin reported an internal error (``message``)."""
 

@@ -31,8 +31,7 @@ Contracts every plugin obeys:
   alignment (result ``i`` belongs to ``nodes[i]``) and must not depend on slot numbers themselves.
 - **Scores** are integers; after NormalizeScore every score lies in ``0..MAX_NODE_SCORE``.
 
-How a GPU device plugin plugs in (part 2 did it this way, see
-:mod:`berth.core.plugins.gpu_devices`):
+How a GPU device plugin plugs in (as :mod:`berth.core.plugins.gpu_devices` does):
 
 1. It declares ``STATE_EXTENSIONS = (GpuDeviceExtension,)``; :class:`Framework` attaches one
    instance of each to the ClusterState (replaying existing nodes and pods once) before the first
@@ -253,7 +252,7 @@ class Diagnosis:
 
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
-    """PostFilter's answer (part 2's preemption). ``nominated_node``: where the pod will fit once
+    """PostFilter's answer (e.g. preemption's). ``nominated_node``: where the pod will fit once
     ``victims`` (placed pods, by UID) are gone. ``message`` is appended to the FitError message
     (kube: ``" preemption: ..."``; give the text after the separator, e.g.
     ``"preemption: 0/5 nodes are available: ..."``)."""
@@ -371,7 +370,7 @@ class FilterPlugin(Plugin):
 
 class PostFilterPlugin(Plugin):
     def post_filter(self, cycle: CycleContext, diagnosis: Diagnosis) -> PostFilterResult:
-        """Run only when no node passed the filters (part 2: preemption). May evaluate
+        """Run only when no node passed the filters (e.g. preemption). May evaluate
         hypothetical states through ``Framework.find_feasible`` on a state with pods removed
         and added back (removal and re-adding restore the state and its hash exactly)."""
         raise NotImplementedError

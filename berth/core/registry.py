@@ -39,7 +39,7 @@ _CORE: tuple[type[Plugin], ...] = (
     node_resources_balanced_allocation.NodeResourcesBalancedAllocation,
     inter_pod_affinity.InterPodAffinity,
     pod_topology_spread.PodTopologySpread,
-    # Part 2: GPU devices, preemption, and Berth's own score terms.
+    # GPU devices, preemption, and Berth's own score terms (cost, carbon, caches).
     gpu_devices.GpuDeviceFit,
     gpu_devices.GpuBinPack,
     gpu_devices.GpuTopologyFitness,

@@ -3,7 +3,8 @@
 :class:`Framework` is one profile's plugins, instantiated from a :class:`SchedulerConfig`;
 :class:`Scheduler` holds one Framework per profile and picks it by the pod's ``schedulerName``.
 
-Selection differs from kube-scheduler on purpose (DESIGN §3): every node is evaluated (no
+Selection differs from kube-scheduler on purpose, so that a decision is a pure function of the
+pod, the snapshot and the configuration (replayable, auditable): every node is evaluated (no
 ``percentageOfNodesToScore``, no rotating start index), and among the nodes with the highest
 total score the one with the lowest tie-break key wins — a hash of (pod UID, node name), see
 :func:`berth.core.hashing.tie_break_keys` — instead of a random pick.
@@ -252,7 +253,8 @@ class Framework:
                 if weighted is not None:
                     per_plugin[plugin.NAME] = weighted
                     continue
-                # An out-of-range score: the path below reports it as it always has.
+                # An out-of-range score (the weighted memo recorded nothing): the raw-score
+                # path below meets it again and reports it.
             if signature is None:
                 raw = plugin.score(cycle, feasible)
             else:

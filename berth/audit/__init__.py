@@ -1,1 +1,0 @@
-"""The audit store: every decision, its inputs, commands and results, in Postgres."""
