@@ -328,7 +328,7 @@ def db_upgrade(
     database_url: DatabaseOption = None,
 ) -> None:
     """Apply migrations up to REVISION (default: the latest)."""
-    from berth.audit import db
+    from berth.services.audit import db
 
     settings = _settings(database_url=database_url)
     db.upgrade(settings.database, revision)
@@ -342,7 +342,7 @@ def db_downgrade(
     database_url: DatabaseOption = None,
 ) -> None:
     """Revert migrations down to REVISION."""
-    from berth.audit import db
+    from berth.services.audit import db
 
     settings = _settings(database_url=database_url)
     db.downgrade(settings.database, revision)
@@ -352,7 +352,7 @@ def db_downgrade(
 @db_app.command("current")
 def db_current(database_url: DatabaseOption = None) -> None:
     """Print the audit store's current migration revision."""
-    from berth.audit import db
+    from berth.services.audit import db
 
     settings = _settings(database_url=database_url)
     print(db.current_revision(settings.database) or "base")

@@ -30,8 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import func, select
 
-from berth.audit import db
-from berth.audit.models import DecisionRow
+from berth.services.audit import db
+from berth.services.audit.models import DecisionRow
 from berth.bus import ensure_topics
 from berth.devstack.procs import free_ports
 from berth.devstack.stack import DevStack
@@ -234,7 +234,7 @@ async def _kafka_counts(settings: BerthSettings) -> tuple[int, int]:
 def _wait_for_audit(settings: BerthSettings, *, timeout_s: float = 120.0) -> int:
     """Wait until Postgres holds every decision input and decision record Kafka holds: replay
     compares the two, so starting it earlier reports mismatches that are only lag."""
-    from berth.audit.models import InputRow
+    from berth.services.audit.models import InputRow
 
     engine = db.make_engine(settings.database)
     deadline = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from berth.audit.models import Base
+from berth.services.audit.models import Base
 
 config = context.config
 target_metadata = Base.metadata

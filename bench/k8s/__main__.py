@@ -381,7 +381,7 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
     binder limited to ``qps``/``burst``."""
     import urllib.request
 
-    from berth.audit import db
+    from berth.services.audit import db
     from berth.devstack.stack import SERVICE_ORDER, DevStack, service_args
     from berth.settings import DatabaseSettings, KafkaSettings
     from berth.supervisor import Supervisor, create_pipeline_topics

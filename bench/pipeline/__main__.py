@@ -229,7 +229,7 @@ def _json_safe(value: Any) -> Any:
 
 def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = NODES,
         seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1) -> dict[str, Any]:
-    from berth.audit import db
+    from berth.services.audit import db
     from berth.bus import ensure_topics
     from berth.devstack.stack import DevStack
     from berth.settings import BerthSettings

@@ -279,7 +279,7 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
     started are stopped again and :class:`DevStackError` carries the tail of its log."""
     import asyncio
 
-    from berth.audit import db
+    from berth.services.audit import db
     from berth.settings import DatabaseSettings, KafkaSettings
     from berth.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
 

@@ -46,7 +46,7 @@ def explain_command(
     """Print where POD went and why, or why it is pending, with per-node reasons and scores."""
     from rich.console import Console
 
-    from berth.audit.db import make_engine
+    from .db import make_engine
 
     from .explain import explain, render
 
@@ -82,7 +82,7 @@ UntilOption = Annotated[Optional[str], typer.Option(help="Compare decisions befo
 def _run_replay(database_url: str | None, since: str | None, until: str | None, other: str | None):  # type: ignore[no-untyped-def]
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from berth.audit.db import make_engine
+    from .db import make_engine
 
     from .replay import replay
 

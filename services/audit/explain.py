@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from berth.audit.models import CommandResultRow, CommandRow, DecisionRow
+from .models import CommandResultRow, CommandRow, DecisionRow
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,13 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import Engine, func, select
 
-from berth.audit.models import DecisionRow, InputRow, SchedulerConfigRow
 from berth.decider import CellDecider, PlacementEngine
 from berth.decider.engine import engine_from_document
 from berth.metrics import REPLAY_MISMATCHES
 from berth.schemas import InputPosition
 from berth.schemas.topics import CellInput
+
+from .models import DecisionRow, InputRow, SchedulerConfigRow
 
 _INPUT = TypeAdapter(CellInput)
 

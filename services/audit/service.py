@@ -10,13 +10,13 @@ import asyncio
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from berth.audit.db import make_engine, upgrade
 from berth.bus import EventConsumer, ensure_topics
 from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
 from berth.settings import BerthSettings
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 
+from .db import make_engine, upgrade
 from .store import CONSUMER, AuditRecord, AuditStore
 
 log = get_logger(__name__)

@@ -18,7 +18,12 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
-from berth.audit.models import (
+from berth.metrics import AUDIT_WRITE_DURATION, DETERMINISM_ERRORS
+from berth.schemas import CommandResult, DecisionRecord, SchedulerConfigAnnounced
+from berth.schemas.envelope import event_time
+from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
+
+from .models import (
     CommandResultRow,
     CommandRow,
     ConsumerPositionRow,
@@ -27,10 +32,6 @@ from berth.audit.models import (
     InputRow,
     SchedulerConfigRow,
 )
-from berth.metrics import AUDIT_WRITE_DURATION, DETERMINISM_ERRORS
-from berth.schemas import CommandResult, DecisionRecord, SchedulerConfigAnnounced
-from berth.schemas.envelope import event_time
-from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 
 CONSUMER = "berth-audit"
 

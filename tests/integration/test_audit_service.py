@@ -8,8 +8,8 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from berth.audit import db
-from berth.audit.models import InputRow
+from berth.services.audit import db
+from berth.services.audit.models import InputRow
 from berth.bus import EventProducer, ensure_topics
 from berth.schemas import PodDeleted, encode
 from berth.schemas.samples import T0

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from berth.audit import db
-from berth.audit.models import CommandRow, DecisionRow, DeterminismErrorRow, InputRow
+from berth.services.audit import db
+from berth.services.audit.models import CommandRow, DecisionRow, DeterminismErrorRow, InputRow
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
 from berth.services.audit.store import AuditRecord, AuditStore

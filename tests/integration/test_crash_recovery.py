@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from berth.audit import db
-from berth.audit.models import DecisionRow
+from berth.services.audit import db
+from berth.services.audit.models import DecisionRow
 from berth.bus import ensure_topics
 from berth.demo import _kafka_counts, _replay, _status, _wait_for_audit
 from berth.devstack.procs import free_ports

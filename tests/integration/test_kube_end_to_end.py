@@ -35,7 +35,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
 
-from berth.audit import db
+from berth.services.audit import db
 from berth.devstack.fakenodes import create_fake_nodes
 from berth.devstack.kube import KubeConnection, KubeControlPlane
 from berth.settings import DatabaseSettings, KafkaSettings

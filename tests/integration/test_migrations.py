@@ -8,8 +8,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from typer.testing import CliRunner
 
-from berth.audit import db
-from berth.audit.models import Base
+from berth.services.audit import db
+from berth.services.audit.models import Base
 from berth.cli import app
 from berth.settings import DatabaseSettings
 
