@@ -38,7 +38,12 @@ import yaml
 
 from berth.core import messages
 from berth.core.admission import QuotaLedger
+from berth.cells.pool_placement import with_preferences
+from berth.cells.pools import merge_cluster_spec
+from berth.core.config import ConfigError, default_document, load_config
+from berth.core.engine import Engine
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
+from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, replica_admission
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 
@@ -111,106 +116,78 @@ def _policy_events(bundle: ManifestBundle) -> list[PolicyObserved]:
     return events
 
 
-def load_scheduler_config(path: Path | None) -> Any:
-    """The scheduler configuration from ``path`` (YAML), or the core's built-in profile
-    (``berth/core/default_config.yaml``, what the decision service runs without ``--config``)."""
-    from berth.core.config import ConfigError, default_config, load_config
-
+def load_scheduler_config(path: Path | None) -> dict[str, Any]:
+    """The scheduler configuration document at ``path`` (YAML), validated, or the core's built-in
+    profile (what the decision service runs without ``--config``)."""
     if path is None:
-        return default_config()
+        return default_document()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        return load_config(text)
+        load_config(text)
     except ConfigError as exc:
         raise InputError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {exc}") from None
-
-
-@dataclass
-class _Placed:
-    pod: PodInfo
-    node: str
-    gpu_devices: tuple[int, ...]
-    gpu_milli: int | None
+    return yaml.safe_load(text)
 
 
 class Session:
-    """The core scheduler over one ClusterState, driven the way a decision cell drives it:
-    one pod (or one gang) at a time, placements assumed on the state as they are decided."""
+    """The engine driven the way a decision cell drives it: one pod (or one gang) at a time,
+    placements assumed as they are decided."""
 
-    def __init__(self, scheduler: Any, state: Any) -> None:
-        self.scheduler = scheduler
-        self.state = state
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self.min_member: dict[tuple[str, str], int] = {}
-        self.profiles = tuple(scheduler.frameworks)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Any = None,
            policies: Iterable[PolicyObserved] = (), namespaces: Iterable[Any] = ()) -> Session:
-        """``config``: a SchedulerConfig, a Path to one, or None for the built-in profile."""
-        from berth.core.scheduler import Scheduler
-        from berth.core.state import ClusterState
-
+        """``config``: a configuration document, a Path to one, or None for the built-in profile."""
         if config is None or isinstance(config, Path):
             config = load_scheduler_config(config)
-        session = cls(Scheduler(config), ClusterState())
-        state = session.state
-        for framework in session.scheduler.frameworks.values():
-            framework.prepare(state)
-            for plugin in framework.post_filter_plugins:
-                bind = getattr(plugin, "bind_framework", None)
-                if callable(bind):  # until the Framework hands plugins a handle itself
-                    bind(framework)
+        session = cls(Engine(config))
+        engine = session.engine
         for namespace in namespaces:
-            state.upsert_namespace(namespace.name, namespace.labels)
+            engine.upsert_namespace(namespace.name, namespace.labels)
         for node in sorted(nodes, key=lambda n: n.name):
-            state.upsert_node(node)
+            engine.upsert_node(node)
         for event in policies:
-            obj = event.obj
-            state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
+            engine.upsert_policy(event)
             if event.kind == "PodGroup" and event.pod_group is not None:
                 session.min_member[(event.pod_group.namespace, event.pod_group.name)] = event.pod_group.min_member
         for pod in bound:
-            state.upsert_bound_pod(pod)
+            engine.upsert_bound_pod(pod)
         return session
 
     def _profile(self, pod: PodInfo) -> str:
         # Every pending pod of the file is Berth's to schedule: a pod naming another scheduler
         # (the default "default-scheduler") is scheduled by the first profile.
-        return pod.scheduler_name if pod.scheduler_name in self.profiles else self.profiles[0]
+        profiles = self.engine.profiles
+        return pod.scheduler_name if pod.scheduler_name in profiles else profiles[0]
 
     def place_one(self, pod: PodInfo) -> Outcome:
         """Decide one pod; preempt if the profile's PostFilter nominates a node."""
-        from berth.core.placement import place_pod  # the decision service's steps too
-
-        result = place_pod(self.scheduler, self.state, pod, self._profile(pod))
-        decision = result.decision
-        victims = tuple(sorted(placed.pod.key for placed in result.victims))
-        if result.placed:
-            return Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", victims,
-                           gpu_milli=decision.gpu_milli)
-        return Outcome(pod.key, None, (), decision.message, victims)
+        outcome = self.engine.schedule(pod, profile=self._profile(pod))
+        victims = tuple(sorted(victim.key for victim in outcome.victims))
+        if outcome.placed:
+            placed = outcome.placements[0]
+            return Outcome(pod.key, placed.node, placed.gpu_devices, "", victims, gpu_milli=placed.gpu_milli)
+        return Outcome(pod.key, None, (), outcome.message, victims)
 
     def place_gang(self, pods: Sequence[PodInfo], min_member: int) -> list[Outcome]:
         """Decide one gang atomically (see :mod:`berth.core.gangs`)."""
-        from berth.core.gangs import StateGangHost, place_gang
-
         group = f"{pods[0].namespace}/{pods[0].pod_group}"
-        host = StateGangHost(self.scheduler, self.state, self._profile(pods[0]))
-        result = place_gang(host, pods, min_member, group)
-        decided = {pod.uid: decision for pod, decision in result.placements}
+        result = self.engine.schedule_gang(pods, min_member, profile=self._profile(pods[0]))
+        placed = {placement.pod.uid: placement for placement in result.placements}
         outcomes = []
         for pod in pods:
-            decision = decided.get(pod.uid)
-            if decision is not None:
-                outcomes.append(Outcome(pod.key, decision.node, tuple(decision.gpu_devices), "", (), group,
-                                        decision.gpu_milli))
+            placement = placed.get(pod.uid)
+            if placement is not None:
+                outcomes.append(Outcome(pod.key, placement.node, placement.gpu_devices, "", (), group,
+                                        placement.gpu_milli))
             else:
-                outcomes.append(Outcome(pod.key, None, (), result.messages.get(pod.uid, ""), (), group))
+                outcomes.append(Outcome(pod.key, None, (), result.member_messages.get(pod.uid, ""), (), group))
         return outcomes
 
     def schedule_all(self, pods: Sequence[PodInfo]) -> list[Outcome]:
@@ -241,10 +218,7 @@ class Session:
 
     def gpu_milli_used(self) -> int:
         """GPU milli held across the cluster (whole devices and shares; MIG slices not counted)."""
-        from berth.core.plugins.gpu_devices import gpu_inventory
-
-        inv = gpu_inventory(self.state)
-        return int(inv.used_milli().sum())
+        return self.engine.gpu_milli_used()
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -282,10 +256,6 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
     ``n`` not taken, admitted as the apiserver would, and carrying the pool's cache and
     data-locality preferences as the decision service places them. A manifest file has no queue
     lag, so no pool is scaled; ``warnings`` gets one note per pool saying so."""
-    from berth.decider.pool_placement import with_preferences
-    from berth.decider.pools import merge_cluster_spec
-    from berth.workloads import LABEL_AGENT_POOL, AgentPool, WorkloadError
-    from berth.workloads.pools import replica_admission
 
     policies = (*bundle.priority_classes, *bundle.limit_ranges)
     created: list[PodManifest] = []
@@ -306,7 +276,7 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
                 index += 1
             try:
                 replica = replica_admission(pool, index, policies)
-            except WorkloadError as exc:
+            except ReplicaError as exc:
                 raise InputError(str(exc)) from None
             created.append(PodManifest(with_preferences(replica.pod, policy), replica.resources, replica.rejection))
             index += 1

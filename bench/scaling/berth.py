@@ -3,17 +3,17 @@
 The pool reports its queue as a gateway would (``QueueLagObserved`` every ``report_interval_s``);
 the token-lag service's pure fold (:func:`berth.services.token_lag.fold.fold_queue_lag`) turns the
 reports into ``PoolLagState``; each new state goes to the decision cell's policy
-(:func:`berth.decider.scaling.decide_scale`) with what the cell passes it: the replica count Berth
+(:func:`berth.cells.scaling.decide_scale`) with what the cell passes it: the replica count Berth
 last asked for and when, the scaling memory folded from the lag states
-(:func:`berth.decider.scaling.remember`: the smoothed demand and the window of needs), the
+(:func:`berth.cells.scaling.remember`: the smoothed demand and the window of needs), the
 pool's spot replicas and cost, whether spot is suspended for the pool
-(:class:`berth.decider.spot.SpotHistory`) and a placement probe — here the simulated cluster's
+(:class:`berth.cells.spot.SpotHistory`) and a placement probe — here the simulated cluster's
 hypothetical placement. The verdict's ``placed_on`` says which capacity class each new replica
 gets, as the cell constrains the pool's pending replicas. So the benchmark measures the real
 policy on the real state.
 
-Spot notices, as the cell handles them (``CellDecider._on_spot`` / ``_surge`` /
-``_capacity_order``): the interruption is counted for the pool (and may suspend spot), then a
+Spot notices, as the cell handles them (``berth.cells.spot_drain.on_spot`` /
+``_surge`` / ``berth.cells.pool_scaling.capacity_order``): the interruption is counted for the pool (and may suspend spot), then a
 surge of k replacements, k = how many of the node's replicas can be placed elsewhere now —
 on-demand first, then spot if one more spot replica stays within ``maxSpotPercent`` and spot is
 not suspended; the surge restarts the cooldown. The simulator cordons, places, evicts and gives
@@ -26,9 +26,9 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from berth.decider.pools import PoolPolicy
-from berth.decider.scaling import ProbedReplica, ScalingInput, ScalingMemory, decide_scale, remember
-from berth.decider.spot import SpotHistory
+from berth.cells.pools import PoolPolicy
+from berth.cells.scaling import ProbedReplica, ScalingInput, ScalingMemory, decide_scale, remember
+from berth.cells.spot import SpotHistory
 from berth.schemas import PoolLagState, QueueLagObserved
 from berth.services.token_lag.fold import LagSettings, PoolSettings, fold_queue_lag, pool_key
 

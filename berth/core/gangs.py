@@ -11,8 +11,8 @@ needs, the second waits whole.
 Placement prefers one failure domain: the members are tried inside each network block (node
 label ``berth.io/network-block``), then inside each zone (``topology.kubernetes.io/zone``), and
 only then across the whole cell. Which domains, and in which order, is the host's call
-(:class:`StateGangHost`: those that could hold the gang, smallest first, names breaking ties), so
-the outcome is reproducible.
+(:class:`berth.core.engine.Engine`'s: those that could hold the gang, smallest first, names
+breaking ties), so the outcome is reproducible.
 
 The module is pure and engine-agnostic: the engine passes a :class:`GangHost` that can place one
 pod (optionally restricted to a set of nodes) and take a placement back.
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from berth.core import messages
 from berth.schemas.cluster import PodInfo
 
-__all__ = ["GangHost", "GangResult", "LABEL_NETWORK_BLOCK", "LABEL_ZONE", "StateGangHost", "place_gang"]
+__all__ = ["GangHost", "GangResult", "LABEL_NETWORK_BLOCK", "LABEL_ZONE", "place_gang"]
 
 LABEL_NETWORK_BLOCK = "berth.io/network-block"
 LABEL_ZONE = "topology.kubernetes.io/zone"
@@ -113,65 +113,3 @@ def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int,
     _roll_back(host, placed)
     together = messages.gang_failed(group, len(placed), min_member)
     return GangResult(messages={pod.uid: failed.get(pod.uid, together) for pod in pods})
-
-
-class StateGangHost:
-    """:class:`GangHost` over the core's :class:`~berth.core.scheduler.Scheduler` and a
-    :class:`~berth.core.state.ClusterState`: members are scheduled by the normal profile and
-    *assumed* on the state; a domain restriction is a node selector added to the member for the
-    attempt (so the profile's own NodeAffinity filter enforces it). A member that could only fit
-    by preempting counts as not fitting: a gang never evicts pods.
-    """
-
-    def __init__(self, scheduler: Any, state: Any, profile: str | None = None,
-                 max_domains: int = 8) -> None:
-        self.scheduler = scheduler
-        self.state = state
-        self.profile = profile
-        self.max_domains = max_domains
-
-    def place_one(self, pod: PodInfo, within: tuple[str, str] | None) -> tuple[Any | None, str]:
-        target = pod if within is None else pod.model_copy(
-            update={"node_selector": {**pod.node_selector, within[0]: within[1]}})
-        decision = self.scheduler.schedule(target, self.state, self.profile)
-        if decision.status != "placed":
-            return None, decision.message
-        self.state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
-        return (pod, decision), ""
-
-    def unassume(self, placement: Any) -> None:
-        pod, _ = placement
-        self.state.forget(pod.uid)
-
-    def domains(self, pods: Sequence[PodInfo]) -> list[tuple[str, tuple[str, str]]]:
-        """Network blocks, then zones, that could hold the whole gang by a rough count (free
-        whole GPUs for GPU gangs, free cpu otherwise), smallest sufficient first (best fit keeps
-        big domains for big gangs), names breaking ties; at most ``max_domains`` of each."""
-        import numpy as np
-
-        from berth.core.state import CPU
-
-        state = self.state
-        live = state.order()
-        gpus = sum(p.whole_gpus for p in pods)
-        if gpus:
-            from berth.core.plugins.gpu_devices import gpu_inventory
-
-            capacity = gpu_inventory(state).full_count[live]
-            demand = gpus
-        else:
-            capacity = (state.allocatable[live, CPU] - state.requested[live, CPU])
-            demand = sum(p.requests.get("cpu", 0) for p in pods)
-        out: list[tuple[str, tuple[str, str]]] = []
-        for key in (LABEL_NETWORK_BLOCK, LABEL_ZONE):
-            codes = state.label_codes(key)[live]
-            ranked = []
-            for code in np.unique(codes[codes > 0]):
-                held = int(capacity[codes == code].sum())
-                if held >= demand:
-                    value = state.label_value(key, int(code))
-                    if value is not None:
-                        ranked.append((held, value))
-            if len(ranked) > 1 or (ranked and key == LABEL_ZONE):
-                out += [(f"{key}={value}", (key, value)) for _, value in sorted(ranked)[: self.max_domains]]
-        return out

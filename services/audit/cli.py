@@ -127,9 +127,9 @@ def what_if_command(
     from rich.console import Console
     from rich.markup import escape
 
-    from berth.decider.engine import config_document
+    from berth.configfiles import load_cell_config
 
-    report = _run_replay(database_url, since, until, config_document(config))
+    report = _run_replay(database_url, since, until, load_cell_config(config).document)
     console = Console()
     for change in report.changes:
         console.print(f"{escape(change.subject)}: {escape(change.recorded or 'no decision')} → "

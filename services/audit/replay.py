@@ -1,6 +1,6 @@
 """Replay and what-if: re-derive a cell's decisions from Postgres alone.
 
-``replay`` folds every recorded input of each cell, in order, through the pure decider under the
+``replay`` folds every recorded input of each cell, in order, through the pure cell under the
 configuration the cell announced, and compares what comes out with what was recorded: the same
 decision ids with the same hashes, nothing missing, nothing extra. ``what_if`` does the same fold
 under another configuration and reports which decisions would have changed and how.
@@ -26,8 +26,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import Engine, func, select
 
-from berth.decider import CellDecider, PlacementEngine
-from berth.decider.engine import engine_from_document
+from berth.cells import Cell, CellConfig
 from berth.metrics import REPLAY_MISMATCHES
 from berth.schemas import InputPosition
 from berth.schemas.topics import CellInput
@@ -84,7 +83,7 @@ def _cell_config(connection: Any, cell: str) -> str | None:
 
 
 def replay(database: Engine, *, since: datetime | None = None, until: datetime | None = None,
-           engine_for: Callable[[str], PlacementEngine] = engine_from_document,
+           config_for: Callable[[str], CellConfig] = CellConfig.from_document,
            other_config: str | None = None, progress: Callable[[int], None] | None = None) -> ReplayReport:
     """Re-derive decisions; ``other_config`` (a configuration document) turns it into a what-if.
 
@@ -102,7 +101,7 @@ def replay(database: Engine, *, since: datetime | None = None, until: datetime |
                 select(DecisionRow).where(DecisionRow.cell == cell))}
             last_offset = connection.scalar(select(func.max(DecisionRow.input_offset))
                                             .where(DecisionRow.cell == cell)) or 0
-            decider = CellDecider(partition, engine_for(other_config or document))
+            cell_folds = Cell(partition, config_for(other_config or document))
             seen: set[str] = set()
             for row in _inputs(connection, cell):
                 if row.offset > last_offset:
@@ -112,7 +111,7 @@ def replay(database: Engine, *, since: datetime | None = None, until: datetime |
                 report.inputs += 1
                 if progress is not None:
                     progress(1)
-                for decision in decider.handle(event, position):
+                for decision in cell_folds.handle(event, position):
                     made = decision.record
                     if not _in_window(made.event_time, since, until):
                         continue

@@ -26,7 +26,7 @@ def run(
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
 ) -> None:
     """Consume the cells' inputs, decide, and emit commands and decision records."""
-    from berth.decider.engine import engine_factory, load_pools
+    from berth.configfiles import load_cell_config
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
@@ -36,10 +36,9 @@ def run(
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="decision")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
-    pool_policies = load_pools(pools) if pools else {}
-    factory = engine_factory(config or settings.scheduler_config, pool_policies)
+    cell_config = load_cell_config(config or settings.scheduler_config, pools)
 
     async def main() -> None:
-        await DecisionService(settings, factory, pool_policies).run(stop_on_signals())
+        await DecisionService(settings, cell_config).run(stop_on_signals())
 
     asyncio.run(main())

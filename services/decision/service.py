@@ -9,8 +9,8 @@ a zombie predecessor). A crash aborts the open transaction: nothing of it is vis
 (consumers read committed), and the batch is decided again by whoever takes the cell over.
 
 Taking a cell over means rebuilding its state: the new owner folds the cell's log from the start
-up to the committed offset through the same pure :class:`~berth.decider.CellDecider`, discarding
-the outputs (they were committed before). Because the decider is deterministic, the rebuilt
+up to the committed offset through the same pure :class:`~berth.cells.Cell`, discarding
+the outputs (they were committed before). Because the cell is deterministic, the rebuilt
 state, including the assumed placements of commands still in flight, is the one the previous
 owner had.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -28,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from berth.bus import EventConsumer, ensure_topics
-from berth.decider import CellDecider, CellDecision, PlacementEngine
+from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
 from berth.schemas import HandOverPod, InputPosition, SchedulerConfigAnnounced, encode
@@ -48,10 +47,10 @@ is thrown out of the group (its cells move, its open transaction is fenced)."""
 
 @dataclass
 class CellWorker:
-    """The writer of one cell: its decider and its transactional producer."""
+    """The writer of one cell: its folds and its transactional producer."""
 
     partition: int
-    decider: CellDecider
+    cell: Cell
     producer: AIOKafkaProducer
     announced: bool = False
     decided: int = field(default=0)
@@ -64,8 +63,8 @@ class CellWorker:
             await self.producer.stop()
 
 
-async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, until: int) -> int:
-    """Fold the cell's committed inputs ``[0, until)`` into ``decider``; returns how many."""
+async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int) -> int:
+    """Fold the cell's committed inputs ``[0, until)`` into ``cell``; returns how many."""
     if until <= 0:
         return 0
     from berth.schemas import EnvelopeError, decode
@@ -88,7 +87,7 @@ async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, un
                     event = decode(DECISION_INPUTS, record.key, record.value, record.headers).event
                 except EnvelopeError:
                     continue  # dead-lettered when it was first consumed
-                decider.handle(event, InputPosition(topic=tp.topic, partition=partition, offset=record.offset))
+                cell.handle(event, InputPosition(topic=tp.topic, partition=partition, offset=record.offset))
                 folded += 1
                 if folded % CHUNK == 0:
                     await asyncio.sleep(0)
@@ -101,11 +100,9 @@ async def rebuild(kafka: KafkaSettings, decider: CellDecider, partition: int, un
 class DecisionService:
     """Runs the cells assigned to this worker until stopped."""
 
-    def __init__(self, settings: BerthSettings, engine_factory: Callable[[], PlacementEngine],
-                 pools: dict[str, Any] | None = None) -> None:
+    def __init__(self, settings: BerthSettings, config: CellConfig) -> None:
         self.settings = settings
-        self.engine_factory = engine_factory
-        self.pools = pools or {}
+        self.config = config
         self.workers: dict[int, CellWorker] = {}
         self.consumer = EventConsumer(
             settings.kafka, [DECISION_INPUTS], group_id=GROUP, name="decision",
@@ -122,18 +119,18 @@ class DecisionService:
         self.consumer.raw.pause(*new)
         for tp in new:
             committed = await self.consumer.raw.committed(tp) or 0
-            decider = CellDecider(tp.partition, self.engine_factory(), pools=self.pools)
+            cell = Cell(tp.partition, self.config)
             started = time.monotonic()
-            folded = await rebuild(self.settings.kafka, decider, tp.partition, committed)
+            folded = await rebuild(self.settings.kafka, cell, tp.partition, committed)
             producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
                                         transactional_id=f"berth-decision-cell-{tp.partition}",
                                         linger_ms=2, retry_backoff_ms=10)
             await producer.start()
-            self.workers[tp.partition] = CellWorker(tp.partition, decider, producer)
+            self.workers[tp.partition] = CellWorker(tp.partition, cell, producer)
             self.consumer.raw.seek(tp, committed)
             self.consumer.raw.resume(tp)
             log.info("cell taken over", cell=tp.partition, committed_offset=committed,
-                     inputs_folded=folded, pending=decider.pending_count,
+                     inputs_folded=folded, pending=cell.pending_count,
                      rebuild_s=round(time.monotonic() - started, 3))
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
@@ -173,7 +170,7 @@ class DecisionService:
             async with worker.busy:
                 await self._decide_batch(worker, tp, records)
         except KafkaError as exc:
-            # The transaction was aborted, but the decider already folded the batch: its state
+            # The transaction was aborted, but the cell already folded the batch: its state
             # is ahead of what was committed. Throw it away and rebuild from the committed
             # offset, if this worker still owns the cell (re-initialising the transactional id
             # otherwise would fence the rightful owner).
@@ -194,7 +191,7 @@ class DecisionService:
                 continue
             started = time.perf_counter()
             position = InputPosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
-            for decision in worker.decider.handle(consumed.event, position):
+            for decision in worker.cell.handle(consumed.event, position):
                 outputs.append((decision, time.perf_counter() - started))
             await asyncio.sleep(0)  # one input may retry many pods: let heartbeats through
         async with worker.producer.transaction():
@@ -215,24 +212,25 @@ class DecisionService:
                     PODS_HANDED_OVER.labels(str(worker.partition)).inc()
                 result = _RESULTS.get(decision.record.outcome)
                 if result is not None:
-                    profile = worker.decider.engine.profile
+                    profile = worker.cell.engine.profile
                     SCHEDULE_ATTEMPTS.labels(result, profile).inc()
                     SCHEDULING_ATTEMPT_DURATION.labels(result, profile).observe(seconds)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
         worker.decided += len(outputs)
 
     async def _announce(self, worker: CellWorker) -> None:
-        engine = worker.decider.engine
+        config = worker.cell.config
+        config_hash = config.hash
         event = SchedulerConfigAnnounced(
-            config_hash=engine.config_hash, config_version=engine.config_version,
-            document=engine.config_document, cell=worker.decider.cell_name,
+            config_hash=config_hash, config_version=config.version,
+            document=config.document, cell=worker.cell.cell_name,
             announced_at=datetime.now(timezone.utc))
-        encoded = encode(event, source=SOURCE, event_id=f"{worker.decider.cell_name}/{engine.config_hash}")
+        encoded = encode(event, source=SOURCE, event_id=f"{worker.cell.cell_name}/{config_hash}")
         await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
         worker.announced = True
 
     def _report_queues(self) -> None:
-        deciders = [w.decider for w in self.workers.values()]
-        unschedulable = sum(d.unschedulable_count for d in deciders)
+        cells = [w.cell for w in self.workers.values()]
+        unschedulable = sum(c.unschedulable_count for c in cells)
         PENDING_PODS.labels("unschedulable").set(unschedulable)
-        PENDING_PODS.labels("active").set(sum(d.pending_count for d in deciders) - unschedulable)
+        PENDING_PODS.labels("active").set(sum(c.pending_count for c in cells) - unschedulable)

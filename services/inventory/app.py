@@ -32,6 +32,7 @@ before that input's offset is committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -88,7 +89,7 @@ NODE_INPUTS = "berth-inventory-node-inputs"
 NODE_FACT_TOPICS = (NODES, GPU_TELEMETRY, SPOT)
 SOURCE_TOPICS = (PODS, HANDOVERS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
 TICK_INTERVAL_S = 30.0
-"""How often every cell gets a :class:`~berth.schemas.CellTick` (see ``berth.decider.cell``)."""
+"""How often every cell gets a :class:`~berth.schemas.CellTick` (see ``berth.cells.cell``)."""
 INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)
 """Every topic the consumer group reads: its sources and its own internal topic."""
 
@@ -137,6 +138,10 @@ class InventoryApp:
     agents: dict[str, Any]
 
 
+Emit = Callable[[tuple[Output, ...], str, str], None]
+"""Sends a fold's outputs: ``emit(outputs, origin, stage)``."""
+
+
 def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | None = None,
                app_id: str = APP_ID, tick_interval_s: float = TICK_INTERVAL_S) -> InventoryApp:
     """Declare the app, its topics, tables, agents and timer for ``layout``.
@@ -162,6 +167,27 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
                                     help="pod UID → where its events were last routed")
     nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
                                help="node name → everything the inventory knows about the node")
+    emit = _emitter(sink)
+    agents = {"pods": _pods_agent(app, app.topic(PODS.name, HANDOVERS.name, **raw), sink, emit, pod_routes,
+                                  layout.cells)}
+    for topic in NODE_FACT_TOPICS:
+        agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
+    agents["policies"] = _policies_agent(app, topics[POLICIES.name], sink, emit, layout.cells)
+    agents["node-stage"] = _node_stage_agent(app, node_inputs, sink, emit, nodes, layout.cells)
+
+    @app.timer(interval=tick_interval_s, on_leader=True)
+    async def tick_cells() -> None:
+        # The cells read no clock; this is how time reaches a cell where nothing else happens.
+        at = datetime.now(timezone.utc)
+        for cell in range(layout.cells):
+            sink.publish(DECISION_INPUTS.name, CellTick(issued_at=at), partition=cell)
+
+    track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)
+    return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
+
+
+def _emitter(sink: Outbox) -> Emit:
+    """An :data:`Emit` onto ``sink``."""
 
     def emit(outputs: tuple[Output, ...], origin: str, stage: str) -> None:
         """Send a fold's outputs in order. Ids derive from the input's first position and the
@@ -178,9 +204,14 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             elif isinstance(output, InventoryChanged):
                 sink.publish(INVENTORY_STATE.name, output.inventory, event_id=event_id)
 
+    return emit
+
+
+def _pods_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, pod_routes: ModelTable[Any],
+                cells: int) -> Any:
+    """The agent that routes pod events and hand-overs, keeping each pod's route in ``pod_routes``."""
     pod_sources = {PODS.name: PODS, HANDOVERS.name: HANDOVERS}
 
-    @app.agent(app.topic(PODS.name, HANDOVERS.name, **raw), name="pods")
     async def route_pods(stream: Any) -> None:
         async for record in stream.events():
             message = record.message
@@ -190,23 +221,30 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
             event = decoded.event
             uid = event.partition_key  # the pod's UID, for pod events and hand-overs alike
             route = pod_routes.get(uid)
-            folded = fold_pod_input(route, event, layout.cells, partition=message.partition)
+            folded = fold_pod_input(route, event, cells, partition=message.partition)
             if folded.state != route:
                 pod_routes.put(uid, folded.state)
             emit(folded.outputs, origin_of(record), "pods")
 
-    agents = {"pods": route_pods}
-    for topic in NODE_FACT_TOPICS:
-        agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
+    return app.agent(channel, name="pods")(route_pods)
 
-    @app.agent(topics[POLICIES.name], name="policies")
+
+def _policies_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, cells: int) -> Any:
+    """The agent that sends every policy to the cells (stateless)."""
+
     async def route_policies(stream: Any) -> None:
         async for record in stream.events():
             decoded = accept(POLICIES, record, consumer=CONSUMER, outbox=sink)
             if decoded is not None:
-                emit(route_policy(decoded.event, layout.cells), origin_of(record), "policies")
+                emit(route_policy(decoded.event, cells), origin_of(record), "policies")
 
-    @app.agent(node_inputs, name="node-stage")
+    return app.agent(channel, name="policies")(route_policies)
+
+
+def _node_stage_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, nodes: ModelTable[Any],
+                      cells: int) -> Any:
+    """The agent that folds every node-scoped input into the node's state in ``nodes``."""
+
     async def fold_nodes(stream: Any) -> None:
         async for record in stream.events():
             message = record.message
@@ -219,24 +257,15 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
                     consumer=CONSUMER, reason=f"not a node input: {exc}"), outbox=sink)
                 continue
             state = nodes.get(item.node)
-            folded = fold_node_input(state, item, layout.cells)
+            folded = fold_node_input(state, item, cells)
             if folded.state != state:
                 nodes.put(item.node, folded.state)
             emit(folded.outputs, item.origin or origin_of(record), f"node/{item.node}")
 
-    @app.timer(interval=tick_interval_s, on_leader=True)
-    async def tick_cells() -> None:
-        # The cells read no clock; this is how time reaches a cell where nothing else happens.
-        at = datetime.now(timezone.utc)
-        for cell in range(layout.cells):
-            sink.publish(DECISION_INPUTS.name, CellTick(issued_at=at), partition=cell)
-
-    agents.update({"policies": route_policies, "node-stage": fold_nodes})
-    track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)
-    return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
+    return app.agent(channel, name="node-stage")(fold_nodes)
 
 
-def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emit: Any) -> Any:
+def _node_fact_agent(app: faust.App, channel: Any, topic: Any, sink: Outbox, emit: Emit) -> Any:
     """An agent that validates one node-keyed source topic and re-keys it onto the node stage."""
 
     async def forward(stream: Any) -> None:

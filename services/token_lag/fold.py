@@ -43,7 +43,7 @@ DEFAULT_MAX_TTFT_MS = 3_600_000.0
 
 class PoolSettings(BaseModel):
     """What token-lag reads of a pool in the shared pools file (an AgentPool spec per pool, see
-    berth.decider.pools): its model load time. Every other AgentPool key is the decision
+    berth.cells.pools): its model load time. Every other AgentPool key is the decision
     service's and is left to it; a key neither knows is a mistake."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -51,7 +51,7 @@ class PoolSettings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _leave_scaling_keys_to_the_decision_service(cls, data: object) -> object:
-        from berth.decider.pools import PoolPolicy
+        from berth.cells.pools import PoolPolicy
 
         if not isinstance(data, dict):
             return data

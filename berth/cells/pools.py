@@ -11,19 +11,16 @@ shared by the token-lag and decision services, maps ``namespace/name`` to such s
 (snake_case keys — ``tokens_per_second_per_replica`` … — are accepted too). An AgentPool observed
 in the cluster overrides the file's entry key by key (:func:`merge_cluster_spec`).
 
-The scaling rule itself is :mod:`berth.decider.scaling`; :func:`desired_replicas` is its basic
-form without the placement check, kept for callers that have no engine.
+The scaling rule itself is :mod:`berth.cells.scaling`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from berth.schemas import PoolLagState
 from berth.schemas.agentpool import AgentPoolSpec, AgentPoolSpecError, error_text
 
 
@@ -70,12 +67,3 @@ def merge_cluster_spec(file_policy: PoolPolicy | None, spec: Mapping[str, Any]) 
         return PoolPolicy.model_validate(merged)
     except ValidationError as exc:
         raise AgentPoolSpecError(error_text(exc)) from exc
-
-
-def desired_replicas(policy: PoolPolicy, lag: PoolLagState, current: int,
-                     last_scaled_at: datetime | None) -> Any:
-    """The token rule alone (no placement or cost check): a verdict or None. See
-    :func:`berth.decider.scaling.decide_scale` for the whole policy."""
-    from .scaling import ScalingInput, decide_scale
-
-    return decide_scale(ScalingInput(policy=policy, lag=lag, current=current, last_scaled_at=last_scaled_at))

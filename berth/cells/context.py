@@ -1,0 +1,24 @@
+"""What the folds of one cell share: the engine, the record maker, the node book and the queue.
+
+Each fold owns its own state; these are the parts more than one fold reads. Only the queue's
+own functions and the scheduling round change the queue; other folds read it (e.g. a pool's
+pending replicas)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from berth.core.engine import Engine
+
+from .nodes import NodeBook
+from .queue import QueueState
+from .records import Recorder
+
+
+@dataclass(frozen=True)
+class CellContext:
+    cell: int
+    engine: Engine
+    recorder: Recorder
+    nodes: NodeBook
+    queue: QueueState

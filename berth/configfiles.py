@@ -1,0 +1,36 @@
+"""Reading a cell's configuration from files: the scheduler configuration (YAML) and the pools
+file. The services read them at start-up and hand the cells values (:class:`CellConfig`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from berth.cells import CellConfig
+from berth.cells.pools import PoolPolicy, parse_pools
+from berth.core.config import default_document
+
+__all__ = ["load_cell_config", "read_pools", "read_scheduler_document"]
+
+
+def read_scheduler_document(path: Path | None) -> dict[str, Any]:
+    """The scheduler configuration document at ``path``; the core's built-in profile for None."""
+    if path is None:
+        return default_document()
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a configuration document (a YAML mapping)")
+    return data
+
+
+def read_pools(path: Path) -> dict[str, PoolPolicy]:
+    """The pools file at ``path`` (``{pools: {NAMESPACE/NAME: {...}}}``), validated."""
+    return parse_pools(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+
+
+def load_cell_config(config: Path | None, pools: Path | None = None) -> CellConfig:
+    """The configuration a decision cell runs with these files (validated now, so that errors
+    show at start-up)."""
+    return CellConfig(read_scheduler_document(config), read_pools(pools) if pools else {})
