@@ -28,8 +28,8 @@ from .cluster import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
+from ._base import event_time
 from .agentpool import AgentPoolSpec, AgentPoolSpecError, parse_agent_pool_spec
-from .envelope import DecodedEvent, EncodedRecord, EnvelopeError, decode, encode
 from .policy import (
     LimitRangeInfo,
     LimitRangeItem,

@@ -79,3 +79,13 @@ IntMap = Annotated[dict[str, int], AfterValidator(_sorted_keys)]
 def utc_now() -> datetime:
     """The current time in UTC. For producers only: the decision core never reads a clock."""
     return datetime.now(timezone.utc)
+
+
+def event_time(event: Any) -> Any:
+    """The time an event speaks of (observed, sampled, issued ...); None if it has none."""
+    for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at",
+                  "announced_at", "updated_at"):
+        value = getattr(event, field, None)
+        if value is not None:
+            return value
+    return None

@@ -17,6 +17,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from pydantic import ValidationError
 
+from ._base import event_time
 from .topics import Topic
 
 CONTENT_TYPE = "application/json"
@@ -69,16 +70,6 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
     message = to_binary(cloud_event, _FORMAT)
     key = message.key.encode() if isinstance(message.key, str) else (message.key or b"")
     return EncodedRecord(key=key, value=message.value, headers=sorted(message.headers.items()))
-
-
-def event_time(event: Any) -> Any:
-    """The time an event speaks of (observed, sampled, issued ...); None if it has none."""
-    for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at",
-                  "announced_at", "updated_at"):
-        value = getattr(event, field, None)
-        if value is not None:
-            return value
-    return None
 
 
 @dataclass(frozen=True)

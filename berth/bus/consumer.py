@@ -16,7 +16,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from berth.logs import get_logger
 from berth.metrics import DEAD_LETTERED, RECORDS_CONSUMED
-from berth.schemas import DeadLetter, DecodedEvent, Topic, topic_named
+from berth.schemas import DeadLetter, Topic, topic_named
+from berth.schemas.envelope import DecodedEvent
 from berth.schemas.topics import DEAD_LETTER
 from berth.settings import KafkaSettings
 

@@ -10,7 +10,8 @@ import base64
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from berth.schemas import DeadLetter, DecodedEvent, EnvelopeError, Topic, decode
+from berth.schemas import DeadLetter, Topic
+from berth.schemas.envelope import DecodedEvent, EnvelopeError, decode
 
 
 def _b64(data: bytes | None) -> str | None:

@@ -8,7 +8,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from berth.metrics import EVENTS_PUBLISHED
-from berth.schemas import encode, topic_for_event
+from berth.schemas import topic_for_event
+from berth.schemas.envelope import encode
 from berth.settings import KafkaSettings
 
 

@@ -27,7 +27,8 @@ from pydantic import TypeAdapter
 
 from berth.logs import get_logger
 from berth.metrics import CONSUMER_LAG, DEAD_LETTERED, EVENTS_PUBLISHED, RECORDS_CONSUMED, serve_metrics
-from berth.schemas import DeadLetter, DecodedEvent, Topic, encode
+from berth.schemas import DeadLetter, Topic
+from berth.schemas.envelope import DecodedEvent, encode
 from berth.schemas.topics import DEAD_LETTER
 from berth.settings import KafkaSettings
 

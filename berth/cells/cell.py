@@ -37,7 +37,7 @@ from berth.schemas import (
     PoolLagState,
     SpotInterruptionNotice,
 )
-from berth.schemas.envelope import event_time
+from berth.schemas import event_time
 
 from . import gangs, handovers, pool_scaling, queue, spot_drain
 from .config import CellConfig

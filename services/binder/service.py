@@ -33,7 +33,8 @@ from aiokafka import TopicPartition
 from berth.bus import EventConsumer, EventProducer, dead_letter_for, ensure_topics
 from berth.logs import get_logger
 from berth.metrics import EVENTS_PUBLISHED
-from berth.schemas import CommandResult, DeadLetter, encode
+from berth.schemas import CommandResult, DeadLetter
+from berth.schemas.envelope import encode
 from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, DECISIONS
 from berth.settings import BerthSettings
 

@@ -20,7 +20,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from berth.logs import get_logger
-from berth.schemas import EnvelopeError, Topic, decode
+from berth.schemas import Topic
+from berth.schemas.envelope import EnvelopeError, decode
 from berth.settings import KafkaSettings
 
 from .translate import Observation, fold_published

@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 from berth.services.audit import db
 from berth.services.audit.models import InputRow
 from berth.bus import EventProducer, ensure_topics
-from berth.schemas import PodDeleted, encode
+from berth.schemas import PodDeleted
+from berth.schemas.envelope import encode
 from berth.schemas.samples import T0
 from berth.schemas.topics import DECISION_INPUTS
 from berth.services.audit.service import run_audit

@@ -22,13 +22,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from berth.bus import EventProducer, ensure_topics
-from berth.devstack import procs
-from berth.schemas import CommandResult, DeadLetter, PlacePods, PodObserved, PodPlacement, decode, topic_named
+from berth.schemas import CommandResult, DeadLetter, PlacePods, PodObserved, PodPlacement, topic_named
+from berth.schemas.envelope import decode
 from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, PODS, RESULTS
 from berth.settings import KafkaSettings
-from berth.supervisor import Supervisor
-from berth.workloads import write_documents
-from berth.workloads.generate import H100, gpu_node_manifest, pod_manifest
+from berth_dev.devstack import procs
+from berth_dev.supervisor import Supervisor
+from berth_dev.workloads import write_documents
+from berth_dev.workloads.generate import H100, gpu_node_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
 CELL = 1

@@ -12,7 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from berth.bus import EventConsumer, EventProducer, ensure_topics
 from berth.bus.deadletter import original_value
-from berth.schemas import ALL_TOPICS, DeadLetter, decode, encode, topic_for_event
+from berth.schemas import ALL_TOPICS, DeadLetter, topic_for_event
+from berth.schemas.envelope import decode, encode
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import DEAD_LETTER, QUEUE_LAG
 from berth.settings import KafkaSettings

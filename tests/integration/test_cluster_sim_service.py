@@ -23,7 +23,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from berth.bus import EventProducer, ensure_topics
-from berth.devstack import procs
 from berth.schemas import (
     DecisionRecord,
     InputPosition,
@@ -33,14 +32,15 @@ from berth.schemas import (
     PodObserved,
     QueueLagObserved,
     SpotInterruptionNotice,
-    decode,
     topic_named,
 )
+from berth.schemas.envelope import decode
 from berth.schemas.topics import NODES, PODS, QUEUE_LAG, SPOT
 from berth.settings import KafkaSettings
-from berth.supervisor import Supervisor
-from berth.workloads import write_documents
-from berth.workloads.generate import L4, gpu_node_manifest, pod_manifest
+from berth_dev.devstack import procs
+from berth_dev.supervisor import Supervisor
+from berth_dev.workloads import write_documents
+from berth_dev.workloads.generate import L4, gpu_node_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from berth.schemas import ALL_TOPICS, EnvelopeError, PodInfo, decode, encode, topic_for_event
+from berth.schemas import ALL_TOPICS, PodInfo, topic_for_event
+from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.export import SCHEMA_DIR, breaking_changes, committed_schemas, event_schemas, render
 from berth.schemas.quantity import QuantityError, format_canonical, resource_list, to_canonical
 from berth.schemas.samples import T0, one_of_each

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from berth.schemas import decode, encode, topic_for_event
+from berth.schemas import topic_for_event
+from berth.schemas.envelope import decode, encode
 from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
 from berth.schemas.policy import PolicyObserved, PolicyRemoved
 from berth.services.ingest.lease import ExpiryWatch, LeaseRecord, decide, lease_body

@@ -473,7 +473,7 @@ def service():
 
 
 async def put(agent, event=None, *, raw: tuple[bytes, bytes] | None = None, headers=None):
-    from berth.schemas import encode
+    from berth.schemas.envelope import encode
 
     if raw is not None:
         key, value = raw
@@ -486,7 +486,7 @@ async def put(agent, event=None, *, raw: tuple[bytes, bytes] | None = None, head
 async def put_on(agent, topic: str, event=None, *, raw: tuple[bytes, bytes] | None = None, partition: int = 0):
     """``put`` onto one topic of an agent that reads several (faust's test wrapper names none)."""
     agent._get_strtopic = lambda channel: topic
-    from berth.schemas import encode
+    from berth.schemas.envelope import encode
 
     if raw is not None:
         (key, value), headers = raw, []

@@ -139,7 +139,7 @@ def test_bad_pools_files_say_what_is_wrong(tmp_path: Path, text, message):
 
 async def test_agent_publishes_state_and_cell_input_and_dead_letters_garbage():
     from berth.bus.streams import RecordingOutbox
-    from berth.schemas import encode
+    from berth.schemas.envelope import encode
     from berth.schemas.cells import cell_of_pool
     from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, LAG_STATE
     from berth.services.token_lag.app import Layout, create_app

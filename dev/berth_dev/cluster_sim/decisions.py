@@ -1,0 +1,70 @@
+"""Reading the scheduler's verdicts, so the simulator can tell when every pod has been decided.
+
+A cluster shows bindings but not "this pod cannot be placed" (kube-scheduler reports that as an
+event and a pod condition; Berth as a decision record). The watcher reads
+``berth.scheduler.decisions.v1`` from its end at start-up (earlier runs' decisions are not ours)
+and marks the named pending pods: ``unschedulable`` and ``held`` (a gang waiting for members)
+mark them, ``placed`` and ``preempting`` clear the mark. The subject of a decision is
+``namespace/pod`` or, for a gang, ``namespace/pod-group``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from berth.logs import get_logger
+from berth.schemas import DecisionRecord
+from berth.schemas.envelope import EnvelopeError, decode
+from berth.schemas.topics import DECISIONS
+from berth.settings import KafkaSettings
+
+from .state import ClusterState
+
+log = get_logger(__name__)
+UNDECIDABLE_NOW = ("unschedulable", "held")
+
+
+class DecisionWatcher:
+    def __init__(self, kafka: KafkaSettings, state: ClusterState) -> None:
+        self.state = state
+        self.seen = 0
+        self._consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
+                                          isolation_level="read_committed")
+
+    async def start(self, partitions: Iterable[int]) -> None:
+        """Position at the end of the topic's ``partitions``; returns once the positions are
+        fixed, so that no decision about a pod published after this is missed."""
+        await self._consumer.start()
+        assigned = [TopicPartition(DECISIONS.name, p) for p in sorted(partitions)]
+        self._consumer.assign(assigned)
+        await self._consumer.seek_to_end(*assigned)
+        for tp in assigned:
+            await self._consumer.position(tp)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+                for records in batches.values():
+                    for record in records:
+                        self._handle(record)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            await self._consumer.stop()
+
+    def _handle(self, record: object) -> None:
+        try:
+            event = decode(DECISIONS, record.key, record.value, record.headers).event  # type: ignore[attr-defined]
+        except EnvelopeError:
+            return  # the audit service dead-letters it; we only count verdicts
+        if not isinstance(event, DecisionRecord):
+            return
+        self.seen += 1
+        if event.outcome in UNDECIDABLE_NOW:
+            self.state.mark_decided(event.subject, unschedulable=True)
+        elif event.outcome in ("placed", "preempting"):
+            self.state.mark_decided(event.subject, unschedulable=False)
