@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from .ratelimit import TokenBucket
 
 app = typer.Typer(help="Apply the scheduler's commands to the cluster and report the results.",
                   no_args_is_help=True)
@@ -49,12 +52,7 @@ def run(
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
 ) -> None:
     """Consume commands, apply them (with retries and a client rate limit), publish the results."""
-    if backend not in BACKENDS:
-        raise typer.BadParameter(f"{backend!r}: choose one of {', '.join(BACKENDS)}", param_hint="--backend")
-    if backend == "sim" and not sim_url:
-        raise typer.BadParameter("--backend sim needs --sim-url (or BERTH_SIM_URL)", param_hint="--sim-url")
-    if backend == "sim" and (kubeconfig or context):
-        raise typer.BadParameter("--kubeconfig and --context are for --backend kube", param_hint="--backend")
+    _check_backend_options(backend, sim_url, kubeconfig, context)
 
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
@@ -66,15 +64,8 @@ def run(
     from .service import BinderService
 
     limiter = TokenBucket(qps, burst)
-    cluster: Any
-    if backend == "kube":
-        cluster = _kube_backend(kubeconfig, context, limiter=limiter, event_limiter=TokenBucket(qps, burst),
-                                workers=max_in_flight, timeout_s=request_timeout)
-    else:
-        from .sim_backend import SimulatorBackend
-
-        assert sim_url is not None
-        cluster = SimulatorBackend(sim_url, timeout_s=request_timeout)
+    cluster = _cluster_backend(backend, sim_url, kubeconfig, context, limiter=limiter, qps=qps, burst=burst,
+                               workers=max_in_flight, timeout_s=request_timeout)
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="binder")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
@@ -86,6 +77,31 @@ def run(
                             report_unschedulable=reports).run(stop_on_signals())
 
     asyncio.run(main())
+
+
+def _check_backend_options(backend: str, sim_url: str | None, kubeconfig: str | None, context: str | None) -> None:
+    """Usage errors for a backend that does not exist or options that do not go with it."""
+    if backend not in BACKENDS:
+        raise typer.BadParameter(f"{backend!r}: choose one of {', '.join(BACKENDS)}", param_hint="--backend")
+    if backend == "sim" and not sim_url:
+        raise typer.BadParameter("--backend sim needs --sim-url (or BERTH_SIM_URL)", param_hint="--sim-url")
+    if backend == "sim" and (kubeconfig or context):
+        raise typer.BadParameter("--kubeconfig and --context are for --backend kube", param_hint="--backend")
+
+
+def _cluster_backend(backend: str, sim_url: str | None, kubeconfig: str | None, context: str | None, *,
+                     limiter: TokenBucket, qps: float, burst: int, workers: int, timeout_s: float) -> Any:
+    """The cluster the commands take effect on. The kube backend's events get a limiter of their
+    own at the same rate, as kube-scheduler's event client does."""
+    if backend == "kube":
+        from .ratelimit import TokenBucket
+
+        return _kube_backend(kubeconfig, context, limiter=limiter, event_limiter=TokenBucket(qps, burst),
+                             workers=workers, timeout_s=timeout_s)
+    from .sim_backend import SimulatorBackend
+
+    assert sim_url is not None
+    return SimulatorBackend(sim_url, timeout_s=timeout_s)
 
 
 def _kube_backend(kubeconfig: str | None, context: str | None, **options: Any) -> Any:

@@ -7,8 +7,8 @@ binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's fla
 included (``meters_requests``) — except events, which take theirs from ``event_limiter``:
 kube-scheduler, too, writes events through a client of their own with its own limiter, so that
 "50 QPS" means 50 bindings per second rather than 25 bindings and their 25 events. Bodies and
-the reading of answers are pure functions in :mod:`.kube_outcomes`; this module only sends and
-receives.
+the reading of answers are pure functions in :mod:`.kube_outcomes`, the threads, tokens and
+request metrics are :mod:`.kube_transport`'s; this module decides what to send.
 
 Requests, per operation:
 
@@ -50,17 +50,17 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
 from berth.logs import get_logger
 from berth.schemas import PodPlacement
 
 from . import kube_outcomes as k
 from .kube_outcomes import Access, Reply
+from .kube_transport import KubeTransport
 from .node_informer import NodeInformer
 from .ports import Outcome
 from .ratelimit import TokenBucket
@@ -70,13 +70,8 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-# client-go's metric names (k8s.io/client-go/tools/metrics): the meaning is the same.
-REQUESTS = Counter("rest_client_requests_total",
-                   "Kubernetes API requests of the binder, by status code (0: no answer), method and host.",
-                   ["code", "method", "host"])
-REQUEST_LATENCY = Histogram("rest_client_request_duration_seconds",
-                            "Kubernetes API request latency in seconds, by verb and host.", ["verb", "host"],
-                            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+V = TypeVar("V")
+
 NODE_CHECKS = Counter("berth_binder_node_checks_total",
                       "Checks that a node exists before a binding, by how they were answered: cache (the node "
                       "informer), get (a GET of the node), unchecked (RBAC denies reading nodes).", ["source"])
@@ -113,6 +108,14 @@ def _default_instance() -> str:
     return f"berth-binder-{socket.gethostname()}"
 
 
+def _remember(table: OrderedDict[str, V], key: str, value: V, *, limit: int) -> None:
+    """Set ``key`` as ``table``'s most recent entry, forgetting the oldest beyond ``limit``."""
+    table[key] = value
+    table.move_to_end(key)
+    if len(table) > limit:
+        table.popitem(last=False)
+
+
 class KubeBackend:
     """The port on ``api_client``; see the module docstring. Owns the client (closed by :meth:`close`)."""
 
@@ -137,8 +140,7 @@ class KubeBackend:
         self._apps = AppsV1Api(api_client)
         self._custom = CustomObjectsApi(api_client)
         self._events = EventsV1Api(api_client)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-api")
-        self._host = api_client.configuration.host.split("://", 1)[-1]
+        self._api = KubeTransport(api_client, limiter=limiter, workers=workers, timeout_s=timeout_s)
         self._check_nodes = True
         self._nodes_seen: OrderedDict[str, float] = OrderedDict()
         """Nodes that existed, by name → when we last saw them (monotonic seconds)."""
@@ -154,39 +156,8 @@ class KubeBackend:
         self.informer_requests = 0
         """Main-limiter tokens the node informer took (its LIST pages and WATCHes)."""
 
-    # -- sending ----------------------------------------------------------------------------------
-
-    async def _send(self, method: str, call: Callable[..., Any], *args: Any, limiter: TokenBucket | None = None,
-                    deferrable: bool = False, **kwargs: Any) -> Reply:
-        """One API request: a token (from ``limiter``, default the main one; ``deferrable``: after
-        the bindings queued for one, see :class:`TokenBucket`), then ``call`` on the pool; never
-        raises for an answer."""
-        bucket = limiter or self.limiter
-        await (bucket.acquire(deferrable=True) if deferrable else bucket.acquire())
-        loop = asyncio.get_running_loop()
-        started = time.perf_counter()
-        reply = await loop.run_in_executor(self._pool, lambda: self._invoke(call, args, kwargs))
-        REQUESTS.labels(str(reply.status), method, self._host).inc()
-        REQUEST_LATENCY.labels(method, self._host).observe(time.perf_counter() - started)
-        return reply
-
-    def _invoke(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            response = call(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
-            try:
-                return k.reply_of(response.status, response.data, dict(response.headers or {}))
-            finally:
-                response.release_conn()
-        except ApiException as exc:
-            return k.reply_of_exception(exc)
-        except (HTTPError, OSError) as exc:  # timeouts, refused and reset connections, TLS errors
-            return Reply(0, None, f"{type(exc).__name__}: {exc}")
-
     async def _read_pod(self, namespace: str, name: str) -> Reply:
-        return await self._send("GET", self._core.read_namespaced_pod, name, namespace)
+        return await self._api.send("GET", self._core.read_namespaced_pod, name, namespace)
 
     def _event(self, body: dict[str, Any]) -> None:
         """Write an event in the background, as client-go's event broadcaster does: the operation
@@ -206,8 +177,8 @@ class KubeBackend:
             await asyncio.gather(*list(self._pending_events), return_exceptions=True)
 
     async def _write_event(self, body: dict[str, Any]) -> None:
-        reply = await self._send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body,
-                                 limiter=self.event_limiter)
+        reply = await self._api.send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body,
+                                      limiter=self.event_limiter)
         EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
         if not reply.ok:
             outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))
@@ -233,7 +204,7 @@ class KubeBackend:
             asyncio.run_coroutine_threadsafe(informer_token(), loop).result(timeout=120)
 
         self.informer = NodeInformer(self.api_client, take_token=take_token).start()
-        synced = await loop.run_in_executor(self._pool, self.informer.wait_synced, self._sync_timeout_s)
+        synced = await self._api.run_blocking(self.informer.wait_synced, self._sync_timeout_s)
         if not synced:
             log.warning("node informer not synced yet; checking nodes with a GET until it is",
                         timeout_s=self._sync_timeout_s, forbidden=self.informer.forbidden)
@@ -257,7 +228,7 @@ class KubeBackend:
             NODE_CHECKS.labels("cache").inc()
             return Outcome.applied()
         NODE_CHECKS.labels("get").inc()
-        reply = await self._send("GET", self._core.read_node, node)
+        reply = await self._api.send("GET", self._core.read_node, node)
         outcome = k.classify(reply, Access("get", "nodes"))
         if reply.status == 403:
             # A safety net, not a necessity (kube-scheduler binds without it): without the right
@@ -267,10 +238,7 @@ class KubeBackend:
                       reason=outcome.reason)
             return Outcome.applied()
         if outcome.is_applied:
-            self._nodes_seen[node] = now
-            self._nodes_seen.move_to_end(node)
-            if len(self._nodes_seen) > 100_000:
-                self._nodes_seen.popitem(last=False)
+            _remember(self._nodes_seen, node, now, limit=100_000)
         else:
             self._nodes_seen.pop(node, None)
         return outcome
@@ -293,8 +261,8 @@ class KubeBackend:
         node = await self._node_exists(placement.node)
         if not node.is_applied:
             return node
-        reply = await self._send("POST", self._core.create_namespaced_pod_binding, placement.name,
-                                 placement.namespace, k.binding_body(placement))
+        reply = await self._api.send("POST", self._core.create_namespaced_pod_binding, placement.name,
+                                      placement.namespace, k.binding_body(placement))
         if reply.ok:
             self._reported.pop(f"{placement.namespace}/{placement.name}", None)
             self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
@@ -311,13 +279,13 @@ class KubeBackend:
         return k.bind_conflict(current.body, placement, outcome)
 
     async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
-        reply = await self._send("POST", self._core.create_namespaced_pod_eviction, name, namespace,
-                                 k.eviction_body(namespace, name, uid))
+        reply = await self._api.send("POST", self._core.create_namespaced_pod_eviction, name, namespace,
+                                      k.eviction_body(namespace, name, uid))
         return k.eviction_outcome(reply)
 
     async def nominate(self, placement: PodPlacement) -> Outcome:
-        reply = await self._send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
-                                 placement.namespace, k.nominate_patch(placement), _content_type=STRATEGIC_PATCH)
+        reply = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
+                                      placement.namespace, k.nominate_patch(placement), _content_type=STRATEGIC_PATCH)
         return k.nominate_outcome(reply, placement)
 
     async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
@@ -327,8 +295,8 @@ class KubeBackend:
             return Outcome.applied("already reported")  # by us, and nothing changed it since as far as we know
         now = self._clock()
         patch = k.unschedulable_json_patch(uid, message, now, known)
-        patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace, patch,
-                                   deferrable=True, _content_type=JSON_PATCH)
+        patched = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, name, namespace, patch,
+                                        deferrable=True, _content_type=JSON_PATCH)
         if patched.status == 422:
             # A precondition failed (re-created, bound, or conditions not as we left them: e.g. we
             # restarted), or the patch was invalid: read the pod and decide on what it says.
@@ -354,15 +322,12 @@ class KubeBackend:
         if condition is None:
             self._reported.pop(key, None)
             return
-        self._reported[key] = condition
-        self._reported.move_to_end(key)
-        if len(self._reported) > 100_000:
-            self._reported.popitem(last=False)
+        _remember(self._reported, key, condition, limit=100_000)
 
     async def _report_after_reading(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
         """The careful way: read the pod, then patch at that resourceVersion."""
         for _ in range(STATUS_PATCH_ATTEMPTS):
-            read = await self._send("GET", self._core.read_namespaced_pod, name, namespace, deferrable=True)
+            read = await self._api.send("GET", self._core.read_namespaced_pod, name, namespace, deferrable=True)
             if not read.ok:
                 return k.classify(read, Access("get", "pods"))
             if read.body is None:
@@ -378,9 +343,9 @@ class KubeBackend:
                 self._remember_report(f"{namespace}/{name}", pod)
                 return Outcome.applied("already reported")
             now = self._clock()
-            patched = await self._send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
-                                       k.unschedulable_patch(pod, message, now), deferrable=True,
-                                       _content_type=STRATEGIC_PATCH)
+            patched = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
+                                            k.unschedulable_patch(pod, message, now), deferrable=True,
+                                            _content_type=STRATEGIC_PATCH)
             if patched.status == 409:
                 continue  # the pod changed since we read it: read again
             if not patched.ok:
@@ -402,26 +367,23 @@ class KubeBackend:
                 continue
             outcome = k.classify(reply, _SCALE_ACCESS[kind])
             if outcome.is_applied:
-                self._pool_kinds[key] = kind
-                self._pool_kinds.move_to_end(key)
-                if len(self._pool_kinds) > 10_000:
-                    self._pool_kinds.popitem(last=False)
+                _remember(self._pool_kinds, key, kind, limit=10_000)
             return outcome
         self._pool_kinds.pop(key, None)
         return Outcome.conflict(f'no AgentPool, Deployment or StatefulSet "{key}"')
 
     async def _scale_one(self, kind: str, namespace: str, pool: str, body: dict[str, Any]) -> Reply:
         if kind == "AgentPool":
-            return await self._send("PATCH", self._custom.patch_namespaced_custom_object_scale,
-                                    k.AGENTPOOL_GROUP, k.AGENTPOOL_VERSION, namespace, k.AGENTPOOL_PLURAL, pool,
-                                    body, _content_type=MERGE_PATCH)
+            return await self._api.send("PATCH", self._custom.patch_namespaced_custom_object_scale,
+                                         k.AGENTPOOL_GROUP, k.AGENTPOOL_VERSION, namespace, k.AGENTPOOL_PLURAL, pool,
+                                         body, _content_type=MERGE_PATCH)
         call = (self._apps.patch_namespaced_deployment_scale if kind == "Deployment"
                 else self._apps.patch_namespaced_stateful_set_scale)
-        return await self._send("PATCH", call, pool, namespace, body, _content_type=MERGE_PATCH)
+        return await self._api.send("PATCH", call, pool, namespace, body, _content_type=MERGE_PATCH)
 
     async def cordon(self, node: str) -> Outcome:
-        reply = await self._send("PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}},
-                                 _content_type=MERGE_PATCH)
+        reply = await self._api.send("PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}},
+                                      _content_type=MERGE_PATCH)
         return k.classify(reply, Access("patch", "nodes"))
 
     async def close(self) -> None:
@@ -433,7 +395,7 @@ class KubeBackend:
                 task.cancel()
         if self.informer is not None:
             self.informer.stop()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._api.shutdown()
         self.api_client.close()
 
 
