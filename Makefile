@@ -24,7 +24,7 @@ demo: $(STAMP)  ## Berth's main job: the local stack end to end on a sample work
 	$(BIN)/berth demo
 
 test: $(STAMP)  ## every test: unit, then integration on real Kafka and Postgres
-	$(BIN)/python -m berth.devstack fetch
+	$(BIN)/python -m berth_dev.devstack fetch
 	$(BIN)/pytest tests
 
 test-unit: $(STAMP)  ## fast tests of the pure parts
@@ -53,7 +53,7 @@ schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export
 
 deploy-render: $(STAMP)  ## lint the Helm chart and rewrite deploy/manifests/berth.yaml (builds helm once)
-	$(BIN)/python -m berth.devstack.helm render
+	$(BIN)/python -m berth_dev.devstack.helm render
 
 lint: $(STAMP)  ## architecture rules (import-linter, on the product as pip installs it)
 	$(BIN)/python -m berth_dev.lint_imports

@@ -2,6 +2,9 @@
 
 Each sub-app lives beside the code it drives; this module only wires them together and turns
 expected failures into messages that say what to do (exit 2 for bad input, 1 for failures).
+The commands of the development tooling (``berth dev``, ``berth demo``, ``berth cluster-sim``)
+come from the berth-dev distribution through entry points (:mod:`berth.plugins`); without it they
+say how to install it.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ import asyncio
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+
+from berth.plugins import CLI_PLUGINS, INSTALL_DEV_TOOLING, load_plugin, plugin_names
 
 app = typer.Typer(
     name="berth",
@@ -25,14 +29,34 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-dev_app = typer.Typer(help="Run Kafka and Postgres locally without Docker (for demos and tests).",
-                      no_args_is_help=True)
 publish_app = typer.Typer(help="Publish events to Berth (for gateways, model servers, cloud hooks).",
                           no_args_is_help=True)
 db_app = typer.Typer(help="Manage the audit store's schema (Alembic migrations).", no_args_is_help=True)
 schemas_app = typer.Typer(help="The event contract's JSON Schemas.", no_args_is_help=True)
 topics_app = typer.Typer(help="Berth's Kafka topics.", no_args_is_help=True)
-app.add_typer(dev_app, name="dev")
+
+DEV_TOOLING_COMMANDS = ("dev", "demo", "cluster-sim")
+"""Commands the development tooling (berth-dev) provides, in the order of ``berth --help``."""
+
+
+def _add_plugin_command(name: str) -> None:
+    """Add command ``name`` from the ``berth.cli_plugins`` entry points: a Typer as a command
+    group, a function as one command. When no installed distribution provides it, a hidden
+    command takes its place that takes any arguments and says to install the development tooling."""
+    command = load_plugin(CLI_PLUGINS, name)
+    if isinstance(command, typer.Typer):
+        app.add_typer(command, name=name)
+    elif command is not None:
+        app.command(name)(command)
+    else:
+        def missing() -> None:
+            raise fail(f"`berth {name}` comes with Berth's development tooling: {INSTALL_DEV_TOOLING}")
+
+        app.command(name, hidden=True, add_help_option=False,
+                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(missing)
+
+
+_add_plugin_command("dev")
 app.add_typer(publish_app, name="publish")
 app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
@@ -82,91 +106,6 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors(include_url=False)
     )
-
-
-# --- dev ---------------------------------------------------------------------------------------
-
-
-def _devstack(action: str, **kwargs: Any) -> Any:
-    from berth.devstack import stack
-    from berth.devstack.procs import DevStackError
-
-    try:
-        return getattr(stack, action)(**kwargs)
-    except DevStackError as exc:
-        raise fail(str(exc)) from exc
-
-
-@dev_app.command("up")
-def dev_up(
-    with_kubernetes: Annotated[bool, typer.Option(
-        help="Also run etcd and kube-apiserver v1.34 (built from the Go module proxy on first use, "
-             "about 10 minutes), print BERTH_KUBECONFIG, and start Berth's services against it "
-             "(see --services).")] = False,
-    services: Annotated[bool, typer.Option(
-        "--services/--no-services",
-        help="With --with-kubernetes: migrate the audit store, create the topics and start ingest, "
-             "inventory, token-lag, decision, audit and binder (--backend kube) in the background, "
-             "so pods with schedulerName: berth get scheduled. --no-services: the infrastructure only.")] = True,
-) -> None:
-    """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints.
-
-    stdout gets only `BERTH_KAFKA_BOOTSTRAP=…` and `BERTH_DATABASE_URL=…` (and `BERTH_KUBECONFIG=…`),
-    so `export $(berth dev up)` points later commands at them. `berth dev status` shows what runs,
-    `berth dev down` stops it all.
-    """
-    _devstack("up", with_kubernetes=with_kubernetes, with_services=with_kubernetes and services)
-
-
-@dev_app.command("nodes")
-def dev_nodes(
-    count: Annotated[int, typer.Argument(min=0, help="How many fake GPU nodes to create.")] = 10,
-    gpus: Annotated[int, typer.Option(min=0, help="GPUs per node.")] = 8,
-    product: Annotated[str, typer.Option(help="nvidia.com/gpu.product label.")] = "NVIDIA-H100-80GB-HBM3",
-    prefix: Annotated[str, typer.Option(help="Node name prefix.")] = "gpu-",
-    zones: Annotated[str, typer.Option(help="Comma-separated zones to spread over.")] = "zone-a,zone-b",
-    spot_fraction: Annotated[float, typer.Option(min=0, max=1, help="Share of spot nodes.")] = 0.0,
-    label: Annotated[Optional[list[str]], typer.Option(
-        help="KEY=VALUE label on every node, repeatable (e.g. --label node-pool=inference); it may "
-             "override the GPU Feature Discovery labels the nodes get anyway.")] = None,
-    taint: Annotated[Optional[list[str]], typer.Option(
-        help="KEY=VALUE:EFFECT (or KEY:EFFECT) taint on every node, repeatable; EFFECT is NoSchedule, "
-             "PreferNoSchedule or NoExecute.")] = None,
-    kubeconfig: Annotated[Optional[str], typer.Option(envvar="BERTH_KUBECONFIG", help="Cluster to use.")] = None,
-    delete: Annotated[bool, typer.Option(help="Delete the fake nodes instead.")] = False,
-) -> None:
-    """Create fake GPU nodes (API objects with labels, taints, capacity and GPU topology; no kubelet)."""
-    from berth.devstack.fakenodes import parse_label, parse_taint
-
-    if delete:
-        err.print(f"deleted {_devstack('fake_nodes', count=0, kubeconfig=kubeconfig, delete=True)} fake nodes")
-        return
-    try:
-        labels = dict(parse_label(item) for item in label or ())
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--label") from exc
-    try:
-        taints = tuple(parse_taint(item) for item in taint or ())
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--taint") from exc
-    names = _devstack("fake_nodes", count=count, kubeconfig=kubeconfig, gpus=gpus, product=product,
-                      prefix=prefix, zones=[z for z in zones.split(",") if z], spot_fraction=spot_fraction,
-                      taints=taints, labels=labels or None)
-    err.print(f"{len(names)} fake nodes ready" + (f": {names[0]} … {names[-1]}" if names else ""))
-
-
-@dev_app.command("down")
-def dev_down() -> None:
-    """Stop everything `berth dev up` started (Berth's services first) and remove its data."""
-    _devstack("down")
-
-
-@dev_app.command("status")
-def dev_status() -> None:
-    """Show what `berth dev up` started (infrastructure and Berth's services) and whether each
-    answers (exit 1 when not healthy)."""
-    if not _devstack("status").healthy:
-        raise typer.Exit(1)
 
 
 # --- publish -----------------------------------------------------------------------------------
@@ -379,20 +318,7 @@ def schemas_export(
     err.print(f"{len(written)} schema file(s) updated in {export.SCHEMA_DIR}")
 
 
-@app.command("demo")
-def demo(
-    speed: Annotated[float, typer.Option(help="Simulated seconds per real second.")] = 20.0,
-    keep_logs: Annotated[Optional[Path], typer.Option(
-        file_okay=False, help="Keep the services' logs and the workload in this folder.")] = None,
-) -> None:
-    """Berth's main job: Kafka, Postgres and every service on a 1,000-pod GPU workload, then replay."""
-    from berth.demo import main as demo_main
-    from berth.supervisor import ServiceFailed
-
-    try:
-        demo_main(speed=speed, keep_logs=keep_logs)
-    except ServiceFailed as exc:
-        raise fail(str(exc)) from exc
+_add_plugin_command("demo")
 
 
 @app.command("version")
@@ -410,7 +336,6 @@ SERVICES = {
     "decision": "decision",
     "binder": "binder",
     "audit": "audit",
-    "cluster-sim": "cluster_sim",
 }
 """CLI name → package under services/. Each package's ``cli.py`` defines ``app`` (a Typer with a
 ``run`` command); heavy imports happen inside the commands, so ``berth --help`` stays fast."""
@@ -428,6 +353,10 @@ def _register_optional_commands() -> None:
                 continue  # that service is not part of this build
             raise
         app.add_typer(module.app, name=name)
+    _add_plugin_command("cluster-sim")
+    for name in plugin_names(CLI_PLUGINS):
+        if name not in DEV_TOOLING_COMMANDS:
+            _add_plugin_command(name)
     try:
         from berth.simulate import simulate
     except ModuleNotFoundError as exc:

@@ -4,7 +4,7 @@
 
 (a) an endpoint from the environment (``BERTH_KAFKA_BOOTSTRAP`` / ``BERTH_DATABASE_URL``), e.g.
     from ``export $(berth dev up)`` — fastest for repeated local runs;
-(b) a process the project starts itself (:mod:`berth.devstack`), killed with this session;
+(b) a process the project starts itself (:mod:`berth_dev.devstack`), killed with this session;
 (c) a testcontainers container, when a Docker engine answers;
 (d) nothing: with ``CI=true`` the requesting tests fail (CI must never skip silently), otherwise
     they are skipped. Either way the message lists why each option did not work.
@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import pytest
 
-from berth.devstack.cache import kafka_jars_present
+from berth_dev.devstack.cache import kafka_jars_present
 
 KAFKA_ENV = "BERTH_KAFKA_BOOTSTRAP"
 DATABASE_ENV = "BERTH_DATABASE_URL"
@@ -64,9 +64,9 @@ def fail_or_skip(message: str) -> NoReturn:
 @pytest.fixture
 def local_binaries() -> None:
     """Tests of our own launchers (``dev up`` starts Kafka and Postgres): java and Postgres installed."""
-    from berth.devstack.kafka import find_java
-    from berth.devstack.postgres import find_pg_bin
-    from berth.devstack.procs import DevStackError
+    from berth_dev.devstack.kafka import find_java
+    from berth_dev.devstack.postgres import find_pg_bin
+    from berth_dev.devstack.procs import DevStackError
 
     try:
         find_java()
@@ -79,10 +79,10 @@ def local_binaries() -> None:
 def cached_kube_binaries() -> None:
     """Tests that start a control plane of their own: etcd and kube-apiserver already built (the
     ``kube_apiserver`` fixture is the one place that builds on demand)."""
-    from berth.devstack.gobuild import kubernetes_binaries_present
+    from berth_dev.devstack.gobuild import kubernetes_binaries_present
 
     if not kubernetes_binaries_present():
-        fail_or_skip("kube-apiserver/etcd not built yet: run `python -m berth.devstack build-kubernetes`")
+        fail_or_skip("kube-apiserver/etcd not built yet: run `python -m berth_dev.devstack build-kubernetes`")
 
 
 def _docker_problem() -> str | None:
@@ -147,7 +147,7 @@ def _provide(
         f"No {service} available for integration tests.\n"
         + "\n".join(f"- {reason}" for reason in reasons)
         + f"\nFix one of them, or set {env_var} to a running {service} "
-        "(`export $(python -m berth.devstack up)` starts one in the background)."
+        "(`export $(python -m berth_dev.devstack up)` starts one in the background)."
     )
     fail_or_skip(message)
 
@@ -157,8 +157,8 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
     """``host:port`` of a Kafka 3.9 broker for this test session (see the module docstring)."""
 
     def own_process() -> Provided:
-        from berth.devstack.cache import ensure_kafka_jars
-        from berth.devstack.kafka import KafkaProcess
+        from berth_dev.devstack.cache import ensure_kafka_jars
+        from berth_dev.devstack.kafka import KafkaProcess
 
         if not kafka_jars_present():
             with _uncaptured(request):
@@ -180,7 +180,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
     """SQLAlchemy URL (``postgresql+psycopg://...``) of a Postgres 15 database for this session."""
 
     def own_process() -> Provided:
-        from berth.devstack.postgres import PostgresProcess
+        from berth_dev.devstack.postgres import PostgresProcess
 
         postgres = PostgresProcess().start()
         return postgres.url, postgres.stop
@@ -209,7 +209,7 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
     """An empty broker for this test alone (``kafka_bootstrap`` proves the jars are there)."""
-    from berth.devstack.scratch import empty_kafka
+    from berth_dev.devstack.scratch import empty_kafka
 
     with empty_kafka() as bootstrap:
         yield bootstrap
@@ -218,7 +218,7 @@ def own_kafka(kafka_bootstrap: str) -> Iterator[str]:
 @pytest.fixture
 def fresh_database(database_url: str) -> Iterator[str]:
     """A new, empty database on the session's Postgres server for this test; dropped afterwards."""
-    from berth.devstack.scratch import scratch_database
+    from berth_dev.devstack.scratch import scratch_database
 
     with scratch_database(database_url, "test") as url:
         yield url
@@ -230,24 +230,24 @@ KUBECONFIG_ENV = "BERTH_KUBECONFIG"
 
 
 @pytest.fixture(scope="session")
-def kube_apiserver(request: pytest.FixtureRequest):  # -> berth.devstack.kube.KubeConnection
+def kube_apiserver(request: pytest.FixtureRequest):  # -> berth_dev.devstack.kube.KubeConnection
     """A kube-apiserver 1.34 for this session, as a ``KubeConnection`` (kubeconfig path, server,
     token, ``api_client()``; ``control_plane`` is set only when the session started it itself).
 
     Order: ``BERTH_KUBECONFIG`` (an existing cluster, e.g. from ``berth dev up --with-kubernetes``)
-    -> our own etcd + kube-apiserver from :mod:`berth.devstack.kube`, building the binaries first
+    -> our own etcd + kube-apiserver from :mod:`berth_dev.devstack.kube`, building the binaries first
     if needed (~10 minutes the first time on a 2-core machine; the progress is shown) -> with
     ``CI=true`` a failure saying what to do, otherwise a skip. There is no container option.
     """
-    from berth.devstack.kube import KubeConnection
+    from berth_dev.devstack.kube import KubeConnection
 
     from_env = os.environ.get(KUBECONFIG_ENV, "").strip()
     if from_env:
         return KubeConnection.from_kubeconfig(from_env)
 
     try:
-        from berth.devstack.gobuild import COLD_BUILD_NOTE, ensure_kubernetes_binaries, kubernetes_binaries_present
-        from berth.devstack.kube import KubeControlPlane
+        from berth_dev.devstack.gobuild import COLD_BUILD_NOTE, ensure_kubernetes_binaries, kubernetes_binaries_present
+        from berth_dev.devstack.kube import KubeControlPlane
 
         if not kubernetes_binaries_present():
             with _uncaptured(request):
@@ -257,8 +257,8 @@ def kube_apiserver(request: pytest.FixtureRequest):  # -> berth.devstack.kube.Ku
     except Exception as exc:  # noqa: BLE001 - reported below
         message = (
             f"No kube-apiserver available for integration tests.\n- own process: {exc}\n"
-            f"Fix that (`python -m berth.devstack build-kubernetes` builds the binaries), or set {KUBECONFIG_ENV} "
-            "to the kubeconfig of a running cluster (`export $(python -m berth.devstack up --with-kubernetes)`)."
+            f"Fix that (`python -m berth_dev.devstack build-kubernetes` builds the binaries), or set {KUBECONFIG_ENV} "
+            "to the kubeconfig of a running cluster (`export $(python -m berth_dev.devstack up --with-kubernetes)`)."
         )
         fail_or_skip(message)
     request.addfinalizer(plane.stop)

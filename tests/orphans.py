@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from berth.devstack.procs import is_running
+from berth_dev.devstack.procs import is_running
 
 
 def wait_until_gone(pids: list[int], markers: list[str], timeout: float = 15.0) -> list[int]:

@@ -1,13 +1,13 @@
 """``python -m bench.k8s``: the same GPU-shaped workload scheduled by kube-scheduler and by Berth on
 a real kube-apiserver, one after the other, each on fresh state.
 
-For each scheduler: a fresh etcd + kube-apiserver 1.34 (:class:`~berth.devstack.kube.KubeControlPlane`),
-``--nodes`` fake 8-GPU nodes (:mod:`berth.devstack.fakenodes`), then the scheduler —
+For each scheduler: a fresh etcd + kube-apiserver 1.34 (:class:`~berth_dev.devstack.kube.KubeControlPlane`),
+``--nodes`` fake 8-GPU nodes (:mod:`berth_dev.devstack.fakenodes`), then the scheduler —
 
 * kube-scheduler 1.34, stock default profile, its client limited by the configuration file's
   ``clientConnection.qps``/``burst``;
 * Berth: a fresh Kafka broker and Postgres, the audit store migrated, the topics created, and every
-  service as its own process (:mod:`berth.supervisor`, the arguments of ``berth dev up
+  service as its own process (:mod:`berth_dev.supervisor`, the arguments of ``berth dev up
   --with-kubernetes``), the binder limited by ``--qps``/``--burst``;
 
 — a warm-up (one pod per decision cell bound and deleted, through the whole path) and, for Berth,
@@ -357,7 +357,7 @@ def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
     file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there)."""
     import yaml
 
-    from berth.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
+    from berth_dev.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
 
     kubeconfig = plane.kubeconfig_for(SCHEDULER_USER, work / "kube-scheduler.kubeconfig")
     config = work / "kube-scheduler.yaml"
@@ -382,9 +382,9 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
     import urllib.request
 
     from berth.services.audit import db
-    from berth.devstack.stack import SERVICE_ORDER, DevStack, service_args
+    from berth_dev.devstack.stack import SERVICE_ORDER, DevStack, service_args
     from berth.settings import DatabaseSettings, KafkaSettings
-    from berth.supervisor import Supervisor, create_pipeline_topics
+    from berth_dev.supervisor import Supervisor, create_pipeline_topics
 
     with DevStack() as stack:
         env = stack.env()
@@ -422,8 +422,8 @@ def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
     """A fresh control plane and nodes, ``scheduler`` on them, the warm-up, the measured run."""
-    from berth.devstack.fakenodes import create_fake_nodes
-    from berth.devstack.kube import KubeControlPlane
+    from berth_dev.devstack.fakenodes import create_fake_nodes
+    from berth_dev.devstack.kube import KubeControlPlane
     from berth.schemas.topics import DECISION_INPUTS
 
     work.mkdir(parents=True, exist_ok=True)
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not chosen:
         parser.error(f"--schedulers: choose from {', '.join(SCHEDULERS)} (got {args.schedulers!r})")
 
-    from berth.devstack.gobuild import ensure_kubernetes_binaries
+    from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
 
     ensure_kubernetes_binaries()
     pods = gpu_pods(args.pods, seed=args.seed, mix=args.mix)

@@ -34,7 +34,7 @@ def cpu_seconds(pid: int) -> float:
 
 async def publish_nodes(bootstrap: str, count: int) -> None:
     from berth.bus import EventProducer
-    from berth.devstack.fakenodes import fake_node
+    from berth_dev.devstack.fakenodes import fake_node
     from berth.kube.manifests import node_from_manifest
     from berth.schemas import NodeObserved
     from berth.settings import KafkaSettings
@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the fold (default %(default)s)")
     args = parser.parse_args(argv)
 
-    from berth.devstack.cache import ensure_kafka_jars
-    from berth.devstack.kafka import KafkaProcess
+    from berth_dev.devstack.cache import ensure_kafka_jars
+    from berth_dev.devstack.kafka import KafkaProcess
     from berth.settings import KafkaSettings
-    from berth.supervisor import Supervisor, create_pipeline_topics
+    from berth_dev.supervisor import Supervisor, create_pipeline_topics
 
     ensure_kafka_jars()
     kafka = KafkaProcess().start()

@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after the last creation before the topics are read (default %(default)s)")
     args = parser.parse_args(argv)
 
-    from berth.devstack.fakenodes import create_fake_nodes
-    from berth.devstack.gobuild import ensure_kubernetes_binaries
-    from berth.devstack.kube import KubeControlPlane
+    from berth_dev.devstack.fakenodes import create_fake_nodes
+    from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
+    from berth_dev.devstack.kube import KubeControlPlane
     from berth.schemas.topics import DECISION_INPUTS
 
     ensure_kubernetes_binaries()

@@ -1,7 +1,7 @@
 """``python -m bench.pipeline``: placements per second through the real stack, at rising load.
 
-Starts Kafka and Postgres (:class:`~berth.devstack.stack.DevStack`) and the audit, inventory and
-decision services as their own processes (:class:`~berth.supervisor.Supervisor`); publishes the
+Starts Kafka and Postgres (:class:`~berth_dev.devstack.stack.DevStack`) and the audit, inventory and
+decision services as their own processes (:class:`~berth_dev.supervisor.Supervisor`); publishes the
 bench generator's nodes (5,000 8-GPU nodes) as ``NodeObserved``; then offers pending pods
 (``PodObserved``, schedulerName berth) at rising rates, a few seconds per step, until the pipeline
 saturates (achieved < 0.9 × offered, or p99 latency > 1 s).
@@ -231,10 +231,10 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
         seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1) -> dict[str, Any]:
     from berth.services.audit import db
     from berth.bus import ensure_topics
-    from berth.devstack.stack import DevStack
+    from berth_dev.devstack.stack import DevStack
     from berth.settings import BerthSettings
-    from berth.supervisor import Supervisor
-    from berth.workloads import from_documents, generated_documents
+    from berth_dev.supervisor import Supervisor
+    from berth_dev.workloads import from_documents, generated_documents
 
     started = time.monotonic()
     total_pods = PROBES + sum(int(r * step_s) for r in rates)

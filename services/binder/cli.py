@@ -98,10 +98,20 @@ def _cluster_backend(backend: str, sim_url: str | None, kubeconfig: str | None, 
 
         return _kube_backend(kubeconfig, context, limiter=limiter, event_limiter=TokenBucket(qps, burst),
                              workers=workers, timeout_s=timeout_s)
-    from .sim_backend import SimulatorBackend
-
     assert sim_url is not None
-    return SimulatorBackend(sim_url, timeout_s=timeout_s)
+    return _simulator_backend(sim_url, timeout_s=timeout_s)
+
+
+def _simulator_backend(sim_url: str, *, timeout_s: float) -> Any:
+    """The cluster simulator's backend. It comes with the development tooling (berth-dev), found
+    through the ``berth.binder_backends`` entry points; without it, a usage error says so."""
+    from berth.plugins import BINDER_BACKENDS, INSTALL_DEV_TOOLING, load_plugin
+
+    make_backend = load_plugin(BINDER_BACKENDS, "sim")
+    if make_backend is None:
+        raise typer.BadParameter(f"sim drives the cluster simulator, which comes with Berth's development "
+                                 f"tooling: {INSTALL_DEV_TOOLING}", param_hint="--backend")
+    return make_backend(sim_url, timeout_s=timeout_s)
 
 
 def _kube_backend(kubeconfig: str | None, context: str | None, **options: Any) -> Any:

@@ -24,15 +24,15 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi,
 from test_binder_service import _end_offsets, _park_group_at_end, _publish, _result_of, read_from, unique
 
 from berth.bus import EventProducer, ensure_topics
-from berth.devstack.fakenodes import create_fake_nodes
-from berth.devstack.kube import KubeConnection
 from berth.schemas import CommandResult, DecisionRecord, InputPosition, PlacePods, PodPlacement
 from berth.schemas.topics import DECISIONS, RESULTS
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
 from berth.services.binder.ratelimit import TokenBucket
 from berth.settings import KafkaSettings
-from berth.supervisor import Supervisor
+from berth_dev.devstack.fakenodes import create_fake_nodes
+from berth_dev.devstack.kube import KubeConnection
+from berth_dev.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 

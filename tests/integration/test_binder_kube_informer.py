@@ -19,11 +19,11 @@ from kubernetes.client import ApiClient, CoreV1Api
 from test_binder_kube_backend import MESSAGE, api, namespace  # noqa: F401 - fixtures shared with those tests
 from test_binder_kube_backend import CountingBucket as Tokens
 
-from berth.devstack.fakenodes import create_fake_nodes
-from berth.devstack.kube import KubeConnection
 from berth.schemas import PodPlacement
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
+from berth_dev.devstack.fakenodes import create_fake_nodes
+from berth_dev.devstack.kube import KubeConnection
 
 pytestmark = pytest.mark.integration
 

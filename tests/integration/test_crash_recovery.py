@@ -1,7 +1,7 @@
 """Crash safety of the pipeline: ``kill -9`` one service mid-stream, restart it, and check that no
 pod is placed twice, no decision is lost and the audit store still replays without mismatch.
 
-Each test runs the demo's pipeline (:mod:`berth.demo`: audit, inventory, token-lag, decision,
+Each test runs the demo's pipeline (:mod:`berth_dev.demo`: audit, inventory, token-lag, decision,
 binder, cluster-sim) on a smaller workload (the first 300 pods of the demo workload, played at
 40x) against its own, empty Kafka broker (topic names are fixed, so the session broker would mix
 runs) and a fresh Postgres database on the session's server.
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from berth.bus import ensure_topics
 from berth.services.audit import db
 from berth.services.audit.models import DecisionRow
-from berth.bus import ensure_topics
-from berth.demo import _kafka_counts, _replay, _status, _wait_for_audit
-from berth.devstack.procs import free_ports
 from berth.settings import BerthSettings
-from berth.supervisor import ServiceFailed, Supervisor
+from berth_dev.demo import _kafka_counts, _replay, _status, _wait_for_audit
+from berth_dev.devstack.procs import free_ports
+from berth_dev.supervisor import ServiceFailed, Supervisor
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
         victim: str, own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import yaml
 
-    from berth.workloads import from_documents, generated_documents, pool_policies, write_documents
+    from berth_dev.workloads import from_documents, generated_documents, pool_policies, write_documents
 
     env = {"BERTH_KAFKA_BOOTSTRAP": own_kafka, "BERTH_DATABASE_URL": fresh_database}
     for key, value in env.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.devstack.procs import TEMP_PREFIX
+from berth_dev.devstack.procs import TEMP_PREFIX
 
 pytestmark = pytest.mark.integration
 

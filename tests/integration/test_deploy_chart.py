@@ -1,7 +1,7 @@
 """The Helm chart against a real helm and a real kube-apiserver.
 
 * the committed plain manifests are the chart's current rendering, and the chart lints strictly
-  (helm v3 built from the Go module proxy and cached: berth.devstack.helm);
+  (helm v3 built from the Go module proxy and cached: berth_dev.devstack.helm);
 * the apiserver accepts every rendered object (server-side apply, ``dryRun=All``), the CRDs
   applied for real first, also for a release with TLS, SASL and pools set;
 * least privilege, for real: with the rendered ServiceAccounts and RBAC applied, the apiserver's
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from berth.devstack.helm import (
+from berth_dev.devstack.helm import (
     COLD_BUILD_NOTE,
     RELEASE_NAMESPACE,
     ensure_helm,
@@ -32,8 +32,8 @@ from berth.devstack.helm import (
     render_manifests,
     run_helm,
 )
-from berth.devstack.kube import KubeConnection
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack.kube import KubeConnection
+from berth_dev.devstack.procs import DevStackError
 
 FIELD_MANAGER = "berth"
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
@@ -54,7 +54,7 @@ def helm(request: pytest.FixtureRequest) -> Path:
             print(f"\nbuilding helm. {COLD_BUILD_NOTE}", flush=True)
             return ensure_helm()
     except DevStackError as exc:
-        message = f"no helm for the chart tests: {exc}\n(`python -m berth.devstack.helm build` builds it)"
+        message = f"no helm for the chart tests: {exc}\n(`python -m berth_dev.devstack.helm build` builds it)"
         if _in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
@@ -84,7 +84,7 @@ def test_chart_lints_strictly(helm: Path) -> None:
 
 
 def test_chart_refuses_sasl_without_a_credentials_secret(helm: Path, tmp_path: Path) -> None:
-    from berth.devstack.helm import chart_dir
+    from berth_dev.devstack.helm import chart_dir
 
     with pytest.raises(DevStackError, match="needs kafka.sasl.existingSecret"):
         run_helm(["template", "berth", str(chart_dir()), "--set", "kafka.securityProtocol=SASL_SSL"], helm=helm)
@@ -185,7 +185,7 @@ def test_rendered_manifests_apply_with_server_side_dry_run(api: Any, committed: 
 
 def test_a_release_with_tls_sasl_and_pools_applies_with_server_side_dry_run(
         helm: Path, api: Any, crds_installed: list[str]) -> None:
-    from berth.devstack.helm import chart_dir
+    from berth_dev.devstack.helm import chart_dir
 
     namespace = "berth-values-test"
     text = run_helm([

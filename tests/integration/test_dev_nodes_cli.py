@@ -9,7 +9,7 @@ from kubernetes.client import CoreV1Api
 from typer.testing import CliRunner
 
 from berth.cli import app
-from berth.devstack.kube import KubeConnection
+from berth_dev.devstack.kube import KubeConnection
 
 pytestmark = pytest.mark.integration
 

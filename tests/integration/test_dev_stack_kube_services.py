@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from kubernetes.client import CoreV1Api
 
-from berth.devstack.fakenodes import create_fake_nodes
-from berth.devstack.kube import KubeConnection
-from berth.devstack.procs import is_running
-from berth.devstack.stack import SERVICE_ORDER
+from berth_dev.devstack.fakenodes import create_fake_nodes
+from berth_dev.devstack.kube import KubeConnection
+from berth_dev.devstack.procs import is_running
+from berth_dev.devstack.stack import SERVICE_ORDER
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The local stack is real and leaves nothing behind.
 
 Fixture-based tests use whatever the conftest chain provides; the process tests below exercise
-``berth.devstack`` itself and so need java and the Postgres binaries (skipped without them, failed
+``berth_dev.devstack`` itself and so need java and the Postgres binaries (skipped without them, failed
 in CI). Runtime: a Kafka start is ~4-10 s on a 2-core machine, and this file starts four.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from berth.devstack.kafka import KafkaProcess, fetch_cluster_metadata
-from berth.devstack.procs import is_running, pids_mentioning
+from berth_dev.devstack.kafka import KafkaProcess, fetch_cluster_metadata
+from berth_dev.devstack.procs import is_running, pids_mentioning
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
@@ -91,8 +91,8 @@ def test_kafka_process_stop_leaves_nothing_behind() -> None:
 # finalizer or atexit handler runs, only the kernel's parent-death signal can stop the children.
 _KILLED_PARENT_SCRIPT = """
 import json, sys, time
-from berth.devstack.kafka import KafkaProcess
-from berth.devstack.postgres import PostgresProcess
+from berth_dev.devstack.kafka import KafkaProcess
+from berth_dev.devstack.postgres import PostgresProcess
 kafka = KafkaProcess().start()
 postgres = PostgresProcess().start()
 print(json.dumps({"pids": [kafka.pid, postgres.pid],
@@ -109,7 +109,7 @@ def test_services_die_when_their_parent_is_killed() -> None:
 @pytest.mark.usefixtures("local_binaries")
 def test_cli_up_status_down(tmp_path: Path) -> None:
     env = {**os.environ, "BERTH_RUN_DIR": str(tmp_path)}
-    cli = [sys.executable, "-m", "berth.devstack"]
+    cli = [sys.executable, "-m", "berth_dev.devstack"]
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, command], env=env, capture_output=True, text=True, timeout=180)

@@ -36,8 +36,6 @@ from prometheus_client import REGISTRY
 
 from berth.bus import EventConsumer, EventProducer, ensure_topics
 from berth.bus.consumer import read_matching
-from berth.devstack.gobuild import kubernetes_binaries_present
-from berth.devstack.kube import KubeControlPlane
 from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
 from berth.schemas.policy import PolicyObserved, PolicyRemoved
 from berth.schemas.topics import NODES, PODS, POLICIES
@@ -45,6 +43,8 @@ from berth.services.ingest.kubeapi import KubeApi, close_stream, lines
 from berth.services.ingest.service import IngestConfig, IngestService
 from berth.services.ingest.watch import ResourceWatcher
 from berth.settings import KafkaSettings
+from berth_dev.devstack.gobuild import kubernetes_binaries_present
+from berth_dev.devstack.kube import KubeControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from berth.bus.consumer import read_matching
 from berth.bus import EventProducer, ensure_topics
+from berth.bus.consumer import read_matching
 from berth.schemas import (
     CellTick,
     GpuDevice,
@@ -36,7 +36,7 @@ from berth.schemas import (
 from berth.schemas.cells import CELL_LABEL
 from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, INVENTORY_STATE, PODS
 from berth.settings import KafkaSettings
-from berth.supervisor import Supervisor
+from berth_dev.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 CELL = 1  # nodes of these tests carry the berth.io/cell label "1"
@@ -188,8 +188,8 @@ async def test_restart_rebuilds_node_and_pod_state_from_the_changelogs(kafka, su
 
 
 async def test_two_workers_share_the_nodes_and_one_takes_over_when_the_other_leaves(kafka, supervisor, tmp_path):
-    from berth.devstack import procs
-    from berth.supervisor import ServiceProcess
+    from berth_dev.devstack import procs
+    from berth_dev.supervisor import ServiceProcess
 
     start_inventory(supervisor, tmp_path / "a")
     # A second member of the group (the supervisor keys services by name, so start it by hand).

@@ -1,7 +1,7 @@
 """A real kube-apiserver (our own etcd + apiserver, or BERTH_KUBECONFIG), fake GPU nodes, and the
 stock kube-scheduler binding plain pods on them.
 
-The first run builds the binaries (~10 minutes on 2 cores, see berth.devstack.gobuild); after
+The first run builds the binaries (~10 minutes on 2 cores, see berth_dev.devstack.gobuild); after
 that a control plane starts in ~5-15 s. Tests that start control planes of their own (clean stop,
 SIGKILLed parent, ``up --with-kubernetes``) need the cached binaries: skipped without them, failed
 in CI.
@@ -23,7 +23,7 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, VersionApi
 from kubernetes.client.exceptions import ApiException
 
-from berth.devstack.fakenodes import (
+from berth_dev.devstack.fakenodes import (
     FAKE_NODE_LABEL,
     TOPOLOGY_ANNOTATION,
     create_fake_nodes,
@@ -31,8 +31,8 @@ from berth.devstack.fakenodes import (
     gpu_topology,
     parse_taint,
 )
-from berth.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
-from berth.devstack.procs import pids_mentioning
+from berth_dev.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
+from berth_dev.devstack.procs import pids_mentioning
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
@@ -229,7 +229,7 @@ def test_control_plane_stop_leaves_nothing_behind() -> None:
 
 _KILLED_PARENT_SCRIPT = """
 import json, time
-from berth.devstack.kube import KubeControlPlane
+from berth_dev.devstack.kube import KubeControlPlane
 kube = KubeControlPlane().start()
 print(json.dumps({"pids": [kube.etcd_pid, kube.apiserver_pid], "markers": [str(kube.data_dir)] * 2}), flush=True)
 time.sleep(600)
@@ -245,7 +245,7 @@ def test_control_plane_dies_when_its_parent_is_killed() -> None:
 def test_cli_up_with_kubernetes_nodes_down(tmp_path: Path) -> None:
     env = {**os.environ, "BERTH_RUN_DIR": str(tmp_path)}
     env.pop("BERTH_KUBECONFIG", None)
-    cli = [sys.executable, "-m", "berth.devstack"]
+    cli = [sys.executable, "-m", "berth_dev.devstack"]
 
     def run(*command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, *command], env=env, capture_output=True, text=True, timeout=240)

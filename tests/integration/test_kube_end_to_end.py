@@ -4,7 +4,7 @@ API end bound to the right nodes, and unschedulable ones say why, as kube-schedu
 One pipeline for the module: its own etcd + kube-apiserver (a fresh control plane, so no other
 test's pods or nodes are in view), its own Kafka broker (topic names are fixed, so the session
 broker would mix runs), a fresh database on the session's Postgres, and every Berth service as a
-subprocess (:mod:`berth.supervisor`): ingest (watching the apiserver), inventory, token-lag,
+subprocess (:mod:`berth_dev.supervisor`): ingest (watching the apiserver), inventory, token-lag,
 decision, audit and ``binder --backend kube``. The CRDs (PodGroup, AgentPool) are applied first.
 
 Each test works in a namespace of its own and on fake GPU nodes of its own (no kubelet), a node
@@ -36,11 +36,11 @@ import yaml
 from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
 
 from berth.services.audit import db
-from berth.devstack.fakenodes import create_fake_nodes
-from berth.devstack.kube import KubeConnection, KubeControlPlane
 from berth.settings import DatabaseSettings, KafkaSettings
-from berth.devstack.scratch import empty_kafka, scratch_database
-from berth.supervisor import Supervisor, create_pipeline_topics
+from berth_dev.devstack.fakenodes import create_fake_nodes
+from berth_dev.devstack.kube import KubeConnection, KubeControlPlane
+from berth_dev.devstack.scratch import empty_kafka, scratch_database
+from berth_dev.supervisor import Supervisor, create_pipeline_topics
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ token-lag → the decision cell scales the AgentPool → the binder applies it t
 simulator → the new replica is placed and bound; then a spot notice → the replica on the spot
 node is replaced (on-demand) and evicted before the deadline, and the surge is given back.
 
-Services run as processes (:mod:`berth.supervisor`) against a broker of the test's own (topic
+Services run as processes (:mod:`berth_dev.supervisor`) against a broker of the test's own (topic
 names are fixed; the session broker holds other tests' clusters). The Kubernetes backend's scale
 of an AgentPool is covered by tests/integration/test_binder_kube_backend.py.
 """
@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 
 from berth.bus import ensure_topics
-from berth.devstack.procs import free_ports
 from berth.schemas import DecisionRecord, EvictPod, ScalePool, SpotInterruptionNotice
 from berth.schemas.cells import cell_of_pool
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
 from berth.settings import BerthSettings
-from berth.supervisor import Supervisor
-from berth.workloads import from_documents, write_documents, write_pools_file
-from berth.workloads.generate import H100, gpu_node_manifest
+from berth_dev.devstack.procs import free_ports
+from berth_dev.supervisor import Supervisor
+from berth_dev.workloads import from_documents, write_documents, write_pools_file
+from berth_dev.workloads.generate import H100, gpu_node_manifest
 
 pytestmark = pytest.mark.integration
 

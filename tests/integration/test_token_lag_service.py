@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from berth.bus.consumer import read_matching
 from berth.bus import EventProducer, ensure_topics
+from berth.bus.consumer import read_matching
 from berth.bus.streams import partition_counts
 from berth.schemas import QueueLagObserved
 from berth.schemas.cells import cell_of_pool
 from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, LAG_STATE, QUEUE_LAG
 from berth.settings import KafkaSettings
-from berth.supervisor import Supervisor
+from berth_dev.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "serving"

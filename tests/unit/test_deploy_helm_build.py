@@ -1,4 +1,4 @@
-"""The pure parts of berth.devstack.helm: the wrapper module, the version stamps, the header."""
+"""The pure parts of berth_dev.devstack.helm: the wrapper module, the version stamps, the header."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from berth.devstack import helm
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack import helm
+from berth_dev.devstack.procs import DevStackError
 
 
 def test_wrapper_module_requires_helm_at_the_version() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from berth.devstack.fakenodes import fake_node, parse_label, parse_taint
+from berth_dev.devstack.fakenodes import fake_node, parse_label, parse_taint
 
 
 @pytest.mark.parametrize("text, parsed", [

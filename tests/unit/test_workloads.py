@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from berth.kube.manifests import LABEL_GPU_PRODUCT
-from berth.workloads import (
+from berth_dev.workloads import (
     WorkloadError,
     from_documents,
     generate_workload,
@@ -20,7 +20,7 @@ from berth.workloads import (
     replica_pod,
     write_documents,
 )
-from berth.workloads.alibaba import GPU_MEMORY_MIB
+from berth_dev.workloads.alibaba import GPU_MEMORY_MIB
 
 NODES_CSV = """\
 sn,cpu_milli,memory_mib,gpu,model

@@ -10,10 +10,10 @@ import pytest
 from berth.schemas import CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
 from berth.schemas.samples import T0
 from berth.services.binder.applier import Binder, RetryPolicy
-from berth.services.binder.fake import FakeCluster
 from berth.services.binder.ports import Outcome
 from berth.services.binder.ratelimit import TokenBucket
 from berth.services.binder.service import CommandHandler, SourceRecord
+from berth_dev.binder.fake import FakeCluster
 
 NO_WAIT = RetryPolicy(max_attempts=3, initial_backoff_s=0, max_backoff_s=0, jitter_s=0)
 

@@ -10,12 +10,12 @@ from aiohttp.test_utils import TestServer
 from berth.schemas import PodInfo, PodPlacement
 from berth.schemas.samples import T0, h100_node
 from berth.services.binder.ports import OutcomeKind
-from berth.services.binder.sim_backend import SimulatorBackend
-from berth.services.cluster_sim.api import make_app
-from berth.services.cluster_sim.clock import SimClock
-from berth.services.cluster_sim.outbox import RecordingSink
-from berth.services.cluster_sim.state import ClusterState
-from berth.workloads import AgentPool
+from berth_dev.binder.sim_backend import SimulatorBackend
+from berth_dev.cluster_sim.api import make_app
+from berth_dev.cluster_sim.clock import SimClock
+from berth_dev.cluster_sim.outbox import RecordingSink
+from berth_dev.cluster_sim.state import ClusterState
+from berth_dev.workloads import AgentPool
 
 APPLIED, CONFLICT = OutcomeKind.APPLIED, OutcomeKind.CONFLICT
 RETRYABLE, PERMANENT = OutcomeKind.RETRYABLE, OutcomeKind.PERMANENT

@@ -19,13 +19,13 @@ from berth.schemas import (
     SpotInterruptionNotice,
 )
 from berth.schemas.samples import T0, h100_node
-from berth.services.cluster_sim.api import make_app
-from berth.services.cluster_sim.clock import SimClock
-from berth.services.cluster_sim.outbox import RecordingSink
-from berth.services.cluster_sim.player import WorkloadPlayer
-from berth.services.cluster_sim.state import ClusterState
-from berth.workloads import AgentPool, from_documents
-from berth.workloads.generate import pod_manifest
+from berth_dev.cluster_sim.api import make_app
+from berth_dev.cluster_sim.clock import SimClock
+from berth_dev.cluster_sim.outbox import RecordingSink
+from berth_dev.cluster_sim.player import WorkloadPlayer
+from berth_dev.cluster_sim.state import ClusterState
+from berth_dev.workloads import AgentPool, from_documents
+from berth_dev.workloads.generate import pod_manifest
 
 POOL = AgentPool("serving", "chat", {"replicas": 2, "gpuRequirements": {"count": 1}})
 
@@ -300,7 +300,7 @@ class _SlowAckProducer:
 
 
 async def test_outbox_sends_in_emit_order_and_resolves_once_acknowledged():
-    from berth.services.cluster_sim.outbox import KafkaOutbox
+    from berth_dev.cluster_sim.outbox import KafkaOutbox
 
     producer = _SlowAckProducer()
     outbox = KafkaOutbox(producer)  # type: ignore[arg-type]
@@ -333,8 +333,8 @@ def test_cli_generate_writes_loadable_manifests_and_pools(tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from berth.services.cluster_sim.cli import app
-    from berth.workloads import load_workload
+    from berth_dev.cluster_sim.cli import app
+    from berth_dev.workloads import load_workload
 
     out, pools = tmp_path / "bench.yaml", tmp_path / "pools.yaml"
     result = CliRunner().invoke(app, ["generate", "bench:3", "--out", str(out), "--nodes", "4", "--pods", "10",

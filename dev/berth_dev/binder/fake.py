@@ -1,4 +1,4 @@
-"""An in-memory :class:`~.ports.ClusterBackend` for tests: a few dicts and scripted failures.
+"""An in-memory :class:`~berth.services.binder.ports.ClusterBackend` for tests: a few dicts and scripted failures.
 
 It keeps the contract of the port (idempotent binds, evicting a gone pod is applied ...) and
 records every call, so tests can check what the binder asked and how often.
@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from berth.schemas import PodPlacement
-
-from .ports import Outcome
+from berth.services.binder.ports import Outcome
 
 
 @dataclass

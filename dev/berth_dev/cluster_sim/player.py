@@ -23,7 +23,7 @@ from typing import Any
 
 from berth.logs import get_logger
 from berth.schemas import QueueLagObserved, SpotInterruptionNotice
-from berth.workloads import QueueLagSample, SpotNotice, TimedPod, Workload, policy_observed
+from berth_dev.workloads import QueueLagSample, SpotNotice, TimedPod, Workload, policy_observed
 
 from .clock import SimClock
 from .outbox import EventSink

@@ -1,7 +1,7 @@
 """A real single-node Apache Kafka broker (KRaft, broker+controller) run straight from its jars.
 
 No Docker and no Kafka shell scripts: we format the storage with ``kafka.tools.StorageTool`` and
-start ``kafka.Kafka`` with a classpath from :mod:`berth.devstack.cache`. Everything the broker
+start ``kafka.Kafka`` with a classpath from :mod:`berth_dev.devstack.cache`. Everything the broker
 writes (data, its log4j log, the JVM's own output) lives in one temporary directory that is
 removed on :meth:`KafkaProcess.stop`.
 """
@@ -22,9 +22,9 @@ from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from berth.devstack import procs
-from berth.devstack.cache import KAFKA_VERSION, ensure_kafka_jars
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack import procs
+from berth_dev.devstack.cache import KAFKA_VERSION, ensure_kafka_jars
+from berth_dev.devstack.procs import DevStackError
 
 T = TypeVar("T")
 
@@ -243,7 +243,7 @@ class KafkaProcess:
     def launch(self) -> None:
         """Format storage and spawn the broker without waiting for it (pair with wait_until_ready).
 
-        Split from :meth:`start` so :class:`~berth.devstack.stack.DevStack` can boot Postgres
+        Split from :meth:`start` so :class:`~berth_dev.devstack.stack.DevStack` can boot Postgres
         while the JVM warms up. On failure everything created so far is removed.
         """
         if self.pid is not None:

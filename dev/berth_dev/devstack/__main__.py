@@ -1,4 +1,4 @@
-"""``python -m berth.devstack up|status|down|fetch|build-kubernetes|nodes``: the dev stack without the full CLI.
+"""``python -m berth_dev.devstack up|status|down|fetch|build-kubernetes|nodes``: the dev stack without the full CLI.
 
 Exit status: 0 on success; 1 when a service cannot start or stop; for ``status``, 1 when no
 healthy stack is recorded.
@@ -13,13 +13,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from berth.devstack import stack
-from berth.devstack.cache import ensure_kafka_jars
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack import stack
+from berth_dev.devstack.cache import ensure_kafka_jars
+from berth_dev.devstack.procs import DevStackError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m berth.devstack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m berth_dev.devstack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start Kafka and Postgres in the background; print env lines")
     up.add_argument("--with-kubernetes", action="store_true",
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             stack.up(with_kubernetes=args.with_kubernetes)
         elif args.command == "build-kubernetes":
-            from berth.devstack.gobuild import ensure_kubernetes_binaries
+            from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
 
             binaries = ensure_kubernetes_binaries(force=args.force)
             for path in (binaries.kube_apiserver, binaries.kube_scheduler, binaries.etcd):

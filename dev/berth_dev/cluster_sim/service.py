@@ -32,7 +32,7 @@ from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
 from berth.schemas.topics import DECISIONS
 from berth.settings import BerthSettings
-from berth.workloads import Workload
+from berth_dev.workloads import Workload
 
 from .api import make_app
 from .clock import SimClock

@@ -34,11 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from berth.kube.manifests import ManifestError, load_documents
+from berth.kube.replicas import AgentPool
 
 from .model import (
     ANNOTATION_ARRIVAL,
     ANNOTATION_RUN,
-    AgentPool,
     NodeRemoval,
     QueueLagSample,
     SpotNotice,

@@ -19,8 +19,8 @@ def empty_kafka() -> Iterator[str]:
     """A broker of its own (bootstrap servers), empty, stopped afterwards. For pipelines of real
     services: their topic names are fixed, so the session's broker would mix runs. Fetches the
     Kafka jars first when the cache lacks them."""
-    from berth.devstack.cache import ensure_kafka_jars, kafka_jars_present
-    from berth.devstack.kafka import KafkaProcess
+    from berth_dev.devstack.cache import ensure_kafka_jars, kafka_jars_present
+    from berth_dev.devstack.kafka import KafkaProcess
 
     if not kafka_jars_present():
         ensure_kafka_jars(quiet=True)

@@ -33,7 +33,7 @@ def _parse_speed(text: str) -> float | None:
 
 def _workload(workload: Path | None, generate: str | None, nodes_csv: Path | None, nodes: int | None,
               pods: int | None, rate: float | None, max_pods: int | None) -> Any:
-    from berth.workloads import WorkloadError, generate_workload, load_workload
+    from berth_dev.workloads import WorkloadError, generate_workload, load_workload
 
     if (workload is None) == (generate is None):
         raise typer.BadParameter("give exactly one of --workload FILE and --generate demo[:SEED]")
@@ -113,7 +113,7 @@ def generate_command(
     rate: Annotated[Optional[float], typer.Option(min=0.001, help="bench only: pods per second.")] = None,
 ) -> None:
     """Write a generated workload as Kubernetes manifests plus a Timeline (loadable with --workload)."""
-    from berth.workloads import WorkloadError, from_documents, generated_documents, write_documents, write_pools_file
+    from berth_dev.workloads import WorkloadError, from_documents, generated_documents, write_documents, write_pools_file
 
     try:
         documents = generated_documents(spec, nodes=nodes, pods=pods, rate=rate)

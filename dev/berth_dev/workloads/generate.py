@@ -1,7 +1,7 @@
 """Deterministic workload generators, written as the Kubernetes manifests a user would write.
 
-Each generator returns manifest documents (dicts); :func:`berth.workloads.from_documents` turns
-them into a :class:`~berth.workloads.Workload`, and ``berth cluster-sim generate`` writes them to
+Each generator returns manifest documents (dicts); :func:`berth_dev.workloads.from_documents` turns
+them into a :class:`~berth_dev.workloads.Workload`, and ``berth cluster-sim generate`` writes them to
 a file that loads back into the same workload. Same name and seed, same documents, byte for byte:
 all randomness comes from one ``random.Random(seed)``, drawn in a fixed order, and nothing
 iterates an unordered collection.

@@ -9,7 +9,8 @@ sources, one model:
 - deterministic generators, ``demo`` and ``bench`` (:mod:`.generate`), written as manifests.
 
 Entry points: :func:`load_workload` (a file or trace directory), :func:`generate_workload` and
-:func:`generated_documents` (a generator spec such as ``demo:7``).
+:func:`generated_documents` (a generator spec such as ``demo:7``). An AgentPool and its replica
+pods are the product's (:mod:`berth.kube.replicas`), re-exported here.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, replica_manifest, replica_pod
+
 from .alibaba import DEFAULT_POD_LIST, is_pod_list, load_trace
 from .generate import bench_documents, demo_documents
 from .manifests import from_documents, load_manifests, write_documents
 from .model import (
     ANNOTATION_ARRIVAL,
     ANNOTATION_RUN,
-    LABEL_AGENT_POOL,
-    AgentPool,
     NodeRemoval,
     PolicyObject,
     QueueLagSample,
@@ -35,13 +36,13 @@ from .model import (
     policy_kind,
     policy_observed,
 )
-from .pools import pool_policies, replica_manifest, replica_pod, write_pools_file
+from .pools import pool_policies, write_pools_file
 
 GENERATORS = ("demo", "bench")
 
 __all__ = [
     "ANNOTATION_ARRIVAL", "ANNOTATION_RUN", "GENERATORS", "LABEL_AGENT_POOL", "AgentPool", "NodeRemoval",
-    "PolicyObject", "QueueLagSample", "SpotNotice", "TimedPod", "Workload", "WorkloadError",
+    "PolicyObject", "QueueLagSample", "ReplicaError", "SpotNotice", "TimedPod", "Workload", "WorkloadError",
     "bench_documents", "demo_documents", "from_documents", "generate_workload", "generated_documents",
     "load_workload", "parse_generator", "policy_kind", "policy_observed", "pool_policies", "write_pools_file",
     "replica_manifest", "replica_pod", "write_documents",

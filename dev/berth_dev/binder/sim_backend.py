@@ -1,6 +1,6 @@
-"""The cluster simulator as a :class:`~.ports.ClusterBackend`, over its Kubernetes-shaped HTTP API.
+"""The cluster simulator as a :class:`~berth.services.binder.ports.ClusterBackend`, over its Kubernetes-shaped HTTP API.
 
-The simulator answers as kube-apiserver would (see ``berth.services.cluster_sim.api``), so this is
+The simulator answers as kube-apiserver would (see ``berth_dev.cluster_sim.api``), so this is
 also the blueprint of the Kubernetes backend: the same requests, the same reading of answers.
 
 HTTP status → outcome: 2xx applied; 404 conflict (for evict: applied, the pod is already gone);
@@ -17,8 +17,7 @@ import aiohttp
 
 from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 from berth.schemas import PodPlacement
-
-from .ports import ANNOTATION_GPU_MILLI, Outcome
+from berth.services.binder.ports import ANNOTATION_GPU_MILLI, Outcome
 
 
 def _message(status: int, body: Any, text: str) -> str:

@@ -1,7 +1,7 @@
 """Kafka and Postgres together: in-process (:class:`DevStack`) or in the background (``up``/``down``).
 
 With ``with_kubernetes=True`` (``berth dev up --with-kubernetes``) the stack also runs etcd and
-kube-apiserver (:class:`~berth.devstack.kube.KubeControlPlane`) and exports ``BERTH_KUBECONFIG``;
+kube-apiserver (:class:`~berth_dev.devstack.kube.KubeControlPlane`) and exports ``BERTH_KUBECONFIG``;
 with ``with_services=True`` as well (what the ``berth`` CLI asks for), :func:`up` then migrates the
 audit store, creates the topics and starts Berth itself against that apiserver — ingest,
 inventory, token-lag, decision, audit and ``binder --backend kube`` — each detached, with its log
@@ -30,13 +30,13 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from berth.devstack import procs
-from berth.devstack.cache import repo_root
-from berth.devstack.gobuild import ensure_kubernetes_binaries
-from berth.devstack.kafka import KafkaProcess
-from berth.devstack.kube import KubeControlPlane
-from berth.devstack.postgres import PostgresProcess
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack import procs
+from berth_dev.devstack.cache import repo_root
+from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
+from berth_dev.devstack.kafka import KafkaProcess
+from berth_dev.devstack.kube import KubeControlPlane
+from berth_dev.devstack.postgres import PostgresProcess
+from berth_dev.devstack.procs import DevStackError
 
 STATE_FORMAT = 1
 ENV_KAFKA = "BERTH_KAFKA_BOOTSTRAP"
@@ -281,7 +281,7 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
 
     from berth.services.audit import db
     from berth.settings import DatabaseSettings, KafkaSettings
-    from berth.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
+    from berth_dev.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
 
     env = state["env"]
     work = services_dir()
@@ -314,8 +314,8 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def recorded_services(state: dict[str, Any]) -> list[Any]:
-    """Handles (:class:`~berth.supervisor.ServiceProcess`) on the services recorded in ``state``."""
-    from berth.supervisor import ServiceProcess
+    """Handles (:class:`~berth_dev.supervisor.ServiceProcess`) on the services recorded in ``state``."""
+    from berth_dev.supervisor import ServiceProcess
 
     return [ServiceProcess.from_state(entry) for entry in state.get("services") or ()]
 
@@ -451,8 +451,8 @@ def fake_nodes(count: int, *, kubeconfig: str | Path | None = None, delete: bool
                **options: Any) -> list[str] | int:
     """Create ``count`` fake GPU nodes (or, with ``delete``, remove them; returns how many) on the
     cluster of ``kubeconfig``, else ``$BERTH_KUBECONFIG``, else the recorded dev stack's."""
-    from berth.devstack.fakenodes import create_fake_nodes, delete_fake_nodes
-    from berth.devstack.kube import KubeConnection
+    from berth_dev.devstack.fakenodes import create_fake_nodes, delete_fake_nodes
+    from berth_dev.devstack.kube import KubeConnection
 
     config = kubeconfig or os.environ.get(ENV_KUBECONFIG) or recorded_kubeconfig()
     with KubeConnection.from_kubeconfig(config).api_client() as api:

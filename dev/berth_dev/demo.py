@@ -1,8 +1,8 @@
 """``berth demo``: Berth's main job on the local stack, start to finish, with nothing left behind.
 
-1. Start Kafka 3.9.1 and Postgres 15 (:mod:`berth.devstack`), migrate the audit store, create
+1. Start Kafka 3.9.1 and Postgres 15 (:mod:`berth_dev.devstack`), migrate the audit store, create
    the topics.
-2. Start every service as its own process (:mod:`berth.supervisor`): inventory, token-lag,
+2. Start every service as its own process (:mod:`berth_dev.supervisor`): inventory, token-lag,
    decision, binder, audit, and the cluster simulator playing the generated demo workload —
    ≥ 100 GPU nodes, ≥ 1,000 pods (whole, multi-GPU, fractional, MIG, CPU-only, gangs, pods that
    fit nowhere), spot notices and queue-lag bursts for two inference pools.
@@ -30,13 +30,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import func, select
 
+from berth.bus import ensure_topics
 from berth.services.audit import db
 from berth.services.audit.models import DecisionRow
-from berth.bus import ensure_topics
-from berth.devstack.procs import free_ports
-from berth.devstack.stack import DevStack
 from berth.settings import BerthSettings, DatabaseSettings
-from berth.supervisor import ServiceFailed, Supervisor
+from berth_dev.devstack.procs import free_ports
+from berth_dev.devstack.stack import DevStack
+from berth_dev.supervisor import ServiceFailed, Supervisor
 
 console = Console(stderr=True)
 DEFAULT_SPEED = 20.0
@@ -45,7 +45,7 @@ DEFAULT_SPEED = 20.0
 
 def _recorded_stack() -> dict[str, str] | None:
     """The endpoints of a running `berth dev up` stack, if there is one that answers."""
-    from berth.devstack import stack as devstack
+    from berth_dev.devstack import stack as devstack
 
     state = devstack.status(quiet=True)
     if not state.healthy:
@@ -103,7 +103,7 @@ def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 
 
 def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, speed: float,
                   seed: int, timeout_s: float) -> dict[str, Any]:
-    from berth.workloads import from_documents, generated_documents, write_documents, write_pools_file
+    from berth_dev.workloads import from_documents, generated_documents, write_documents, write_pools_file
 
     documents = generated_documents(f"demo:{seed}")
     workload, pools = work / "demo-workload.yaml", work / "pools.yaml"

@@ -5,15 +5,15 @@ See DESIGN.md §6. Entry points:
 * :class:`KafkaProcess`, :class:`PostgresProcess`, :class:`DevStack`: in-process services with
   ``start()``/``stop()`` and context-manager use; they die with the Python process that owns them.
 * :func:`up`, :func:`status`, :func:`down`: a background stack recorded in ``.run/devstack.json``
-  (``berth dev up|status|down``, or ``python -m berth.devstack up|status|down|fetch``).
+  (``berth dev up|status|down``, or ``python -m berth_dev.devstack up|status|down|fetch``).
 * :func:`ensure_kafka_jars`: fill the download cache (``.cache/kafka-3.9.1/libs``).
 """
 
-from berth.devstack.cache import cache_dir, ensure_kafka_jars, kafka_libs_dir
-from berth.devstack.kafka import KafkaProcess, kafka_answers
-from berth.devstack.postgres import PostgresProcess
-from berth.devstack.procs import DevStackError
-from berth.devstack.stack import DevStack, StackStatus, down, state_file, status, up
+from berth_dev.devstack.cache import cache_dir, ensure_kafka_jars, kafka_libs_dir
+from berth_dev.devstack.kafka import KafkaProcess, kafka_answers
+from berth_dev.devstack.postgres import PostgresProcess
+from berth_dev.devstack.procs import DevStackError
+from berth_dev.devstack.stack import DevStack, StackStatus, down, state_file, status, up
 
 __all__ = [
     "DevStack",

@@ -1,8 +1,8 @@
 """A real Kubernetes control plane (etcd + kube-apiserver, optionally kube-scheduler), no Docker.
 
-The binaries come from :func:`berth.devstack.gobuild.ensure_kubernetes_binaries` (built from the
+The binaries come from :func:`berth_dev.devstack.gobuild.ensure_kubernetes_binaries` (built from the
 Go module proxy once, cached under ``.cache/``). The apiserver runs envtest-style (DESIGN.md §6):
-no kubelet, no controller-manager; nodes are plain API objects (:mod:`berth.devstack.fakenodes`).
+no kubelet, no controller-manager; nodes are plain API objects (:mod:`berth_dev.devstack.fakenodes`).
 
 ::
 
@@ -13,7 +13,7 @@ no kubelet, no controller-manager; nodes are plain API objects (:mod:`berth.devs
 Everything a control plane writes (etcd's data, the apiserver's certificates, the token file,
 the service-account key, the kubeconfig, both logs) lives in one temporary directory removed on
 :meth:`KubeControlPlane.stop`; the processes follow the same lifetime rules as Kafka and Postgres
-(:mod:`berth.devstack.procs`).
+(:mod:`berth_dev.devstack.procs`).
 
 Authentication is by static bearer tokens (``--token-auth-file``): ``berth-admin`` in
 ``system:masters`` and, by default, ``system:kube-scheduler`` (the user the bootstrap RBAC policy
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from berth.devstack import procs
-from berth.devstack.gobuild import KubeBinaries, ensure_kubernetes_binaries
-from berth.devstack.procs import DevStackError
+from berth_dev.devstack import procs
+from berth_dev.devstack.gobuild import KubeBinaries, ensure_kubernetes_binaries
+from berth_dev.devstack.procs import DevStackError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -185,7 +185,7 @@ def generate_rsa_key(path: Path) -> None:
 class KubeControlPlane:
     """etcd 3.6 and kube-apiserver 1.34 on free ports of 127.0.0.1.
 
-    Contract (the same as :class:`~berth.devstack.kafka.KafkaProcess`):
+    Contract (the same as :class:`~berth_dev.devstack.kafka.KafkaProcess`):
 
     * :meth:`start` returns once ``/readyz`` answers ok and the official Python client, using
       :attr:`kubeconfig_path`, lists namespaces including ``default``; otherwise it raises
@@ -197,7 +197,7 @@ class KubeControlPlane:
       ``stop_grace`` seconds each), then the temporary directory is removed.
 
     Building the binaries on first use takes many minutes (:data:`gobuild.COLD_BUILD_NOTE`); call
-    :func:`~berth.devstack.gobuild.ensure_kubernetes_binaries` up front to control when.
+    :func:`~berth_dev.devstack.gobuild.ensure_kubernetes_binaries` up front to control when.
     """
 
     def __init__(
@@ -323,7 +323,7 @@ class KubeControlPlane:
     def launch(self) -> None:
         """Start etcd (waiting for its /health, ~1 s) and spawn the apiserver without waiting for it.
 
-        Split from :meth:`start` so :class:`~berth.devstack.stack.DevStack` can boot other services
+        Split from :meth:`start` so :class:`~berth_dev.devstack.stack.DevStack` can boot other services
         while the apiserver initialises. On failure everything created so far is removed.
         """
         if self.apiserver_pid is not None or self.etcd_pid is not None:

@@ -8,11 +8,11 @@ generator seed always yields equal workloads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Union
 
+from berth.kube.replicas import AgentPool
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import (
     LimitRangeInfo,
@@ -28,8 +28,6 @@ ANNOTATION_ARRIVAL = "sim.berth.io/arrival-seconds"
 """Pod annotation: when the pod is created, in simulated seconds from the start (default 0)."""
 ANNOTATION_RUN = "sim.berth.io/run-seconds"
 """Pod annotation: how long the pod runs once bound before it is deleted (default: forever)."""
-LABEL_AGENT_POOL = "berth.io/agent-pool"
-"""Label the simulator puts on the replica pods of an AgentPool (value: the pool's name)."""
 
 
 PolicyObject = Union[NamespaceInfo, PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo,
@@ -101,28 +99,6 @@ class NodeRemoval:
 
     node: str
     at_s: float
-
-
-@dataclass(frozen=True)
-class AgentPool:
-    """A ``berth.io/v1alpha1`` AgentPool: an inference pool whose replica count Berth scales.
-
-    ``spec`` is the manifest's spec, verbatim. The simulator creates ``initial_replicas`` replica
-    pods at the start and adds or removes replicas when the binder scales the pool.
-    """
-
-    namespace: str
-    name: str
-    spec: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def initial_replicas(self) -> int:
-        value = self.spec.get("replicas", self.spec.get("minReplicas", 1))
-        return int(value)
 
 
 @dataclass(frozen=True)

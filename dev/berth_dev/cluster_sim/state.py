@@ -28,9 +28,10 @@ from datetime import datetime
 from typing import Any
 
 from berth.kube.manifests import ANNOTATION_GPU_DEVICES, ManifestError, node_from_manifest, pod_from_manifest
+from berth.kube.replicas import AgentPool, ReplicaError, replica_pod
 from berth.schemas import NodeInfo, NodeObserved, NodeRemoved, PodDeleted, PodInfo, PodObserved
 from berth.schemas.policy import LimitRangeInfo, PriorityClassInfo
-from berth.workloads import AgentPool, PolicyObject, WorkloadError, replica_pod
+from berth_dev.workloads import PolicyObject
 
 ANNOTATION_GPU_MILLI = "berth.io/gpu-milli"
 SCHEDULER_NAME = "berth"
@@ -341,7 +342,7 @@ class ClusterState:
         """Register an AgentPool and create its initial replicas."""
         try:
             replica_pod(pool, 0, self.policies)  # refuse a pool whose replicas could never be created
-        except WorkloadError as exc:
+        except ReplicaError as exc:
             return _error(422, "Invalid", str(exc))
         record = PoolRecord(pool, replicas=pool.initial_replicas)
         self.pools[pool.key] = record

@@ -2,7 +2,7 @@
 
 Each service is ``berth <service> run ...`` in its own process group, its output appended to a
 log file, its Prometheus endpoint on a free port (which doubles as the readiness probe). Built
-on :mod:`berth.devstack.procs`, so a killed supervisor takes its services with it — unless the
+on :mod:`berth_dev.devstack.procs`, so a killed supervisor takes its services with it — unless the
 services were started ``detached`` (``berth dev up --with-kubernetes``): then they outlive this
 process, and :meth:`ServiceProcess.to_state` / :meth:`ServiceProcess.from_state` let a later
 process find, probe and stop them.
@@ -21,7 +21,7 @@ from pathlib import Path
 from subprocess import Popen
 from typing import TYPE_CHECKING, Any
 
-from berth.devstack import procs
+from berth_dev.devstack import procs
 
 if TYPE_CHECKING:
     from berth.settings import KafkaSettings

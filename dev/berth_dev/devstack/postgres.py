@@ -2,7 +2,7 @@
 
 ``initdb`` and the postmaster refuse to run as root, so when we are root both run as the
 ``postgres`` system account: the child switches user between fork and exec (see
-:func:`berth.devstack.procs.spawn`), which keeps the postmaster *our* child so that the
+:func:`berth_dev.devstack.procs.spawn`), which keeps the postmaster *our* child so that the
 parent-death signal applies to it. ``pg_ctl start`` or ``runuser`` would put another process in
 between and break that.
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 from rich.console import Console
 
-from berth.devstack import procs
-from berth.devstack.procs import DevStackError, RunAs
+from berth_dev.devstack import procs
+from berth_dev.devstack.procs import DevStackError, RunAs
 
 DEFAULT_PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_BIN_HINT = (
@@ -93,7 +93,7 @@ class PostgresProcess:
     * Authentication is ``trust`` for local and 127.0.0.1 connections; the password in
       :attr:`url` is there so the URL looks like a real one, it is not checked.
     * The server has fsync off: data survives a clean stop but not a machine crash. Test use only.
-    * ``detached`` and :meth:`stop` behave as for :class:`~berth.devstack.kafka.KafkaProcess`;
+    * ``detached`` and :meth:`stop` behave as for :class:`~berth_dev.devstack.kafka.KafkaProcess`;
       stopping uses ``pg_ctl stop -m fast``.
     """
 

@@ -11,7 +11,7 @@ condition ``Ready=True``, so kube-scheduler and Berth consider them. The status 
 ``berth.io/fake-node=true`` so :func:`delete_fake_nodes` finds them all.
 
 Nothing refreshes the heartbeat: on a cluster that runs kube-controller-manager the node lifecycle
-controller marks them NotReady after ~40 s. Our own control plane (:mod:`berth.devstack.kube`) has
+controller marks them NotReady after ~40 s. Our own control plane (:mod:`berth_dev.devstack.kube`) has
 no controller-manager, so they stay Ready.
 
 Speed: requests go out from a thread pool as plain JSON through the client's ``ApiClient``
@@ -186,7 +186,7 @@ def fake_node(
         "capacity": capacity,
         "allocatable": dict(capacity),
         "conditions": [
-            condition("Ready", "True", "KubeletReady", "fake node (berth.devstack.fakenodes): no kubelet"),
+            condition("Ready", "True", "KubeletReady", "fake node (berth_dev.devstack.fakenodes): no kubelet"),
             condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "fake node"),
             condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "fake node"),
             condition("PIDPressure", "False", "KubeletHasSufficientPID", "fake node"),
