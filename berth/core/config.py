@@ -322,10 +322,44 @@ def _merge_set(default: PluginSetDoc, custom: PluginSetDoc) -> PluginSetDoc:
 
 def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, type[Plugin]],
                      where: str, errors: list[str]) -> ResolvedProfile | None:
-    known = ", ".join(sorted(registry))
+    """One profile merged onto the built-in one and validated; None (with ``errors`` extended)
+    when it is invalid."""
     start = len(errors)
     custom = profile.plugins or PluginsDoc()
     # Names first, with the user's own paths, before merging hides where they came from.
+    _check_plugin_entries(custom, registry, where, errors)
+    if len(errors) > start:
+        return None
+    merged = {point: _merge_set(getattr(base.plugins, point), getattr(custom, point))
+              for point in ("multiPoint", *EXTENSION_POINTS)}
+    points: dict[str, tuple[str, ...]] = {}
+    for point, base_class in EXTENSION_POINTS.items():
+        order = _point_order(point, base_class, merged, registry, where, errors)
+        if order is not None:
+            points[point] = order
+    weights = _score_weights(points.get("score", ()), merged)
+    # Score plugins must also be registered where their class says they score.
+    for name in points.get("score", ()):
+        if not issubclass(registry[name], ScorePlugin):  # pragma: no cover - checked above
+            errors.append(f"{where}.plugins.score: plugin {name!r} does not extend score")
+    used = dict.fromkeys(name for point in EXTENSION_POINTS for name in points.get(point, ()))
+    args = _plugin_args(profile, used, base, registry, where, errors)
+    if len(errors) > start:
+        return None
+    return ResolvedProfile(
+        scheduler_name=profile.schedulerName,
+        points=points,
+        weights=weights,
+        args={name: args[name] for name in used if name in args},
+        keep_top_scores=profile.keepTopScores,
+    )
+
+
+def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin]], where: str,
+                          errors: list[str]) -> None:
+    """Every plugin the profile names exists, extends the point it is enabled at, and has a
+    weight in range."""
+    known = ", ".join(sorted(registry))
     for point in ("multiPoint", *EXTENSION_POINTS):
         plugin_set: PluginSetDoc = getattr(custom, point)
         for kind in ("enabled", "disabled"):
@@ -344,60 +378,62 @@ def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, ty
                 if entry.weight is not None and not 0 <= entry.weight <= MAX_WEIGHT:
                     errors.append(f"{path}.weight: must be between 0 and {MAX_WEIGHT}, "
                                   f"got {entry.weight}")
-    if len(errors) > start:
+
+
+def _point_order(point: str, base_class: type[Plugin], merged: Mapping[str, PluginSetDoc],
+                 registry: Mapping[str, type[Plugin]], where: str,
+                 errors: list[str]) -> tuple[str, ...] | None:
+    """kube's expansion of ``multiPoint`` into one extension point: the multiPoint plugins whose
+    class implements it and that are not disabled there, after the point's explicit plugins that
+    also appear in multiPoint and before its other explicit ones. None (with an error) when the
+    point enables a plugin twice."""
+    specific = merged[point]
+    explicit = [entry.name for entry in specific.enabled]
+    if len(set(explicit)) != len(explicit):
+        duplicate = sorted({n for n in explicit if explicit.count(n) > 1})
+        errors.append(f"{where}.plugins.{point}: plugin(s) enabled more than once: "
+                      f"{', '.join(duplicate)}")
         return None
-    merged = {point: _merge_set(getattr(base.plugins, point), getattr(custom, point))
-              for point in ("multiPoint", *EXTENSION_POINTS)}
-
-    points: dict[str, tuple[str, ...]] = {}
-    weights: dict[str, int] = {}
-    multi_weights = {entry.name: entry.weight for entry in merged["multiPoint"].enabled}
-    for point, base_class in EXTENSION_POINTS.items():
-        specific = merged[point]
-        explicit = [entry.name for entry in specific.enabled]
-        if len(set(explicit)) != len(explicit):
-            duplicate = sorted({n for n in explicit if explicit.count(n) > 1})
-            errors.append(f"{where}.plugins.{point}: plugin(s) enabled more than once: "
-                          f"{', '.join(duplicate)}")
+    disabled = {entry.name for entry in specific.disabled}
+    if "*" in disabled:
+        return tuple(explicit)
+    overrides: list[str] = []
+    from_multi: list[str] = []
+    for entry in merged["multiPoint"].enabled:
+        cls = registry.get(entry.name)
+        if cls is None or not issubclass(cls, base_class) or entry.name in disabled:
             continue
-        disabled = {entry.name for entry in specific.disabled}
-        order: list[str]
-        if "*" in disabled:
-            order = explicit
+        if entry.name in explicit:
+            overrides.append(entry.name)
+        elif entry.name in from_multi:
+            errors.append(f"{where}.plugins.multiPoint: plugin {entry.name!r} enabled "
+                          "more than once")
         else:
-            overrides: list[str] = []
-            from_multi: list[str] = []
-            for entry in merged["multiPoint"].enabled:
-                cls = registry.get(entry.name)
-                if cls is None or not issubclass(cls, base_class) or entry.name in disabled:
-                    continue
-                if entry.name in explicit:
-                    overrides.append(entry.name)
-                elif entry.name in from_multi:
-                    errors.append(f"{where}.plugins.multiPoint: plugin {entry.name!r} enabled "
-                                  "more than once")
-                else:
-                    from_multi.append(entry.name)
-            order = ([n for n in explicit if n in overrides] + from_multi
-                     + [n for n in explicit if n not in overrides])
-        points[point] = tuple(order)
-        if point == "score":
-            explicit_weights = {entry.name: entry.weight for entry in specific.enabled}
-            for name in order:
-                weight = explicit_weights.get(name)
-                if weight is None:
-                    weight = multi_weights.get(name)
-                # kube: an unset or zero weight means 1.
-                weights[name] = weight or 1
-    # Score plugins must also be registered where their class says they score.
-    for name in points.get("score", ()):
-        if not issubclass(registry[name], ScorePlugin):  # pragma: no cover - checked above
-            errors.append(f"{where}.plugins.score: plugin {name!r} does not extend score")
+            from_multi.append(entry.name)
+    return tuple([n for n in explicit if n in overrides] + from_multi
+                 + [n for n in explicit if n not in overrides])
 
-    used: dict[str, None] = {}
-    for point in EXTENSION_POINTS:
-        for name in points.get(point, ()):
-            used.setdefault(name)
+
+def _score_weights(scored: Sequence[str], merged: Mapping[str, PluginSetDoc]) -> dict[str, int]:
+    """Weight per Score plugin: the one given at the score point, else at multiPoint; kube
+    takes an unset or zero weight as 1."""
+    explicit_weights = {entry.name: entry.weight for entry in merged["score"].enabled}
+    multi_weights = {entry.name: entry.weight for entry in merged["multiPoint"].enabled}
+    weights: dict[str, int] = {}
+    for name in scored:
+        weight = explicit_weights.get(name)
+        if weight is None:
+            weight = multi_weights.get(name)
+        weights[name] = weight or 1
+    return weights
+
+
+def _plugin_args(profile: ProfileDoc, used: Mapping[str, None], base: _Base,
+                 registry: Mapping[str, type[Plugin]], where: str,
+                 errors: list[str]) -> dict[str, PluginArgs]:
+    """Validated args of every plugin the profile uses or configures: its ``pluginConfig``
+    entry, else the built-in one, else the Args model's defaults."""
+    known = ", ".join(sorted(registry))
     config_by_name: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for index, entry in enumerate(profile.pluginConfig):
         path = f"{where}.pluginConfig[{index}]"
@@ -421,12 +457,4 @@ def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, ty
             args[name] = cls.Args.model_validate(dict(raw))
         except ValidationError as exc:
             errors.extend(_pydantic_errors(exc, path))
-    if len(errors) > start:
-        return None
-    return ResolvedProfile(
-        scheduler_name=profile.schedulerName,
-        points=points,
-        weights=weights,
-        args={name: args[name] for name in used if name in args},
-        keep_top_scores=profile.keepTopScores,
-    )
+    return args

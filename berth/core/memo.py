@@ -22,9 +22,10 @@ from collections.abc import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from berth.core.framework import Status, StateExtension
+from berth.core.framework import Status
+from berth.core.state import ClusterState, StateExtension
 
-__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "membership", "stale_nodes"]
+__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "candidate_mask", "stale_nodes"]
 
 _NEVER = 0
 # Rows start at version 0, the version of a slot no node ever used: unused slots never look
@@ -111,9 +112,13 @@ class NodeMemo(StateExtension):
         return self._get(("filter", key), FilterMemoEntry)  # type: ignore[return-value]
 
 
-def membership(nodes: npt.NDArray[np.intp], capacity: int) -> npt.NDArray[np.bool_]:
-    """A mask over slots: True for the slots in ``nodes``."""
-    mask = np.zeros(capacity, dtype=bool)
+def candidate_mask(state: ClusterState, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """A mask over the state's slots, True for ``nodes`` (live slots without repeats), for
+    :func:`stale_nodes`: the state's own live-slot mask when they are every node (read-only
+    use), else a new one."""
+    if nodes.size == state.node_count:
+        return state.alive
+    mask = np.zeros(state.capacity, dtype=bool)
     mask[nodes] = True
     return mask
 

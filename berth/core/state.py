@@ -170,7 +170,23 @@ class ClusterState:
 
     def __init__(self, extensions: Iterable[StateExtension] = ()) -> None:
         self._capacity = _INITIAL_CAPACITY
-        # --- nodes
+        self._init_nodes()
+        self._init_resources()
+        self._init_labels_and_taints()
+        self._init_pods()
+        # --- namespaces and policies
+        self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._namespace_digest: dict[str, int] = {}
+        self._policies: dict[tuple[str, str, str], FrozenModel] = {}
+        self._policy_digest: dict[tuple[str, str, str], int] = {}
+        # --- snapshot hash and extensions
+        self._digest = 0
+        self._extensions: dict[str, StateExtension] = {}
+        for extension in extensions:
+            self.attach(extension)
+
+    def _init_nodes(self) -> None:
+        """The empty node table: slots, name order, per-slot flags and versions."""
         self._slot_by_name: dict[str, int] = {}
         self._nodes: list[NodeInfo | None] = [None] * self._capacity
         self._free_slots: list[int] = list(range(self._capacity))  # a heap: lowest slot first
@@ -192,7 +208,9 @@ class ClusterState:
         self.slot_bound = 0
         """One past the highest slot that ever held a node: rows from here on are untouched
         (every slot-indexed array still holds its initial value there)."""
-        # --- resources
+
+    def _init_resources(self) -> None:
+        """The fixed resource columns and the empty allocatable/requested arrays."""
         self._resource_names: list[str] = list(FIXED_RESOURCES)
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
         # Column-major: plugins read one resource over many nodes (``column(...)``), which is
@@ -202,14 +220,15 @@ class ClusterState:
         self.requested = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64,
                                   order="F")
         self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64, order="F")
-        # --- label index
+
+    def _init_labels_and_taints(self) -> None:
+        """The empty label index and taint table."""
         self._label_codes: dict[str, npt.NDArray[np.int32]] = {}
         self._label_value_code: dict[str, dict[str, int]] = {}
         self._label_values: dict[str, list[str]] = {}
         self._label_ints: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]] = {}
         self._absent_codes = np.zeros(self._capacity, dtype=np.int32)
         self._absent_codes.flags.writeable = False
-        # --- taints
         self._taint_id: dict[tuple[str, str, str], int] = {}
         self._taints: list[Taint] = []
         self.taint_table = np.full((self._capacity, 0), -1, dtype=np.int32)
@@ -219,7 +238,9 @@ class ClusterState:
         self.soft_taint_nodes = 0
         """How many live nodes have a PreferNoSchedule taint."""
         self.unschedulable_nodes = 0
-        # --- pods
+
+    def _init_pods(self) -> None:
+        """The empty indexes of placed pods."""
         self._pods: dict[str, PlacedPod] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self._pods_by_namespace: dict[str, set[str]] = {}
@@ -229,16 +250,6 @@ class ClusterState:
         self._pod_json_cache: dict[str, tuple[PodInfo, bytes]] = {}
         self._priority_counts: dict[int, int] = {}
         """Placed pods per priority: lets preemption see at once that nothing is below a pod."""
-        # --- namespaces and policies
-        self._namespaces: dict[str, Mapping[str, str]] = {}
-        self._namespace_digest: dict[str, int] = {}
-        self._policies: dict[tuple[str, str, str], FrozenModel] = {}
-        self._policy_digest: dict[tuple[str, str, str], int] = {}
-        # --- snapshot hash and extensions
-        self._digest = 0
-        self._extensions: dict[str, StateExtension] = {}
-        for extension in extensions:
-            self.attach(extension)
 
     # ------------------------------------------------------------------ snapshot hash
 

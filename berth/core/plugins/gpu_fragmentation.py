@@ -466,51 +466,14 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         state's summary incrementally (one device shrinks, or whole devices empty, and the pod's
         CPU is taken), which is the summary of the after state; the device choice is its rule
         (least increase, then least room left, then lowest index)."""
-        cpu_need, gpus, share = shape[0], shape[1], shape[2]
-        states: list[tuple[tuple[object, ...], list[tuple[int, tuple[object, ...], int]]]] = []
+        states = [_placements(key, shape, workload_key) for key in keys]
         wanted: dict[tuple[object, ...], None] = {}
-        for key in keys:
-            cpu, model = key[2], key[3]
-            free = [0 if f < 0 else (MILLI_PER_GPU if f > MILLI_PER_GPU else f) for f in key[4:]]  # type: ignore[operator]
-            before = (workload_key, model, cpu, *sorted(free))
-            options: list[tuple[int, tuple[object, ...], int]] = []  # (device or -1, after state, room left)
-            left = cpu - cpu_need  # type: ignore[operator]
-            if cpu >= cpu_need:  # type: ignore[operator]
-                if gpus == 0:
-                    options.append((-1, (workload_key, model, left, *sorted(free)), 0))
-                elif share == MILLI_PER_GPU:
-                    if free.count(MILLI_PER_GPU) >= gpus:
-                        after = sorted(free)
-                        after[len(after) - gpus:] = []
-                        options.append((-1, (workload_key, model, left, *sorted([0] * gpus + after)), 0))
-                else:
-                    for value in sorted(set(free)):
-                        if value >= share:
-                            after = sorted(free)
-                            after[after.index(value)] = value - share
-                            options.append((free.index(value), (workload_key, model, left, *sorted(after)),
-                                            value - share))
-            states.append((before, options))
+        for before, options in states:
             for state in (before, *(option[1] for option in options)):
                 if state not in fragments:
                     wanted[state] = None
-        if wanted and len(wanted) <= _PLAIN_UP_TO:
-            if len(fragments) > _RESULTS_KEPT:
-                fragments.clear()
-            for state in wanted:
-                fragments[state] = weighted_fragmentation_one(
-                    state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
-        elif wanted:
-            todo = list(wanted)
-            width = max(len(state) - 3 for state in todo)
-            free_matrix = np.array([list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo],
-                                   dtype=np.int64).reshape(len(todo), width)
-            access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
-            computed = weighted_fragmentation_batch(free_matrix, [state[2] for state in todo], access, workload,
-                                                    BERTH_MEASURE).tolist()
-            if len(fragments) > _RESULTS_KEPT:
-                fragments.clear()
-            fragments.update(zip(todo, computed))
+        if wanted:
+            _add_fragmentation(fragments, list(wanted), workload)
         out = []
         for before, options in states:
             if not options:
@@ -569,6 +532,62 @@ class DeviceHint:
         """The chosen device column on node slot ``node``, -1 if none."""
         raw = int(self.plugin.score(self.cycle, np.array([node], dtype=np.intp))[0])
         return (raw & ((1 << _DEVICE_BITS) - 1)) - 1
+
+
+_Option = tuple[int, tuple[object, ...], int]
+"""One way to place a pod on a node: (device column or -1, node state after, room left on the
+device)."""
+
+
+def _placements(key: tuple[object, ...], shape: Shape,
+                workload_key: object) -> tuple[tuple[object, ...], list[_Option]]:
+    """For a node state as :meth:`GpuFragmentation._small` keys it: the fragmentation key of
+    that state and of every state placing a pod of ``shape`` there can lead to (none when it
+    does not fit). A state is (workload, model, free CPU, free milli per device sorted)."""
+    cpu_need, gpus, share = shape[0], shape[1], shape[2]
+    cpu, model = key[2], key[3]
+    free = [0 if f < 0 else (MILLI_PER_GPU if f > MILLI_PER_GPU else f) for f in key[4:]]  # type: ignore[operator]
+    before = (workload_key, model, cpu, *sorted(free))
+    options: list[_Option] = []
+    left = cpu - cpu_need  # type: ignore[operator]
+    if cpu >= cpu_need:  # type: ignore[operator]
+        if gpus == 0:
+            options.append((-1, (workload_key, model, left, *sorted(free)), 0))
+        elif share == MILLI_PER_GPU:
+            if free.count(MILLI_PER_GPU) >= gpus:
+                after = sorted(free)
+                after[len(after) - gpus:] = []
+                options.append((-1, (workload_key, model, left, *sorted([0] * gpus + after)), 0))
+        else:
+            for value in sorted(set(free)):
+                if value >= share:
+                    after = sorted(free)
+                    after[after.index(value)] = value - share
+                    options.append((free.index(value), (workload_key, model, left, *sorted(after)),
+                                    value - share))
+    return before, options
+
+
+def _add_fragmentation(fragments: dict[tuple[object, ...], int], todo: list[tuple[object, ...]],
+                       workload: TargetWorkload) -> None:
+    """Record the weighted fragmentation of the node states ``todo`` in ``fragments``: a few in
+    plain integers, more in one numpy batch (whose fixed cost only pays off then)."""
+    if len(todo) <= _PLAIN_UP_TO:
+        if len(fragments) > _RESULTS_KEPT:
+            fragments.clear()
+        for state in todo:
+            fragments[state] = weighted_fragmentation_one(
+                state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
+        return
+    width = max(len(state) - 3 for state in todo)
+    free_matrix = np.array([list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo],
+                           dtype=np.int64).reshape(len(todo), width)
+    access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
+    computed = weighted_fragmentation_batch(free_matrix, [state[2] for state in todo], access, workload,
+                                            BERTH_MEASURE).tolist()
+    if len(fragments) > _RESULTS_KEPT:
+        fragments.clear()
+    fragments.update(zip(todo, computed))
 
 
 def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]] | None:

@@ -200,7 +200,7 @@ def scores(framework: Framework, p: PodInfo, state: ClusterState, plugin: str) -
     from berth.core.framework import CycleContext
 
     cycle = CycleContext(p, state, framework.name)
-    feasibility = framework._find_feasible(cycle, None)
+    feasibility = framework.filters.find_feasible(cycle, None)
     result = framework.score(cycle, feasibility.feasible)
     values = result.per_plugin.get(plugin)
     if values is None:

@@ -312,14 +312,15 @@ def test_memoised_scores_out_of_range_fail_every_attempt_not_only_the_first() ->
 
 def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
     from berth.core.hashing import tie_break_keys
-    from berth.core.scheduler import Scores
+    from berth.core.ranking import rank
+    from berth.core.scoring import Scores
 
     framework = default_scheduler().frameworks["berth"]
     state = state_of(*(node(f"n{i:02d}") for i in range(40)))
     for seed in range(20):
         total = np.random.RandomState(seed).randint(0, 4, 40).astype(np.int64)
         p = pod(f"p{seed}")
-        ranked = framework._rank(p, state, Scores(state.order(), total, {}))
+        ranked = rank(p, state, Scores(state.order(), total, {}), framework.keep_top_scores)
         tie = tie_break_keys(p.uid, state.name_hash[state.order()]) >> np.uint64(24)
         key = (total << 40) | ((1 << 40) - 1 - tie.astype(np.int64))
         assert ranked.tolist() == np.argsort(-key, kind="stable")[:10].tolist()
@@ -402,7 +403,7 @@ def test_unschedulable_prefilter_still_runs_the_others() -> None:
 
 
 def test_rejection_codes_are_numbered_in_order_of_first_use() -> None:
-    from berth.core.scheduler import _codes_by_first_use
+    from berth.core.filtering import _codes_by_first_use
 
     rng = np.random.RandomState(4)
     for count in (1, 2, 3, 8, 9, 20):

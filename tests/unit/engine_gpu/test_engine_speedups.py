@@ -20,7 +20,7 @@ from berth.core.gpu.fragmentation import (
     weighted_fragmentation_batch,
     weighted_fragmentation_one,
 )
-from berth.core.scheduler import _HASH_BITS, _keys_above_cut
+from berth.core.ranking import HASH_BITS, _keys_above_cut
 
 MODELS = ("A100", "H100", "L4")
 
@@ -51,7 +51,7 @@ def test_plain_fragmentation_equals_the_batch(shapes, weights, free, cpu, model,
 
 
 def _keys(totals: list[int], ties: list[int]) -> np.ndarray:
-    return (np.array(totals, dtype=np.int64) << _HASH_BITS) | np.array(ties, dtype=np.int64)
+    return (np.array(totals, dtype=np.int64) << HASH_BITS) | np.array(ties, dtype=np.int64)
 
 
 @settings(max_examples=300, deadline=None)
@@ -62,7 +62,7 @@ def test_rank_cut_keeps_the_best_keys(data, size, wanted, spread, narrow_hash) -
     totals = (900 + rng.integers(0, spread, size)).tolist()
     # A narrow hash (many equal keys, or bits that are not spread) may defeat the cut, never
     # its exactness.
-    top_bits = 8 if narrow_hash else _HASH_BITS
+    top_bits = 8 if narrow_hash else HASH_BITS
     ties = rng.integers(0, 1 << top_bits, size).tolist()
     key = _keys(totals, ties)
     floor = max(totals)
@@ -82,7 +82,7 @@ def test_rank_cut_keeps_the_best_keys(data, size, wanted, spread, narrow_hash) -
 def test_rank_cut_applies_on_a_plateau_of_equal_totals() -> None:
     # gpu-mixed's usual cycle: most of 5,000 nodes share the best total.
     rng = np.random.default_rng(7)
-    key = _keys([952] * 4400 + [946] * 600, rng.integers(0, 1 << _HASH_BITS, 5000).tolist())
+    key = _keys([952] * 4400 + [946] * 600, rng.integers(0, 1 << HASH_BITS, 5000).tolist())
     top = _keys_above_cut(key, 952, 10, 0, 4400)
     assert top is not None and 10 <= top.size < 200
     assert top[np.lexsort((top, -key[top]))][:10].tolist() == np.lexsort((np.arange(5000), -key))[:10].tolist()
@@ -92,19 +92,17 @@ def test_slots_in_name_order_or_not_give_the_same_decisions() -> None:
     # Nodes added in name order get slots 0..n-1 (the framework then copies memo rows instead
     # of gathering them); added in reverse they do not. The decisions must not differ.
     from bench.engine import gpu_mixed
-    from berth.core.config import default_config
-    from berth.core.placement import place_pod
-    from berth.core.scheduler import Scheduler
-    from berth.core.state import ClusterState
+    from berth.core.config import default_document
+    from berth.core.engine import Engine
 
     nodes = gpu_mixed.build_nodes(40)
     pods = gpu_mixed.build_pods(120, seed=5)
     runs = []
     for added in (nodes, nodes[::-1]):
-        scheduler, state = Scheduler(default_config()), ClusterState()
+        engine = Engine(default_document())
         for node in added:
-            state.upsert_node(node)
-        runs.append([place_pod(scheduler, state, pod, "berth").decision.to_json() for pod in pods])
-        runs[-1].append(state.order_is_identity())
+            engine.upsert_node(node)
+        runs.append([engine.schedule(pod).decision.to_json() for pod in pods])
+        runs[-1].append(engine.state.order_is_identity())
     assert runs[0][-1] is True and runs[1][-1] is False
     assert runs[0][:-1] == runs[1][:-1]

@@ -1,0 +1,206 @@
+"""Filtering: a profile's PreFilter and Filter plugins over the nodes of one cycle.
+
+The outcome is the feasible nodes and a :class:`~berth.core.framework.Diagnosis` of every other
+node: the status of the first plugin that rejected it, as kube reports them. Statuses are
+numbered in order of first occurrence in node-name order, so a decision's rejection groups never
+depend on how a plugin (or its memo) numbered them.
+
+Plugins that declare a filter signature
+(:meth:`~berth.core.framework.FilterPlugin.filter_signature`) are memoised per node
+(:mod:`berth.core.memo`): only candidates changed since their verdict was recorded for an equal
+signature are judged again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import messages
+from berth.core.framework import (
+    Code,
+    CycleContext,
+    Diagnosis,
+    FilterPlugin,
+    NodeArray,
+    PreFilterPlugin,
+    Status,
+)
+from berth.core.memo import NodeMemo, candidate_mask, stale_nodes
+
+__all__ = ["Feasibility", "ProfileFilters"]
+
+
+@dataclass(frozen=True, slots=True)
+class Feasibility:
+    """The outcome of PreFilter + Filter: feasible slots (name order) and why others failed."""
+
+    feasible: NodeArray
+    diagnosis: Diagnosis
+
+
+class _StatusTable:
+    """Interns statuses so each distinct rejection gets one small integer."""
+
+    def __init__(self) -> None:
+        self.statuses: list[Status] = []
+        self._index: dict[Status, int] = {}
+
+    def intern(self, status: Status) -> int:
+        index = self._index.get(status)
+        if index is None:
+            index = self._index[status] = len(self.statuses)
+            self.statuses.append(status)
+        return index
+
+
+class ProfileFilters:
+    """The filtering plugins of one profile, in configured order.
+
+    ``config_hash`` and ``profile`` key the memo entries, so profiles and configurations sharing
+    a state never share an entry. Holds no per-cycle state.
+    """
+
+    def __init__(self, pre_filter_plugins: Sequence[PreFilterPlugin],
+                 filter_plugins: Sequence[FilterPlugin], config_hash: str, profile: str) -> None:
+        self.pre_filter_plugins = pre_filter_plugins
+        self.filter_plugins = filter_plugins
+        self.config_hash = config_hash
+        self.profile = profile
+
+    def find_feasible(self, cycle: CycleContext, only: Sequence[str] | None) -> Feasibility:
+        """PreFilter + Filter for the cycle's pod over every node of its state, or only over the
+        nodes named in ``only`` (others are ignored, not reported)."""
+        state = cycle.state
+        all_nodes = state.order()
+        if only is not None:
+            wanted = {state.slot_of(name) for name in only} - {None}
+            all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp,
+                                                                 count=len(wanted)))]
+        table = _StatusTable()
+        codes = np.full(all_nodes.size, -1, dtype=np.int32)
+        rejection, restrict, restricting = self._pre_filter(cycle)
+        if rejection is not None:
+            # kube: every node gets the PreFilter status; its message replaces the histogram.
+            codes[:] = table.intern(rejection)
+            return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes, tuple(table.statuses),
+                                                        rejection))
+        positions = np.arange(all_nodes.size)
+        if restrict is not None:
+            slots = np.fromiter((s for s in (state.slot_of(n) for n in restrict) if s is not None),
+                                dtype=np.intp)
+            inside = np.isin(all_nodes, slots)
+            absent = Status.unresolvable(messages.plugins_not_satisfied(restricting))
+            codes[~inside] = table.intern(absent)
+            positions = positions[inside]
+        candidates = all_nodes if restrict is None else all_nodes[positions]
+        feasible = self._filter(cycle, candidates, positions, codes, table)
+        return Feasibility(feasible, Diagnosis(all_nodes, codes, tuple(table.statuses)))
+
+    def _pre_filter(self, cycle: CycleContext
+                    ) -> tuple[Status | None, frozenset[str] | None, set[str]]:
+        """Run the PreFilters: ``(rejection, restrict, restricting)`` — the status that rejects
+        the pod on every node (None: none does), the node names the plugins in ``restricting``
+        restrict the candidates to (None: no restriction). Skipping plugins are recorded."""
+        restrict: frozenset[str] | None = None
+        restricting: set[str] = set()
+        deferred: Status | None = None
+        for plugin in self.pre_filter_plugins:
+            status, result = plugin.pre_filter(cycle)
+            if status.is_skip:
+                cycle.skip_filter.add(plugin.NAME)
+                continue
+            if not status.is_success:
+                status = status.with_plugin(plugin.NAME)
+                if status.code is Code.UNSCHEDULABLE:
+                    # kube keeps running the other PreFilters (preemption needs their state)
+                    # and reports the last such status.
+                    deferred = status
+                    continue
+                return status, None, restricting
+            if result is not None and result.node_names is not None:
+                restricting.add(plugin.NAME)
+                restrict = result.node_names if restrict is None else restrict & result.node_names
+                if not restrict:
+                    reason = (messages.plugins_not_satisfied_simultaneously(restricting)
+                              if len(restricting) > 1 else
+                              messages.plugin_not_satisfied(next(iter(restricting))))
+                    return Status.unresolvable(reason), None, restricting
+        return deferred, restrict, restricting
+
+    def _filter(self, cycle: CycleContext, candidates: NodeArray, positions: npt.NDArray[np.intp],
+                codes: npt.NDArray[np.int32], table: _StatusTable) -> NodeArray:
+        """Run the Filters over ``candidates`` (at ``positions`` of ``codes``); a node leaves at
+        its first rejection, whose status is interned into ``table`` and its index written into
+        ``codes``. Returns the nodes every filter passed."""
+        state = cycle.state
+        memo: NodeMemo | None = None
+        for plugin in self.filter_plugins:
+            if candidates.size == 0:
+                break
+            if plugin.NAME in cycle.skip_filter:
+                continue
+            signature = plugin.filter_signature(cycle)
+            if signature is None:
+                result = plugin.filter(cycle, candidates)
+                if result.codes is None:
+                    continue
+                local, statuses = result.codes, result.statuses
+            else:
+                if memo is None:
+                    memo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+                local, statuses = self._memo_filter(memo, plugin, signature, cycle, candidates)  # type: ignore[arg-type]
+            failed = local >= 0
+            if not failed.any():
+                continue
+            failed_local = local[failed]
+            # Intern only the statuses that occur, in order of first occurrence in node-name
+            # order, so the decision's groups never depend on how a plugin (or its memo)
+            # happened to number them.
+            mapping = np.full(len(statuses), -1, dtype=np.int32)
+            for code in _codes_by_first_use(failed_local, len(statuses)):
+                mapping[code] = table.intern(statuses[code].with_plugin(plugin.NAME))
+            codes[positions[failed]] = mapping[failed_local]
+            keep = ~failed
+            positions = positions[keep]
+            candidates = candidates[keep]
+        return candidates
+
+    def _memo_filter(self, memo: NodeMemo, plugin: FilterPlugin, signature: Hashable,
+                     cycle: CycleContext, candidates: NodeArray
+                     ) -> tuple[npt.NDArray[np.int32], Sequence[Status]]:
+        """A memoised Filter: ask the plugin only about candidates that changed since their
+        verdict for this signature was recorded."""
+        state = cycle.state
+        entry = memo.filter_entry((self.config_hash, self.profile, plugin.NAME, signature))
+        todo = stale_nodes(entry.versions, state.node_version, candidate_mask(state, candidates),
+                           state.slot_bound)
+        if todo.size:
+            result = plugin.filter(cycle, todo)
+            if result.codes is None:
+                entry.codes[todo] = -1
+            else:
+                # Index -1 (passed) picks the trailing -1.
+                mapping = np.array([entry.intern(s) for s in result.statuses] + [-1],
+                                   dtype=np.int32)
+                entry.codes[todo] = mapping[result.codes]
+            entry.versions[todo] = state.node_version.take(todo)
+        if candidates.size == state.node_count and state.order_is_identity():
+            return entry.codes[: candidates.size].copy(), entry.statuses  # slots 0..n-1
+        return entry.codes.take(candidates), entry.statuses
+
+
+def _codes_by_first_use(codes: npt.NDArray[np.integer], count: int) -> list[int]:
+    """The distinct values of ``codes`` (each in ``0..count-1``) in order of first occurrence.
+    A plugin has a handful of statuses: a count and one search per status used is cheaper
+    than sorting every code."""
+    if count > 8:
+        used, first = np.unique(codes, return_index=True)
+        return used[np.argsort(first, kind="stable")].tolist()
+    present = np.flatnonzero(np.bincount(codes, minlength=count)).tolist()
+    if len(present) == 1:
+        return present
+    return sorted(present, key=lambda code: int(np.argmax(codes == code)))
