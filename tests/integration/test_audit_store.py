@@ -7,10 +7,10 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from berth.services.audit import db
-from berth.services.audit.models import CommandRow, DecisionRow, DeterminismErrorRow, InputRow
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
+from berth.services.audit import db
+from berth.services.audit.models import CommandRow, DecisionRow, DeterminismErrorRow, InputRow
 from berth.services.audit.store import AuditRecord, AuditStore
 from berth.settings import DatabaseSettings
 
@@ -89,7 +89,7 @@ def test_replay_takes_a_partly_recorded_last_input_as_lag_and_a_missing_earlier_
 
     from berth.decider import CellDecider
     from berth.decider.engine import CoreEngine, default_scheduler_document
-    from berth.devstack.scratch import scratch_database
+    from berth_dev.devstack.scratch import scratch_database
     from berth.schemas import InputPosition, NodeObserved, PodInfo, PodObserved, SchedulerConfigAnnounced
     from berth.schemas.samples import T0, h100_node
     from berth.services.audit.replay import replay

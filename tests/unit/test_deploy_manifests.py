@@ -18,8 +18,8 @@ import typer.main
 import yaml
 
 from berth.cli import SERVICES
-from berth.devstack.cache import repo_root
-from berth.devstack.helm import RELEASE_NAMESPACE, manifests_path
+from berth_dev.devstack.cache import repo_root
+from berth_dev.devstack.helm import RELEASE_NAMESPACE, manifests_path
 
 DEPLOYED = ("ingest", "inventory", "token-lag", "decision", "binder", "audit")
 WITH_KUBERNETES = {"ingest", "binder"}

@@ -17,9 +17,9 @@ from berth.decider.engine import engine_factory
 from berth.decider.pools import parse_pools
 from berth.schemas import CommandResult, HandOverPod, InputPosition, PlacePods, PodDeleted, PodObserved
 from berth.schemas.samples import T0
-from berth.workloads import from_documents, generated_documents, pool_policies
-from services.cluster_sim.player import policy_observed
-from services.cluster_sim.state import ClusterState
+from berth_dev.cluster_sim.player import policy_observed
+from berth_dev.cluster_sim.state import ClusterState
+from berth_dev.workloads import from_documents, generated_documents, pool_policies
 from services.inventory.fold import NodeInput, ToCell, ToNode, fold_node_input, fold_pod_input, route_policy
 
 CELLS = 2
