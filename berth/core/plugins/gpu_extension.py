@@ -93,10 +93,6 @@ class GpuDeviceExtension(StateExtension):
         self._by_slot.get(held_slot, {}).pop(placed.pod.uid, None)
         self.inventory.release(held_slot, allocation)
 
-    def devices_of(self, uid: str) -> tuple[int, ...]:
-        entry = self.held.get(uid)
-        return entry[1].devices if entry else ()
-
 
 def gpu_inventory(state: ClusterState) -> GpuInventory:
     """The GPU inventory attached to ``state`` (by :class:`GpuDeviceFit`'s extension)."""

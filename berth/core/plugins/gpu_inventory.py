@@ -757,10 +757,6 @@ class GpuInventory:
 
     # --- views ---------------------------------------------------------------------------------
 
-    def free_matrix(self) -> IntArray:
-        """free milli per (node, device), 0 where unusable: the fragmentation scorer's input."""
-        return np.where(self.usable, self.free_milli, 0)
-
     def describe(self, row: int) -> dict[int, dict[str, int]]:
         """Per device index: free milli and MiB, and free MIG slices (for tests and explain)."""
         out: dict[int, dict[str, int]] = {}
