@@ -141,8 +141,8 @@ def test_the_settings_read_the_deployed_environment(component: str, documents: l
 
 
 def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict[str, Any]], tmp_path: Path) -> None:
+    from berth.configfiles import read_pools
     from berth.core.config import default_document, parse_config
-    from berth.decider.engine import load_pools
     from berth.services.token_lag.fold import load_lag_settings
 
     files = _config_files(documents)
@@ -150,7 +150,7 @@ def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict
     assert scheduler == default_document()
     assert [profile.scheduler_name for profile in parse_config(scheduler).profiles] == ["berth"]
     (tmp_path / "pools.yaml").write_text(files["pools.yaml"])
-    assert load_pools(tmp_path / "pools.yaml") == {}
+    assert read_pools(tmp_path / "pools.yaml") == {}
     assert load_lag_settings(tmp_path / "pools.yaml").pools == {}
 
 

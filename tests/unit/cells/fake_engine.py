@@ -1,24 +1,24 @@
-"""A small engine behind the decider's port, for unit tests of the cell's own logic only.
+"""A small stand-in for :class:`berth.core.engine.Engine`, for unit tests of the cell's own folds.
 
 Counts cpu, memory and whole GPUs; first fit in node-name order; gangs all-or-nothing. The real
-engine (berth.core) is tested on its own and through the decision service.
+engine (berth.core) is tested on its own and through the decision service. A cell takes it as
+``Cell(0, CellConfig(...), engine=FakeEngine())``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from hashlib import sha256
 
-from berth.decider.ports import EngineOutcome, Placement
+from berth.core.engine import Outcome, Placement
 from berth.schemas import NodeInfo, PodInfo
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
 class FakeEngine:
-    config_hash = "f" * 64
-    config_version = "fake-v1"
-    config_document = "{}"
     profile = "berth"
+    profiles = ("berth",)
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
@@ -56,7 +56,8 @@ class FakeEngine:
                     free[r] -= pod.requests.get(r, 0)
         return free
 
-    def place(self, pods, *, min_member=None, preempt=True) -> EngineOutcome:
+    def _place_all(self, pods: Sequence[PodInfo]) -> Outcome:
+        """First fit for every pod of ``pods``, assumed all together or not at all."""
         chosen: list[tuple[str, PodInfo]] = []
         for pod in pods:
             for name in sorted(self.nodes):
@@ -68,23 +69,28 @@ class FakeEngine:
                     chosen.append((name, pod))
                     break
             else:
-                return EngineOutcome(message=f"0/{len(self.nodes)} nodes are available: "
-                                             f"{len(self.nodes)} Insufficient resources.")
+                return Outcome(message=f"0/{len(self.nodes)} nodes are available: "
+                                       f"{len(self.nodes)} Insufficient resources.")
         for name, pod in chosen:
             self.pods[pod.uid] = (name, pod)
-        return EngineOutcome(placements=tuple(Placement(pod=p, node=n) for n, p in chosen))
+        return Outcome(placements=tuple(Placement(pod=p, node=n) for n, p in chosen))
 
-    def probe_placements(self, pods):
+    def schedule(self, pod: PodInfo, *, preempt: bool = True, profile: str | None = None,
+                 extra_scores: Sequence[tuple[str, int]] = ()) -> Outcome:
+        if extra_scores:
+            self.calls.append(f"scored {pod.uid} {list(extra_scores)}")
+        return self._place_all([pod])
+
+    def schedule_gang(self, pods: Sequence[PodInfo], min_member: int, *, profile: str | None = None) -> Outcome:
+        return self._place_all(pods)
+
+    def probe(self, pods: Sequence[PodInfo]) -> tuple[str, ...]:
         nodes = []
         for index, pod in enumerate(pods):
-            outcome = self.place([pod.model_copy(update={"uid": f"{pod.uid}~probe-{index}"})])
+            outcome = self._place_all([pod.model_copy(update={"uid": f"{pod.uid}~probe-{index}"})])
             if not outcome.placed:
                 break
             nodes.append(outcome.placements[0].node)
         for index in range(len(nodes)):
             self.pods.pop(f"{pods[index].uid}~probe-{index}", None)
         return tuple(nodes)
-
-    def place_scored(self, pod, extra_scores):
-        self.calls.append(f"scored {pod.uid} {list(extra_scores)}")
-        return self.place([pod])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from berth.decider.pools import PoolPolicy, merge_cluster_spec, parse_pools
+from berth.cells.pools import PoolPolicy, merge_cluster_spec, parse_pools
 from berth.kube.manifests import ManifestError, agent_pool_from_manifest
 from berth.schemas import AgentPoolSpecError, OwnerReference, PodInfo, parse_agent_pool_spec
 from berth.schemas.cells import agent_pool_of, cell_of_pod, cell_of_pool

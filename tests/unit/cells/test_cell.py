@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from berth.decider import CellDecider, PoolPolicy
+from berth.cells import Cell, CellConfig, PoolPolicy
 from berth.schemas import (
     CommandResult,
     CordonNode,
@@ -30,7 +30,7 @@ TOPIC = "berth.scheduler.inputs.v1"
 class Feed:
     """Feeds events to a cell at consecutive offsets, collecting decisions."""
 
-    def __init__(self, cell: CellDecider) -> None:
+    def __init__(self, cell: Cell) -> None:
         self.cell, self.offset, self.decisions = cell, 0, []
 
     def __call__(self, event):
@@ -61,7 +61,7 @@ def placements(decisions):
 
 
 def test_pods_are_placed_and_nothing_is_allocated_twice_before_the_cluster_confirms():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=1))
     first = feed(pod("p1"))
     second = feed(pod("p2"))
@@ -71,7 +71,7 @@ def test_pods_are_placed_and_nothing_is_allocated_twice_before_the_cluster_confi
 
 
 def test_queue_order_is_priority_then_arrival():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(pod("low", priority=1))
     feed(pod("high", priority=100))
     feed(pod("mid", priority=50))
@@ -81,7 +81,7 @@ def test_queue_order_is_priority_then_arrival():
 
 def test_a_failed_binding_releases_the_assumption_and_the_pod_is_retried():
     engine = FakeEngine()
-    feed = Feed(CellDecider(0, engine))
+    feed = Feed(Cell(0, CellConfig(), engine=engine))
     feed(node("gpu-a", gpus=1))
     [placed] = feed(pod("p1"))
     command = placed.commands[-1]
@@ -95,7 +95,7 @@ def test_a_failed_binding_releases_the_assumption_and_the_pod_is_retried():
 
 def test_a_conflict_arriving_after_the_bound_echo_does_not_release_the_real_binding():
     engine = FakeEngine()
-    feed = Feed(CellDecider(0, engine))
+    feed = Feed(Cell(0, CellConfig(), engine=engine))
     feed(node("gpu-a", gpus=1))
     [placed] = feed(pod("p1"))
     feed(pod("p1", node_name="gpu-a"))
@@ -109,7 +109,7 @@ def test_a_conflict_arriving_after_the_bound_echo_does_not_release_the_real_bind
 def test_an_older_pending_event_delivered_again_after_the_binding_is_ignored():
     # Inputs are at-least-once: a restarted inventory re-forwards events it had already sent.
     engine = FakeEngine()
-    feed = Feed(CellDecider(0, engine))
+    feed = Feed(Cell(0, CellConfig(), engine=engine))
     feed(node("gpu-a", gpus=1))
     feed(node("gpu-b", gpus=1))
     feed(pod("p1"))
@@ -120,7 +120,7 @@ def test_an_older_pending_event_delivered_again_after_the_binding_is_ignored():
 
 
 def test_unchanged_unschedulable_verdicts_are_not_repeated_and_new_capacity_places_the_pod():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=1))
     feed(pod("big", gpus=4))
     assert feed(node("gpu-a", gpus=1, labels={"x": "y"})) == []  # retried, same verdict: silent
@@ -131,7 +131,7 @@ def test_unchanged_unschedulable_verdicts_are_not_repeated_and_new_capacity_plac
 
 
 def test_gangs_wait_for_min_member_then_go_as_one_command():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=8))
     feed(PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=3),
                         observed_at=T0))
@@ -146,7 +146,7 @@ def test_gangs_wait_for_min_member_then_go_as_one_command():
 
 
 def test_a_gang_that_cannot_fit_names_its_members_in_the_verdict():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=2))
     feed(PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="wide", min_member=2),
                         observed_at=T0))
@@ -160,7 +160,7 @@ def test_a_gang_that_cannot_fit_names_its_members_in_the_verdict():
 
 
 def test_spot_notice_cordons_the_node_and_keeps_new_pods_off_it():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=8))
     feed(node("gpu-b", gpus=8))
     [decision] = feed(SpotInterruptionNotice(node="gpu-a", issued_at=T0, deadline=T0 + timedelta(seconds=120)))
@@ -173,7 +173,7 @@ def test_spot_notice_cordons_the_node_and_keeps_new_pods_off_it():
 def test_pools_scale_up_by_the_token_rule_and_down_to_the_stabilized_need_after_cooldown():
     policy = PoolPolicy(tokens_per_second_per_replica=1000, ttft_slo_ms=2000, min_replicas=1,
                         max_replicas=20, cooldown_s=300)
-    feed = Feed(CellDecider(0, FakeEngine(), pools={"serving/llama": policy}))
+    feed = Feed(Cell(0, CellConfig(pools={"serving/llama": policy}), engine=FakeEngine()))
 
     def lag(tokens, rate, seconds, ready=2):
         ttft = tokens / rate * 1000 if rate else None
@@ -192,7 +192,7 @@ def test_pools_scale_up_by_the_token_rule_and_down_to_the_stabilized_need_after_
 
 def test_same_inputs_give_byte_identical_decisions():
     def run():
-        feed = Feed(CellDecider(3, FakeEngine()))
+        feed = Feed(Cell(3, CellConfig(), engine=FakeEngine()))
         for event in [node("gpu-a", gpus=2), pod("p1"), pod("p2", gpus=2), node("gpu-b"), pod("p3", gpus=8)]:
             feed(event)
         return [json.dumps(d.record.model_dump(mode="json"), sort_keys=True)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth.decider import CellDecider
-from berth.decider.cell import HANDOVER_RETRY_TICKS
-from berth.decider.engine import CoreEngine, default_scheduler_document
+from berth.cells import Cell, CellConfig
+from berth.cells.handovers import HANDOVER_RETRY_TICKS
 from berth.schemas import CellTick, HandOverPod, PlacePods, PodDeleted, PodObserved, PodRouted
 from berth.schemas.samples import T0
 
@@ -27,7 +26,7 @@ def hand_overs(decisions):
 
 def test_a_pod_with_untried_cells_is_handed_over_and_its_echoes_are_ignored():
     engine = FakeEngine()
-    feed = Feed(CellDecider(0, engine))
+    feed = Feed(Cell(0, CellConfig(), engine=engine))
     feed(node("gpu-a", gpus=1))
     feed(routed(pod("first")))
     out = feed(routed(pod("second"), hop=3))
@@ -47,7 +46,7 @@ def test_a_pod_with_untried_cells_is_handed_over_and_its_echoes_are_ignored():
 
 
 def test_the_last_cell_of_a_round_reports_and_keeps_the_pod_then_starts_a_new_round():
-    feed = Feed(CellDecider(1, FakeEngine()))
+    feed = Feed(Cell(1, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-b", gpus=1))
     feed(pod("holder"))
     [verdict] = feed(routed(pod("late"), tried=(0, 1), hop=1))
@@ -65,7 +64,7 @@ def test_the_last_cell_of_a_round_reports_and_keeps_the_pod_then_starts_a_new_ro
 
 
 def test_ticks_do_not_move_pinned_pods_or_pods_with_untried_cells():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=1))
     feed(pod("holder"))
     feed(pod("pinned"))  # a plain observation: pinned to this cell
@@ -75,7 +74,7 @@ def test_ticks_do_not_move_pinned_pods_or_pods_with_untried_cells():
 
 
 def test_a_pod_routed_back_in_a_later_round_is_tried_at_once():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=1))
     feed(routed(pod("first")))
     feed(routed(pod("second")))
@@ -86,7 +85,7 @@ def test_a_pod_routed_back_in_a_later_round_is_tried_at_once():
 
 
 def test_pinned_pods_are_never_handed_over():
-    feed = Feed(CellDecider(0, FakeEngine()))
+    feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=1))
     feed(pod("first"))
     [verdict] = feed(pod("second"))
@@ -107,7 +106,7 @@ def test_a_cell_with_untried_cells_hands_over_instead_of_preempting():
     from berth.schemas import NodeObserved, PolicyObserved, PriorityClassInfo
 
     def cell_with_low_priority_pod():
-        feed = Feed(CellDecider(0, CoreEngine(default_scheduler_document())))
+        feed = Feed(Cell(0, CellConfig()))
         feed(NodeObserved(node=h100_node("gpu-a"), observed_at=T0))
         feed(PolicyObserved(kind="PriorityClass", observed_at=T0,
                             priority_class=PriorityClassInfo(name="high", value=1000)))
@@ -132,7 +131,7 @@ def test_the_last_cell_counts_the_nodes_of_every_cell_of_the_round_in_its_messag
     from berth.schemas.samples import h100_node
 
     def cell(number: int, nodes: int) -> Feed:
-        feed = Feed(CellDecider(number, CoreEngine(default_scheduler_document())))
+        feed = Feed(Cell(number, CellConfig()))
         for index in range(nodes):
             feed(NodeObserved(node=h100_node(f"gpu-{number}-{index}"), observed_at=T0))
         return feed

@@ -1,13 +1,13 @@
-"""The decision cell over the real placement engine (berth.core), without Kafka."""
+"""The decision cell over the real engine (berth.core.engine.Engine), without Kafka."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
 
-from berth.decider import CellDecider
-from berth.decider.engine import CoreEngine, default_scheduler_document, engine_from_document
-from berth.decider.pools import PoolPolicy
+from berth.cells import Cell, CellConfig, PoolPolicy
+from berth.core.config import default_document
+from berth.core.engine import Engine
 from berth.schemas import (
     InputPosition,
     NodeObserved,
@@ -29,9 +29,8 @@ def _pod(name, *, gpus=0, fraction=None, group=None, priority=0):
                    tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
 
 
-def _run(events, engine=None):
-    engine = engine or CoreEngine(default_scheduler_document())
-    cell = CellDecider(0, engine)
+def _run(events, config=None):
+    cell = Cell(0, config or CellConfig())
     out = []
     for offset, event in enumerate(events):
         out.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
@@ -71,9 +70,9 @@ def test_gpu_pods_get_devices_gangs_go_together_and_misfits_get_kube_messages():
 
 def test_replay_from_the_announced_document_gives_identical_decisions():
     pools = {"serving/llama": PoolPolicy(tokens_per_second_per_replica=1000, ttft_slo_ms=2000)}
-    first = CoreEngine(default_scheduler_document(), pools)
-    again = engine_from_document(first.config_document)
-    assert again.config_hash == first.config_hash and again.pools == first.pools
+    first = CellConfig(default_document(), pools)
+    again = CellConfig.from_document(first.document)
+    assert again.hash == first.hash and again.pools == first.pools
     one = [json.dumps(d.record.model_dump(mode="json"), sort_keys=True) for d in _run(_events(), first)]
     two = [json.dumps(d.record.model_dump(mode="json"), sort_keys=True) for d in _run(_events(), again)]
     assert one == two and len(one) >= 5
@@ -91,8 +90,7 @@ def test_a_victims_late_bound_echo_does_not_give_its_gpus_to_a_second_preemptor(
     events = [NodeObserved(node=h100_node("gpu-0"), observed_at=T0),
               _bound("low-a", "gpu-0", (0, 1, 2, 3)), _bound("low-b", "gpu-0", (4, 5, 6, 7)),
               PodObserved(pod=_pod("urgent-1", gpus=4, priority=1000), observed_at=T0)]
-    engine = CoreEngine(default_scheduler_document())
-    cell = CellDecider(0, engine)
+    cell = Cell(0, CellConfig())
     decisions = []
     for offset, event in enumerate(events):
         decisions.extend(cell.handle(event, InputPosition(topic="t", partition=0, offset=offset)))
@@ -130,8 +128,7 @@ def test_what_victims_hold_beyond_the_preemptors_share_is_not_given_away_before_
     # eviction happened, quarter-GPU pods were packed onto the victim's other GPUs (overcommit).
     from berth.schemas import PodDeleted
 
-    engine = CoreEngine(default_scheduler_document())
-    cell = CellDecider(0, engine)
+    cell = Cell(0, CellConfig())
     events = [NodeObserved(node=h100_node("gpu-0"), observed_at=T0),
               _bound("low", "gpu-0", tuple(range(8))),
               PodObserved(pod=_pod("urgent", gpus=1, priority=1000), observed_at=T0),
@@ -154,7 +151,7 @@ def test_namespace_events_feed_namespace_selectors_of_pod_affinity():
     from berth.schemas import LabelSelector, NamespaceInfo, PodAffinity, PodAffinityTerm, PolicyRemoved
     from berth.schemas.cluster import Affinity
 
-    engine = CoreEngine(default_scheduler_document())
+    engine = Engine(default_document())
     for name, zone in (("gpu-0", "zone-a"), ("gpu-1", "zone-b")):
         engine.upsert_node(h100_node(name, zone=zone))
     db = _pod("db").model_copy(update={"namespace": "prod", "uid": "uid-db", "labels": {"app": "db"},
@@ -164,13 +161,13 @@ def test_namespace_events_feed_namespace_selectors_of_pod_affinity():
                            topology_key="topology.kubernetes.io/zone",
                            namespace_selector=LabelSelector(match_labels={"tier": "prod"}))
     follower = _pod("follower").model_copy(update={"affinity": Affinity(pod_affinity=PodAffinity(required=(term,)))})
-    refused = engine.place([follower])
+    refused = engine.schedule(follower)
     assert refused.placements == () and "didn't match pod affinity rules" in refused.message, refused.message
     engine.upsert_policy(PolicyObserved(kind="Namespace", observed_at=T0, namespace_info=NamespaceInfo(
         name="prod", labels={"kubernetes.io/metadata.name": "prod", "tier": "prod"})))
-    [placement] = engine.place([follower]).placements
+    [placement] = engine.schedule(follower).placements
     assert placement.node == "gpu-1"
     engine.remove_policy("Namespace", "", "prod")
     second = follower.model_copy(update={"uid": "uid-follower-2", "name": "follower-2"})
-    assert engine.place([second]).placements == ()
+    assert engine.schedule(second).placements == ()
     assert PolicyRemoved(kind="Namespace", name="prod", observed_at=T0).partition_key == "Namespace//prod"

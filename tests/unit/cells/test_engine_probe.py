@@ -1,4 +1,4 @@
-"""CoreEngine.probe_placements answers "where would these go" without changing anything."""
+"""Engine.probe answers "where would these go" without changing anything."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.decider.engine import CoreEngine, default_scheduler_document
-from berth.decider.pool_placement import constrained
+from berth.cells.pool_placement import constrained
+from berth.core.config import default_document
+from berth.core.engine import Engine
 from berth.schemas import PodInfo
 from berth.schemas.samples import T0, h100_node
 
@@ -33,17 +34,17 @@ def _pods(seed: int, count: int) -> list[PodInfo]:
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), count=st.integers(5, 30))
 def test_probes_leave_the_snapshot_and_later_placements_unchanged(seed, count):
-    plain, probed = (CoreEngine(default_scheduler_document()) for _ in range(2))
+    plain, probed = (Engine(default_document()) for _ in range(2))
     for engine in (plain, probed):
         for i in range(3):
             engine.upsert_node(h100_node(f"n{i}", spot=i == 0))
     template = _pods(seed + 1, 1)[0]
     for pod in _pods(seed, count):
         before = probed.snapshot_hash()
-        nodes = probed.probe_placements([constrained(template, "on-demand")] * 3 + [template] * 2)
+        nodes = probed.probe([constrained(template, "on-demand")] * 3 + [template] * 2)
         assert probed.snapshot_hash() == before
         assert len(nodes) <= 5
-        a, b = plain.place([pod]), probed.place([pod])
+        a, b = plain.schedule(pod), probed.schedule(pod)
         assert [(p.node, p.gpu_devices, p.gpu_milli) for p in a.placements] == \
                [(p.node, p.gpu_devices, p.gpu_milli) for p in b.placements]
         assert plain.snapshot_hash() == probed.snapshot_hash()

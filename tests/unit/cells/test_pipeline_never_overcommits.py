@@ -12,9 +12,8 @@ import heapq
 import random
 from typing import Any
 
-from berth.decider import CellDecider
-from berth.decider.engine import engine_factory
-from berth.decider.pools import parse_pools
+from berth.cells import Cell, CellConfig
+from berth.cells.pools import parse_pools
 from berth.schemas import CommandResult, HandOverPod, InputPosition, PlacePods, PodDeleted, PodObserved
 from berth.schemas.samples import T0
 from berth_dev.cluster_sim.player import policy_observed
@@ -33,7 +32,8 @@ class Pipeline:
         self.workload = from_documents(generated_documents("demo:1"), name="demo")
         pools = parse_pools(pool_policies(self.workload))
         self.cluster = ClusterState(self.workload.policies)
-        self.cells = [CellDecider(c, engine_factory(None, pools)(), pools=pools) for c in range(CELLS)]
+        config = CellConfig(pools=pools)
+        self.cells = [Cell(c, config) for c in range(CELLS)]
         self.offsets = [0] * CELLS
         self.routes: dict[str, Any] = {}
         self.node_states: dict[str, Any] = {}
@@ -143,6 +143,6 @@ def test_late_out_of_order_bindings_never_overcommit_a_node():
     assert pipeline.hand_overs > 0, "the run must pass pods between cells"
     assert pipeline.overcommits == []
     # One writer per pod: no pod waits in two cells, and no cell gave up a pod it still holds.
-    pending = [uid for cell in pipeline.cells for uid in cell._pending]
+    pending = [uid for cell in pipeline.cells for uid in cell.queue.pending]
     assert len(pending) == len(set(pending))
-    assert not any(set(cell._pending) & set(cell._handed_over) for cell in pipeline.cells)
+    assert not any(set(cell.queue.pending) & set(cell.handovers.handed_over) for cell in pipeline.cells)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth.decider import CellDecider
-from berth.decider.engine import CoreEngine, default_scheduler_document
-from berth.decider.pools import PoolPolicy, parse_pools
+from berth import cells
+from berth.cells.pools import PoolPolicy, parse_pools
 from berth.schemas import (
     EvictPod,
     InputPosition,
@@ -30,8 +29,7 @@ NS = "serving"
 
 class Cell:
     def __init__(self, pools: dict[str, PoolPolicy] | None = None) -> None:
-        self.engine = CoreEngine(default_scheduler_document(), pools)
-        self.cell = CellDecider(0, self.engine)
+        self.cell = cells.Cell(0, cells.CellConfig(pools=pools or {}))
         self.offset = 0
 
     def __call__(self, event):
@@ -107,7 +105,7 @@ def test_spot_notice_surges_on_demand_replacements_then_evicts_and_gives_the_sur
     assert (give_back.previous_replicas, give_back.replicas) == (3, 2)
     assert cell(PodDeleted(uid="uid-llama-0", namespace=NS, name="llama-0", node_name="spot-0",
                            observed_at=T0 + timedelta(seconds=14))) == []
-    assert cell.cell._moves == {}
+    assert cell.cell.drain.moves == {}
 
 
 def test_without_room_elsewhere_the_replicas_stay_until_the_reclaim_and_other_pods_are_drained():
@@ -135,7 +133,7 @@ def test_interruptions_past_the_threshold_suspend_spot_for_the_pool_until_a_quie
     second = cell(notice("spot-1", seconds=20))
     assert ("spot-suspended", "serving/llama") in outcomes(second)
     # Suspended: even outside a move a new replica must not go to spot-2.
-    cell.cell._moves.clear()
+    cell.cell.drain.moves.clear()
     [placed] = commands(cell(replica("llama", 5, seconds=30)), PlacePods)
     assert placed.placements[0].node == "od-0"
     assert ("spot-resumed", "serving/llama") not in outcomes(cell(lag("llama", 0, 100, 1800)))

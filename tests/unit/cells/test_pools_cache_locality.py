@@ -4,7 +4,7 @@ DataLocality plugins score, so they prefer nodes with the model cached or near t
 
 from __future__ import annotations
 
-from berth.decider.pool_placement import with_preferences
+from berth.cells.pool_placement import with_preferences
 from berth.schemas import NodeObserved, PlacePods, PodInfo, PodObserved
 from berth.schemas.samples import T0, h100_node
 

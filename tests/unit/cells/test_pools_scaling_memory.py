@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth.decider import CellDecider, PoolPolicy
+from berth.cells import Cell, CellConfig, PoolPolicy
 from berth.schemas import InputPosition, PoolLagState, ScalePool
 from berth.schemas.samples import T0
 
@@ -23,7 +23,7 @@ def lag(tokens: int, rate: float, seconds: float, ready: int = 2) -> PoolLagStat
 
 def run(states: list[PoolLagState]) -> list[tuple[int, int, str]]:
     """(previous, replicas, message) of every scale a fresh cell decides for ``states``."""
-    cell = CellDecider(0, FakeEngine(), pools={"serving/llama": POLICY})
+    cell = Cell(0, CellConfig(pools={"serving/llama": POLICY}), engine=FakeEngine())
     scales = []
     for offset, state in enumerate(states):
         for decision in cell.handle(state, InputPosition(topic="t", partition=0, offset=offset)):

@@ -1,4 +1,4 @@
-"""The pure scaling policy (berth.decider.scaling.decide_scale): table-driven cases and properties."""
+"""The pure scaling policy (berth.cells.scaling.decide_scale): table-driven cases and properties."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.decider.pools import PoolPolicy
-from berth.decider.scaling import (
+from berth.cells.pools import PoolPolicy
+from berth.cells.scaling import (
     ProbedReplica,
     ScalingInput,
     ScalingMemory,

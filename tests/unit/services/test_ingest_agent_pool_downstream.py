@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from berth.decider import CellDecider
-from berth.decider.engine import CoreEngine, default_scheduler_document
+from berth.cells import Cell, CellConfig
 from berth.schemas import InputPosition
 from berth.schemas.policy import AgentPoolInfo, PolicyObserved, PolicyRemoved
 from berth.schemas.samples import h100_node
@@ -27,8 +26,8 @@ def test_the_inventory_sends_agent_pools_to_every_cell():
 
 
 def test_a_decision_cell_takes_agent_pool_events_without_changing_its_snapshot():
-    engine = CoreEngine(default_scheduler_document())
-    cell = CellDecider(0, engine)
+    cell = Cell(0, CellConfig())
+    engine = cell.engine
     position = iter(range(100))
 
     def feed(event):

@@ -166,7 +166,7 @@ async def test_agent_publishes_state_and_cell_input_and_dead_letters_garbage():
 def test_the_pools_file_shared_with_the_decision_service_is_accepted(tmp_path):
     import yaml
 
-    from berth.decider.pools import parse_pools
+    from berth.cells.pools import parse_pools
     from berth.services.token_lag.fold import load_lag_settings
 
     document = {"pools": {"serving/llama-70b": {"tokens_per_second_per_replica": 2500, "ttft_slo_ms": 2000,
