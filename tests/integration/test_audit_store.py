@@ -87,15 +87,14 @@ def test_replay_takes_a_partly_recorded_last_input_as_lag_and_a_missing_earlier_
     input can yield many; a running system keeps deciding while an auditor replays)."""
     from sqlalchemy import delete
 
-    from berth.decider import CellDecider
-    from berth.decider.engine import CoreEngine, default_scheduler_document
-    from berth_dev.devstack.scratch import scratch_database
+    from berth.cells import Cell, CellConfig
     from berth.schemas import InputPosition, NodeObserved, PodInfo, PodObserved, SchedulerConfigAnnounced
     from berth.schemas.samples import T0, h100_node
     from berth.services.audit.replay import replay
+    from berth_dev.devstack.scratch import scratch_database
 
-    engine = CoreEngine(default_scheduler_document())
-    cell = CellDecider(0, engine)
+    config = CellConfig()
+    cell = Cell(0, config)
     pods = [PodInfo.model_validate({
         "uid": f"uid-{name}", "namespace": "ml", "name": name, "scheduler_name": "berth", "creation_time": T0,
         "requests": {"cpu": 1000, "nvidia.com/gpu": 1},
@@ -104,8 +103,8 @@ def test_replay_takes_a_partly_recorded_last_input_as_lag_and_a_missing_earlier_
     decisions = [decision.record for offset, event in enumerate(inputs)
                  for decision in cell.handle(event, InputPosition(topic=DECISION_INPUTS.name, partition=0, offset=offset))]
     assert [d.input.offset for d in decisions] == [0, 1, 2, 2]  # the node placed both pods
-    config = SchedulerConfigAnnounced(config_hash=engine.config_hash, config_version=engine.config_version,
-                                      document=engine.config_document, cell=cell.cell_name, announced_at=T0)
+    announced = SchedulerConfigAnnounced(config_hash=config.hash, config_version=config.version,
+                                         document=config.document, cell=cell.cell_name, announced_at=T0)
     with scratch_database(database_url, "replay") as url:
         settings = DatabaseSettings(url=url)
         db.upgrade(settings)
@@ -113,7 +112,7 @@ def test_replay_takes_a_partly_recorded_last_input_as_lag_and_a_missing_earlier_
         try:
             AuditStore(database).write_batch(
                 [AuditRecord(DECISION_INPUTS.name, 0, offset, event) for offset, event in enumerate(inputs)]
-                + [AuditRecord(DECISIONS.name, 0, 100, config)]
+                + [AuditRecord(DECISIONS.name, 0, 100, announced)]
                 + [AuditRecord(DECISIONS.name, 0, 101 + i, d) for i, d in enumerate(decisions[:-1])],
                 consumer="t-replay")
             lagging = replay(database)
