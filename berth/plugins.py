@@ -18,9 +18,8 @@ from typing import Any
 CLI_PLUGINS = "berth.cli_plugins"
 BINDER_BACKENDS = "berth.binder_backends"
 
-INSTALL_DEV_TOOLING = ("install Berth's development tooling, the berth-dev distribution "
-                       "(`pip install -e ./dev` in a checkout of Berth; `make install` does)")
-"""How to get what the development tooling provides, for messages that say it is missing."""
+INSTALL_DEV_TOOLING = "install berth-dev (`pip install -e ./dev` in a checkout of Berth; `make install` does)"
+"""How to get the development tooling, for messages that say something needs it."""
 
 
 @cache
