@@ -466,6 +466,10 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         state's summary incrementally (one device shrinks, or whole devices empty, and the pod's
         CPU is taken), which is the summary of the after state; the device choice is its rule
         (least increase, then least room left, then lowest index)."""
+        if len(fragments) > _RESULTS_KEPT:
+            # Emptied before the lookups below, never between them and the reads after: a
+            # state found here must still be there when its increase is computed.
+            fragments.clear()
         states = [_placements(key, shape, workload_key) for key in keys]
         wanted: dict[tuple[object, ...], None] = {}
         for before, options in states:
@@ -573,8 +577,6 @@ def _add_fragmentation(fragments: dict[tuple[object, ...], int], todo: list[tupl
     """Record the weighted fragmentation of the node states ``todo`` in ``fragments``: a few in
     plain integers, more in one numpy batch (whose fixed cost only pays off then)."""
     if len(todo) <= _PLAIN_UP_TO:
-        if len(fragments) > _RESULTS_KEPT:
-            fragments.clear()
         for state in todo:
             fragments[state] = weighted_fragmentation_one(
                 state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
@@ -585,8 +587,6 @@ def _add_fragmentation(fragments: dict[tuple[object, ...], int], todo: list[tupl
     access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
     computed = weighted_fragmentation_batch(free_matrix, [state[2] for state in todo], access, workload,
                                             BERTH_MEASURE).tolist()
-    if len(fragments) > _RESULTS_KEPT:
-        fragments.clear()
     fragments.update(zip(todo, computed))
 
 
