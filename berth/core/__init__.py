@@ -14,8 +14,10 @@ The public surface::
         state.assume(pending_pod, decision.node, decision.gpu_devices, decision.gpu_milli)
 
 Modules: :mod:`~berth.core.framework` (plugin contracts), :mod:`~berth.core.state`
-(ClusterState), :mod:`~berth.core.scheduler` (Framework, Scheduler), :mod:`~berth.core.config`,
-:mod:`~berth.core.registry`, :mod:`~berth.core.decision`, :mod:`~berth.core.messages`.
+(ClusterState), :mod:`~berth.core.scheduler` (Framework, Scheduler; a cycle's parts in
+:mod:`~berth.core.filtering`, :mod:`~berth.core.scoring` and :mod:`~berth.core.ranking`),
+:mod:`~berth.core.config`, :mod:`~berth.core.registry`, :mod:`~berth.core.decision`,
+:mod:`~berth.core.messages`.
 """
 
 from berth.core.config import ConfigError, SchedulerConfig, default_config, load_config

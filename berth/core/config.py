@@ -57,7 +57,7 @@ KINDS = ("BerthSchedulerConfiguration", "KubeSchedulerConfiguration")
 DEFAULT_PROFILE = "berth"
 MAX_WEIGHT = 1000
 """Largest score weight. Bounded so that a node's total fits the tie-break key (see
-:mod:`berth.core.scheduler`); kube's own defaults use 1..3."""
+:mod:`berth.core.ranking`); kube's own defaults use 1..3."""
 MAX_KEEP_TOP_SCORES = 1000
 
 _UNSUPPORTED_POINTS = MappingProxyType({
