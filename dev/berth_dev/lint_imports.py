@@ -30,26 +30,27 @@ def checkout() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def install_product(source: Path, target: Path) -> None:
-    """Install the product at ``source`` into ``target`` (no dependencies, no bytecode); raise
-    CalledProcessError with pip's output when it fails."""
+def install_product(scratch: Path) -> Path:
+    """Install the product of this checkout (no dependencies, no bytecode) into a folder under
+    ``scratch`` and return that folder. It installs from a copy under ``scratch`` without the
+    git-ignored state. Raises CalledProcessError, with pip's output, when it does not install."""
+    source, installed = scratch / "source", scratch / "installed"
+    shutil.copytree(checkout(), source, ignore=shutil.ignore_patterns(*IGNORED))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-compile", "--target", str(target), str(source)],
+                    "--no-compile", "--target", str(installed), str(source)],
                    check=True, capture_output=True, text=True)
+    return installed
 
 
 def main(argv: list[str] | None = None) -> int:
-    root = checkout()
     linter = Path(sys.executable).with_name("lint-imports")
     with TemporaryDirectory(prefix="berth-lint-") as scratch:
-        source, installed = Path(scratch) / "source", Path(scratch) / "installed"
-        shutil.copytree(root, source, ignore=shutil.ignore_patterns(*IGNORED))
         try:
-            install_product(source, installed)
+            installed = install_product(Path(scratch))
         except subprocess.CalledProcessError as exc:
             print(f"the product does not install: {exc.stdout}{exc.stderr}", file=sys.stderr)
             return 1
-        arguments = [str(linter), "--no-cache", str(root / "pyproject.toml"),
+        arguments = [str(linter), "--no-cache", str(checkout() / "pyproject.toml"),
                      *(sys.argv[1:] if argv is None else argv)]
         return subprocess.run(arguments, cwd=installed).returncode
 
