@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
-from berth.core import ClusterState, Scheduler, default_config
+from berth.core.config import default_document
+from berth.core.engine import Engine
 from berth.schemas.cluster import (
     Affinity,
     LabelSelector,
@@ -65,8 +66,7 @@ def build_pods(count: int) -> list[PodInfo]:
 
 
 def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str, Any]:
-    scheduler = Scheduler(default_config())
-    state = ClusterState()
+    engine = Engine(default_document())
     for node in build_nodes(nodes):
-        state.upsert_node(node)
-    return measure_placements("constraints", scheduler, state, build_pods(pods), nodes=nodes, progress=progress)
+        engine.upsert_node(node)
+    return measure_placements("constraints", engine, build_pods(pods), nodes=nodes, progress=progress)

@@ -26,6 +26,7 @@ import resource
 import sys
 import time
 from datetime import datetime, timezone
+from hashlib import blake2b
 from typing import Any
 
 from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
@@ -122,6 +123,7 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
     say(f"{nodes} nodes and {pods} pods built in {time.perf_counter() - started:.2f}s")
     durations = np.empty(len(pending), dtype=np.int64)
     placed = 0
+    digest = blake2b(digest_size=16)
     clock = time.perf_counter_ns
     begin = clock()
     cpu_begin = time.process_time()
@@ -131,6 +133,7 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
         outcome = session.place_one(pod)
         durations[i] = clock() - t0
         placed += outcome.node is not None
+        digest.update(f"{outcome.pod} {outcome.node} {outcome.gpus} {outcome.gpu_milli};".encode())
         if progress and (i + 1) % 2000 == 0:
             say(f"  {i + 1}/{len(pending)} scheduled")
     elapsed = (clock() - begin) / 1e9
@@ -154,6 +157,7 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
         "peak_rss_mib": round(max_rss_mib(), 1),
         "goal_pods_per_s": 1000,
         "goal_peak_rss_mib": 1024,
+        "placements_digest": digest.hexdigest(),
     }
 
 

@@ -2,8 +2,8 @@
 
 Cluster: 5,000 nodes of 4 CPU / 32 GiB / 110 pods (scheduler_perf's ``node-default.yaml``), 1,000
 pods already running, then 10,000 pending pods of 100m CPU / 500 MiB (``pod-default.yaml``)
-scheduled one by one: ``Scheduler.schedule`` then ``ClusterState.assume``, single process, the
-default ``berth`` profile. The initial pods are placed through the core too (untimed), so they
+scheduled one by one through the engine's commit path (``Engine.schedule``: filter, score,
+reserve, assume), single process, the default ``berth`` profile. The initial pods are placed through the core too (untimed), so they
 land where the scheduler would put them.
 
 kube-scheduler's CI floor for this workload at 5,000 nodes is 680 pods/s
@@ -17,11 +17,13 @@ import resource
 import sys
 import time
 from datetime import datetime, timezone
+from hashlib import blake2b
 from typing import Any
 
 import numpy as np
 
-from berth.core import ClusterState, Scheduler, default_config
+from berth.core.config import default_document
+from berth.core.engine import Engine
 from berth.schemas.cluster import NodeInfo, PodInfo
 
 NODES = 5_000
@@ -58,36 +60,37 @@ def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS,
         if progress:
             print(text, file=sys.stderr, flush=True)
 
-    scheduler = Scheduler(default_config())
-    state = ClusterState()
+    engine = Engine(default_document())
     started = time.perf_counter()
     for node in build_nodes(nodes):
-        state.upsert_node(node)
+        engine.upsert_node(node)
     say(f"{nodes} nodes added in {time.perf_counter() - started:.2f}s")
     for pod in build_pods(init_pods, "init"):
-        decision = scheduler.schedule(pod, state)
-        state.assume(pod, decision.node, decision.gpu_devices)  # type: ignore[arg-type]
+        engine.schedule(pod, preempt=False)
     say(f"{init_pods} initial pods placed")
-    return measure_placements("scheduling-basic", scheduler, state, build_pods(pods, "pod"), nodes=nodes,
+    return measure_placements("scheduling-basic", engine, build_pods(pods, "pod"), nodes=nodes,
                               progress=progress)
 
 
-def measure_placements(case: str, scheduler: Scheduler, state: ClusterState, pending: list[PodInfo], *,
+def measure_placements(case: str, engine: Engine, pending: list[PodInfo], *,
                        nodes: int, progress: bool) -> dict[str, Any]:
-    """Schedule ``pending`` one cycle each, assuming every placement (as the decision cell does),
-    and return the case's figures: throughput, per-cycle p50/p99, peak memory and CPU time."""
+    """Schedule ``pending`` one cycle each through the engine, which assumes every placement (as
+    the decision cell does), and return the case's figures: throughput, per-cycle p50/p99, peak
+    memory, CPU time, and a digest of where every pod went (equal digests: equal decisions)."""
     durations = np.empty(len(pending), dtype=np.int64)
     placed = 0
+    digest = blake2b(digest_size=16)
     clock = time.perf_counter_ns
     cpu_begin = time.process_time()
     begin = clock()
     for i, pod in enumerate(pending):
         t0 = clock()
-        decision = scheduler.schedule(pod, state)
-        if decision.status == "placed":
-            state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]
-            placed += 1
+        outcome = engine.schedule(pod, preempt=False)
         durations[i] = clock() - t0
+        if outcome.placed:
+            placed += 1
+            where = outcome.placements[0]
+            digest.update(f"{pod.uid} {where.node} {where.gpu_devices} {where.gpu_milli};".encode())
         if progress and (i + 1) % 2000 == 0:
             print(f"  {i + 1}/{len(pending)} scheduled", file=sys.stderr, flush=True)
     elapsed = (clock() - begin) / 1e9
@@ -105,4 +108,5 @@ def measure_placements(case: str, scheduler: Scheduler, state: ClusterState, pen
         # CPU time of this process: the figure to compare when the machine is shared.
         "cpu_seconds": round(cpu, 3),
         "pods_per_cpu_s": round(len(pending) / cpu, 1) if cpu else None,
+        "placements_digest": digest.hexdigest(),
     }

@@ -1,10 +1,9 @@
-"""The real placement engine as a policy: ``berth.core``'s Scheduler with the default profile.
+"""The real placement engine as a policy: ``berth.core.engine.Engine`` with the default profile.
 
 Unlike the other policies, this one does not plug into the simulator's (shape x node) score
 cache: every pod goes through a full scheduling cycle of the engine the decision service and
 ``berth simulate`` run (every filter and score plugin of the profile, its own tie-break and its
-own GPU device choice at Reserve), on a :class:`berth.core.state.ClusterState` built from the
-trace.  The simulator's own :class:`~bench.gpu_trace.simulator.ClusterState` is updated in
+own GPU device choice at Reserve), on an engine whose state is built from the trace.  The simulator's own :class:`~bench.gpu_trace.simulator.ClusterState` is updated in
 parallel with each decision, so the protocol's accounting (and its over-allocation assertions)
 check the engine's placements independently.
 
@@ -26,6 +25,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
+
+from berth.core.config import default_document
+from berth.core.engine import Engine
 
 from bench.gpu_trace.policies.base import IntArray, Policy
 from bench.gpu_trace.protocol import Workload
@@ -97,22 +99,14 @@ class BerthEngine(Policy):
 
     config: dict[str, Any] | None = None
 
-    def scheduler_config(self) -> Any:
-        from berth.core.config import default_config, parse_config
-
-        return default_config() if self.config is None else parse_config(self.config)
+    def scheduler_document(self) -> dict[str, Any]:
+        return default_document() if self.config is None else self.config
 
     def run(self, nodes: NodeTable, pods: PodTable, workload: Workload, shapes: PodShapes,
             seed: int) -> RunResult:
         """Place every pod of ``workload`` in order; per-event arrived/used GPU milli."""
-        from berth.core.scheduler import Scheduler
-        from berth.core.state import ClusterState as EngineState
-
         started = time.perf_counter()
-        scheduler = Scheduler(self.scheduler_config())
-        engine = EngineState()
-        for framework in scheduler.frameworks.values():
-            framework.prepare(engine)
+        engine = Engine(self.scheduler_document())
         for info in node_infos(nodes):
             engine.upsert_node(info)
         slot_of_name = {name: i for i, name in enumerate(nodes.names)}
@@ -134,10 +128,11 @@ class BerthEngine(Policy):
             # the oldest placed pods).
             pod = templates[shape].model_copy(update={"uid": uid, "name": uid,
                                                       "creation_time": _T0 + timedelta(seconds=position)})
-            decision = scheduler.schedule(pod, engine, SCHEDULER_NAME)
-            if decision.status == "placed" and decision.node is not None:
-                engine.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)
-                mirror.place(slot_of_name[decision.node], shapes.requests[shape], tuple(decision.gpu_devices))
+            # The trace has no priorities to preempt by: a pod that does not fit fails.
+            outcome = engine.schedule(pod, preempt=False, profile=SCHEDULER_NAME)
+            if outcome.placed:
+                placed = outcome.placements[0]
+                mirror.place(slot_of_name[placed.node], shapes.requests[shape], placed.gpu_devices)
             else:
                 failed += 1
             arrived_log[position] = arrived
