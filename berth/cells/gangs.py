@@ -72,7 +72,11 @@ def try_gang(state: GangState, queue: QueueState, engine: Engine, recorder: Reco
                      key=queue_key)
     subject = f"{namespace}/{name}"
     min_member = state.min_member.get(group)
-    bound = len(state.bound.get(group, ()))
+    # Members placed and waiting for their binding count as kube's coscheduling counts assumed
+    # pods: they hold their nodes already.
+    placed = sum(1 for e in queue.pending.values()
+                 if e.pod.pod_group == name and e.pod.namespace == namespace and e.in_flight is not None)
+    bound = len(state.bound.get(group, ())) + placed
     if min_member is None or len(members) + bound < min_member:
         return _hold(queue, recorder, members, subject, min_member, bound, position, now)
     for entry in members:

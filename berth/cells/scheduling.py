@@ -111,6 +111,7 @@ def conclude(ctx: CellContext, entries: list[PendingPod], outcome: Outcome, posi
                                       node=p.node, gpu_devices=p.gpu_devices, gpu_milli=p.gpu_milli)
                          for p in outcome.placements))]
     _mark_in_flight(ctx, outcome, command_id)
+    _left_out(ctx, entries, outcome)
     return CellDecision(record, tuple(commands))
 
 
@@ -128,6 +129,17 @@ def _unschedulable(ctx: CellContext, entries: list[PendingPod], outcome: Outcome
     members = [entry.pod.key for entry in entries] if pod_group is not None else []
     return CellDecision(ctx.recorder.record(position, subject, "unschedulable", now, snapshot=snapshot,
                                             message=outcome.message, verdicts=outcome.verdicts, pods=members))
+
+
+def _left_out(ctx: CellContext, entries: list[PendingPod], outcome: Outcome) -> None:
+    """Members of a gang placed without them (``minMember`` reached, they did not fit) wait as
+    unschedulable pods do, so that a change of the cluster tries them again; the gang's round
+    took them out of the active queue."""
+    placed = {p.pod.uid for p in outcome.placements}
+    for entry in entries:
+        if entry.pod.uid not in placed and entry.in_flight is None:
+            entry.attempts += 1
+            ctx.queue.unschedulable.add(entry.pod.uid)
 
 
 def _mark_in_flight(ctx: CellContext, outcome: Outcome, command_id: str) -> None:

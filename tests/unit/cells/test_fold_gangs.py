@@ -205,3 +205,24 @@ def test_try_gang_that_does_not_fit_is_an_unplaced_attempt():
     assert isinstance(result, GangAttempt)
     assert not result.outcome.placed
     assert ctx.engine.state.placed_pod("m0") is None
+
+
+def test_a_member_left_out_of_a_placed_gang_is_tried_again_when_the_cluster_changes():
+    """minMember 2 of three members, room for two: the third waits as unschedulable pods do and
+    is placed once a node is added (it used to be neither active nor unschedulable, for good)."""
+    from berth.cells import Cell, CellConfig
+    from berth.schemas import NodeObserved, PodObserved
+
+    cell = Cell(0, CellConfig())
+    members = [pending(f"m{i}", cpu=1000, namespace="ns", pod_group="g") for i in range(3)]
+    inputs = [NodeObserved(node=small_node("n1", cpu=2000), observed_at=T0),
+              *(PodObserved(pod=member, observed_at=T0) for member in members),
+              PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ns", name="g", min_member=2),
+                             observed_at=T0)]
+    decided = [d for offset, event in enumerate(inputs) for d in cell.handle(event, position(offset))]
+    placed = [d for d in decided if d.record.outcome == "placed"]
+    assert [d.record.pods for d in placed] == [("ns/m0", "ns/m1")]
+    assert "uid-ns-m2" in cell.queue.unschedulable
+
+    later = cell.handle(NodeObserved(node=small_node("n2", cpu=2000), observed_at=T0), position(len(inputs)))
+    assert [(d.record.outcome, d.record.subject, d.record.node) for d in later] == [("placed", "ns/g", "n2")]
