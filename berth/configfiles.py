@@ -10,9 +10,19 @@ import yaml
 
 from berth.cells import CellConfig
 from berth.cells.pools import PoolPolicy, parse_pools
-from berth.core.config import default_document
+from berth.core.config import ConfigError, SchedulerConfig, default_document, parse_config
 
-__all__ = ["load_cell_config", "read_pools", "read_scheduler_document"]
+__all__ = ["load_cell_config", "load_config", "read_pools", "read_scheduler_document"]
+
+
+def load_config(text: str | bytes) -> SchedulerConfig:
+    """Parse and validate a scheduler configuration written as YAML (or JSON); a document that
+    is not YAML is a :class:`ConfigError` too."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"(document): not valid YAML: {exc}"]) from exc
+    return parse_config(data)
 
 
 def read_scheduler_document(path: Path | None) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from berth.core import messages
 from berth.core.admission import QuotaLedger
 from berth.cells.pool_placement import with_preferences
 from berth.cells.pools import merge_cluster_spec
-from berth.core.config import ConfigError, default_document, load_config
+from berth.configfiles import load_config
+from berth.core.config import ConfigError, default_document
 from berth.core.engine import Engine
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
 from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, replica_admission

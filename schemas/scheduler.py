@@ -142,7 +142,7 @@ class PodRouted(AboutOnePod, FrozenModel):
     up (decision ``handed-over`` and a :class:`HandOverPod`), and the inventory routes it to the
     next one; the last cell of a round reports it unschedulable and keeps it, and starts a new
     round when it fails there again after resting through ``HANDOVER_RETRY_TICKS``
-    (:mod:`berth.cells.cell`) :class:`CellTick` s: capacity may have been freed in a cell it
+    (:mod:`berth.cells.handovers`) :class:`CellTick` s: capacity may have been freed in a cell it
     cannot see. ``hop`` counts the pod's routings: a hand-over naming an older hop is stale.
     Later changes of the pod reach the cell holding it as plain :class:`PodObserved`.
     """

@@ -13,7 +13,7 @@ Accepted document (``apiVersion: berth.io/v1alpha1``, ``kind: BerthSchedulerConf
           - name: NodeResourcesFit
             args: {...}              # validated by the plugin's Args model
 
-Each profile starts from Berth's built-in profile (``default_config.yaml``) and is merged the way
+Each profile starts from Berth's built-in profile (:mod:`berth.core.default_profile`) and is merged the way
 kube-scheduler merges a profile onto its defaults: per extension point, default plugins keep their
 order unless disabled (``*`` disables them all), a default re-enabled by the user is replaced in
 place (new weight), other enabled plugins are appended; then ``multiPoint`` plugins are expanded
@@ -27,16 +27,16 @@ version: two documents that resolve to the same plugins, weights and args have t
 
 from __future__ import annotations
 
+import copy
 from types import MappingProxyType
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from berth.core.default_profile import DEFAULT_DOCUMENT
 from berth.core.framework import EXTENSION_POINTS, Plugin, PluginArgs, ScorePlugin
 from berth.core.hashing import canonical_json, sha256_hex
 from berth.core.registry import REGISTRY
@@ -48,7 +48,6 @@ __all__ = [
     "ResolvedProfile",
     "SchedulerConfig",
     "default_config",
-    "load_config",
     "parse_config",
 ]
 
@@ -217,18 +216,9 @@ def _pydantic_errors(error: ValidationError, prefix: str = "") -> list[str]:
 
 
 def default_document() -> dict[str, Any]:
-    """The built-in configuration document (``default_config.yaml``) as plain data."""
-    text = resources.files("berth.core").joinpath("default_config.yaml").read_text()
-    return yaml.safe_load(text)
-
-
-def load_config(text: str | bytes, registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:
-    """Parse and validate a YAML (or JSON) configuration document."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"(document): not valid YAML: {exc}"]) from exc
-    return parse_config(data, registry)
+    """The built-in configuration document (:data:`berth.core.default_profile.DEFAULT_DOCUMENT`),
+    a copy the caller may change."""
+    return copy.deepcopy(DEFAULT_DOCUMENT)
 
 
 def default_config(registry: Mapping[str, type[Plugin]] | None = None) -> SchedulerConfig:

@@ -18,6 +18,7 @@ import typer.main
 import yaml
 
 from berth.cli import SERVICES
+from berth.core.config import default_document
 from berth_dev.devstack.cache import repo_root
 from berth_dev.devstack.helm import RELEASE_NAMESPACE, manifests_path
 
@@ -156,9 +157,8 @@ def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict
 
 def test_the_charts_copy_of_the_default_profile_is_the_cores() -> None:
     chart_copy = repo_root() / "deploy" / "helm" / "berth" / "files" / "scheduler-config.yaml"
-    core = repo_root() / "berth" / "core" / "default_config.yaml"
-    assert chart_copy.read_text() == core.read_text(), (
-        f"copy {core} to {chart_copy} and run `make deploy-render`")
+    assert yaml.safe_load(chart_copy.read_text()) == default_document(), (
+        f"write berth.core.default_profile's document to {chart_copy} and run `make deploy-render`")
 
 
 @pytest.mark.parametrize("component", DEPLOYED)

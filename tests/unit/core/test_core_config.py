@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from berth.core.config import ConfigError, default_config, load_config
+from berth.configfiles import load_config
+from berth.core.config import ConfigError, default_config
 
 HEADER = "apiVersion: berth.io/v1alpha1\nkind: BerthSchedulerConfiguration\n"
 
