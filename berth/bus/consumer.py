@@ -8,6 +8,7 @@ crash replays what was not yet handled instead of losing it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -174,7 +175,6 @@ async def read_matching(
 ) -> list[ConsumedEvent]:
     """The first ``count`` events of ``topic`` (from the beginning, every partition) for which
     ``match(event)`` holds; raises TimeoutError naming how many were found when time runs out."""
-    import asyncio
 
     found: list[ConsumedEvent] = []
     try:

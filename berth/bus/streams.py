@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import faust
+from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import TypeAdapter
 
 from berth.logs import get_logger
@@ -66,7 +67,6 @@ def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
 
 async def partition_counts(kafka: KafkaSettings, names: Iterable[str]) -> dict[str, int]:
     """How many partitions each topic has, from the brokers' metadata (not from our registry)."""
-    from aiokafka.admin import AIOKafkaAdminClient
 
     wanted = sorted(set(names))
     admin = AIOKafkaAdminClient(**kafka.client_options())

@@ -19,7 +19,6 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     String,
     Text,
@@ -68,19 +67,6 @@ class InputRow(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSONB)
 
     __table_args__ = (UniqueConstraint("cell", "sequence", name="uq_decision_inputs_cell_sequence"),)
-
-
-class CheckpointRow(Base):
-    """A content-addressed snapshot of a cell's folded state, so replay need not start at zero."""
-
-    __tablename__ = "checkpoints"
-
-    snapshot_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    cell: Mapped[str] = mapped_column(String(128), index=True)
-    sequence: Mapped[int] = mapped_column(BigInteger)
-    """The state after folding every input of the cell up to and including this sequence."""
-    state: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class DecisionRow(Base):

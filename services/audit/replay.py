@@ -11,9 +11,9 @@ last recorded decision. That input's own decisions may be recorded only in part 
 batches as they come, and one input can yield many decisions): a re-derived decision of that last
 input that is not recorded yet is lag, not a mismatch.
 
-Limitation, said plainly: a cell is folded from its first input (checkpoints are recorded in the
-schema but not used yet), and a cell whose configuration changed mid-stream is replayed under the
-configuration of its latest decisions.
+Limitation, said plainly: a cell is folded from its first input (there are no state snapshots
+yet), and a cell whose configuration changed mid-stream is replayed under the configuration of its
+latest decisions.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
 from berth.schemas import HandOverPod, InputPosition, SchedulerConfigAnnounced
-from berth.schemas.envelope import encode
+from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
 
@@ -68,7 +68,6 @@ async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int) 
     """Fold the cell's committed inputs ``[0, until)`` into ``cell``; returns how many."""
     if until <= 0:
         return 0
-    from berth.schemas.envelope import EnvelopeError, decode
 
     tp = TopicPartition(DECISION_INPUTS.name, partition)
     reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,

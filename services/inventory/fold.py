@@ -45,7 +45,6 @@ so that their deletion still reaches the cell they were routed to.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Union
@@ -504,8 +503,3 @@ def _pod_gone(state: NodeState, event: PodDeleted, outputs: list[Output]) -> Nod
 
 def _same_inventory(a: NodeInventory | None, b: NodeInventory) -> bool:
     return a is not None and a.model_copy(update={"updated_at": b.updated_at}) == b
-
-
-def cells_of(outputs: Iterable[Output]) -> list[int]:
-    """The cells the outputs go to, in order (for logs and tests)."""
-    return [output.cell for output in outputs if isinstance(output, ToCell)]

@@ -31,9 +31,19 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from berth.cells.pools import PoolPolicy
 from berth.schemas import PoolLagState, QueueLagObserved
+from berth.schemas.agentpool import duration_seconds
 
 DEFAULT_MODEL_LOAD_SECONDS = 60.0
 DEFAULT_HALF_LIFE_SECONDS = 30.0
@@ -51,8 +61,6 @@ class PoolSettings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _leave_scaling_keys_to_the_decision_service(cls, data: object) -> object:
-        from berth.cells.pools import PoolPolicy
-
         if not isinstance(data, dict):
             return data
         ours = {"model_load_seconds", "modelLoadSeconds", "modelLoadTime"}
@@ -71,8 +79,6 @@ class PoolSettings(BaseModel):
     @field_validator("model_load_seconds", mode="before")
     @classmethod
     def _duration(cls, value: object) -> float:
-        from berth.schemas.agentpool import duration_seconds
-
         return duration_seconds(value)
 
 

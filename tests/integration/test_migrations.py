@@ -15,7 +15,7 @@ from berth.settings import DatabaseSettings
 
 pytestmark = pytest.mark.integration
 
-TABLES = {"scheduler_configs", "decision_inputs", "checkpoints", "decisions", "commands",
+TABLES = {"scheduler_configs", "decision_inputs", "decisions", "commands",
           "command_results", "determinism_errors", "consumer_positions"}
 
 
@@ -29,7 +29,7 @@ def test_upgrade_matches_the_models_and_downgrade_removes_everything(database_ur
             assert TABLES <= set(inspect(connection).get_table_names())
             diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
             assert diff == [], f"models and migrations disagree: {diff}"
-        assert db.current_revision(settings) == "0001_audit_store"
+        assert db.current_revision(settings) == "0002_drop_checkpoints"
         db.downgrade(settings, "base")
         with engine.connect() as connection:
             assert not TABLES & set(inspect(connection).get_table_names())
@@ -44,4 +44,4 @@ def test_cli_upgrade_and_current(database_url):
     result = runner.invoke(app, ["db", "upgrade", "--database-url", database_url])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["db", "current", "--database-url", database_url])
-    assert result.stdout.strip() == "0001_audit_store"
+    assert result.stdout.strip() == "0002_drop_checkpoints"

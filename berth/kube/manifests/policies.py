@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from berth.schemas.agentpool import AgentPoolSpec, error_text
 from berth.schemas.cluster import LabelSelector
 from berth.schemas.policy import (
     LimitRangeInfo,
@@ -171,7 +172,6 @@ def pdb_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> Po
 def agent_pool_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> AgentPoolManifest:
     """An AgentPool, its spec kept as written after validating it against
     :class:`berth.schemas.agentpool.AgentPoolSpec` (every problem named by its path)."""
-    from berth.schemas.agentpool import AgentPoolSpec, error_text
 
     reader, _, namespace, name = object_meta(obj, "AgentPool", index, namespaced=True)
     spec = reader.mapping(obj.get("spec"), "spec")
