@@ -12,7 +12,6 @@ from typing import Any
 from .cluster import (
     Affinity,
     GpuDevice,
-    MigSlice,
     NodeAffinity,
     NodeInfo,
     NodeObserved,
@@ -68,16 +67,6 @@ def h100_node(name: str = "gpu-node-0", *, spot: bool = False, zone: str = "zone
         price_per_hour=31.5 if not spot else 12.0,
         carbon_intensity=210.0,
         zone=zone,
-    )
-
-
-def a100_mig_node(name: str = "gpu-mig-0") -> NodeInfo:
-    return NodeInfo(
-        name=name,
-        labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
-        allocatable={"cpu": 64000, "memory": 512 * 2**30, "pods": 110, "nvidia.com/mig-1g.5gb": 7},
-        gpus=(GpuDevice(index=0, model="NVIDIA-A100-SXM4-40GB", memory_mib=40960,
-                        mig=(MigSlice(profile="1g.5gb", count=7),)),),
     )
 
 
