@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ._base import DnsLabel, FrozenModel, Milli, NonNegativeInt, Quantities, StrMap, UtcDatetime
+from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, StrMap, UtcDatetime
 
 # --- label selectors -------------------------------------------------------------------------
 
