@@ -82,7 +82,7 @@ class Recorder:
 
     async def _consume(self) -> None:
         from berth.bus import EventConsumer
-        from berth.schemas import NodeObserved, PlacePods, PodObserved
+        from berth.schemas import NodeObserved, PlacePods, PodObserved, PodRouted
         from berth.schemas.topics import COMMANDS, DECISION_INPUTS
 
         async with EventConsumer(self.kafka, [COMMANDS, DECISION_INPUTS], group_id=None,
@@ -102,7 +102,8 @@ class Recorder:
                                 self.placed.setdefault(placement.pod_uid, now)
                         else:
                             self.other_commands += 1
-                    elif isinstance(event, PodObserved):
+                    elif isinstance(event, (PodObserved, PodRouted)):
+                        # A pod that pins no cell reaches its first cell routed (PodRouted).
                         self.at_input.setdefault(event.pod.uid, now)
                     elif isinstance(event, NodeObserved):
                         self.node_inputs += 1
