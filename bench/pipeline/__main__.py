@@ -118,6 +118,13 @@ def _scrape_all(ports: list[int]) -> dict[str, float]:
     return total
 
 
+def _cpu_seconds(ports: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds each service's processes have used so far (``process_cpu_seconds_total``, which
+    prometheus-client exports for the process serving the metrics), added up per service."""
+    return {name: sum(_scrape(port).get("process_cpu_seconds_total", 0.0) for port in service_ports)
+            for name, service_ports in ports.items()}
+
+
 def _scrape(port: int) -> dict[str, float]:
     """A service's /metrics as {sample name with labels: value}."""
     try:
@@ -266,8 +273,9 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
                 recorder = Recorder(settings.kafka)
                 recorder.start()
                 try:
-                    steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s,
-                                   [d.metrics_port for d in deciders], inventory.metrics_port)
+                    ports = {"inventory": [inventory.metrics_port], "decision": [d.metrics_port for d in deciders],
+                             "audit": [services.services["audit"].metrics_port]}
+                    steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s, ports)
                 finally:
                     recorder.stop()
         finally:
@@ -294,8 +302,9 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
 
 
 def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pods: list[Any],
-           rates: tuple[float, ...], step_s: float, decision_ports: list[int],
-           inventory_port: int) -> list[dict[str, Any]]:
+           rates: tuple[float, ...], step_s: float, ports: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Offer each rate for ``step_s`` and measure it; ``ports``: each service's metrics ports."""
+    decision_ports, inventory_port = ports["decision"], ports["inventory"][0]
     with console.status(f"publishing {len(nodes):,} NodeObserved …"):
         t0 = time.monotonic()
         asyncio.run(_publish_nodes(settings, nodes))
@@ -328,6 +337,7 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
         pods = rest[offset:offset + int(rate * step_s)]
         offset += len(pods)
         before = _scrape_all(decision_ports)
+        cpu_before = _cpu_seconds(ports)
         with console.status(f"offering {rate:g} pods/s for {step_s:g} s …"):
             took = asyncio.run(_offer(settings, pods, rate, recorder))
         deadline = time.monotonic() + DRAIN_S
@@ -337,8 +347,11 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
                 recorder.check()
                 time.sleep(0.1)
         after = _scrape_all(decision_ports)
+        cpu_after = _cpu_seconds(ports)
         inventory_lag = _sum(_scrape(inventory_port), r"berth_consumer_lag_records\{.*\}")
         step = _step_figures(recorder, pods, rate, took, before, after)
+        step["cpu_ms_per_pod"] = {name: round((cpu_after[name] - cpu_before[name]) * 1000 / max(1, len(pods)), 2)
+                                  for name in sorted(ports)}
         step["publish_s"] = round(took, 2)
         step["inventory_lag_records_after"] = inventory_lag
         step["sustained"] = (step["achieved_pods_per_s"] >= 0.9 * rate and step["p99_latency_ms"] < 1000
@@ -347,7 +360,8 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
         console.print(f"  offered {rate:>6g}/s → achieved {step['achieved_pods_per_s']:>7.1f}/s, "
                       f"p50 {step['p50_latency_ms']} ms, p99 {step['p99_latency_ms']} ms "
                       f"(to input p50 {step['p50_to_cell_input_ms']} ms; input→command p50 "
-                      f"{step['p50_input_to_command_ms']} ms; decide {step['decide_ms_per_pod']} ms/pod)"
+                      f"{step['p50_input_to_command_ms']} ms; decide {step['decide_ms_per_pod']} ms/pod; CPU ms/pod "
+                      + ", ".join(f"{name} {ms}" for name, ms in step["cpu_ms_per_pod"].items()) + ")"
                       + ("" if step["sustained"] else "  [red]saturated[/]"))
         if not step["sustained"]:
             break
@@ -359,14 +373,16 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
 def _print_table(summary: dict[str, Any]) -> None:
     table = Table(title=f"Berth pipeline, {summary['nodes']:,} nodes ({summary['cpus']} CPUs)")
     for column in ("offered/s", "achieved/s", "p50 ms", "p99 ms", "pub→input p50/p99 ms",
-                   "input→cmd p50/p99 ms", "decide ms/pod", "sustained"):
+                   "input→cmd p50/p99 ms", "decide ms/pod", "CPU ms/pod audit/dec/inv", "sustained"):
         table.add_column(column, justify="right")
     for s in summary["steps"]:
         table.add_row(f"{s['offered_pods_per_s']:g}", f"{s['achieved_pods_per_s']:.1f}",
                       f"{s['p50_latency_ms']}", f"{s['p99_latency_ms']}",
                       f"{s['p50_to_cell_input_ms']} / {s['p99_to_cell_input_ms']}",
                       f"{s['p50_input_to_command_ms']} / {s['p99_input_to_command_ms']}",
-                      f"{s['decide_ms_per_pod']}", "yes" if s["sustained"] else "no")
+                      f"{s['decide_ms_per_pod']}",
+                      " / ".join(str(s["cpu_ms_per_pod"][name]) for name in ("audit", "decision", "inventory")),
+                      "yes" if s["sustained"] else "no")
     console.print(table)
     console.print(f"best sustained: {summary['pods_per_s']} pods/s (goal ≥ 680 pods/s with p99 < 1 s: "
                   f"{'met' if summary['goal_met'] else 'not met'})")
