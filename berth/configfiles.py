@@ -11,6 +11,7 @@ import yaml
 from berth.cells import CellConfig
 from berth.cells.pools import PoolPolicy, parse_pools
 from berth.core.config import ConfigError, SchedulerConfig, default_document, parse_config
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 
 __all__ = ["load_cell_config", "load_config", "read_pools", "read_scheduler_document"]
 
@@ -40,7 +41,8 @@ def read_pools(path: Path) -> dict[str, PoolPolicy]:
     return parse_pools(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
 
 
-def load_cell_config(config: Path | None, pools: Path | None = None) -> CellConfig:
-    """The configuration a decision cell runs with these files (validated now, so that errors
-    show at start-up)."""
-    return CellConfig(read_scheduler_document(config), read_pools(pools) if pools else {})
+def load_cell_config(config: Path | None, pools: Path | None = None,
+                     spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS) -> CellConfig:
+    """The configuration a decision cell runs with these files and spot labels (validated now,
+    so that errors show at start-up)."""
+    return CellConfig(read_scheduler_document(config), read_pools(pools) if pools else {}, spot_labels)

@@ -12,13 +12,15 @@ import ssl
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from berth.kube.capacity import SpotLabel, parse_spot_labels, with_spot_labels
 
 
 class KafkaSettings(BaseModel):
@@ -128,6 +130,21 @@ class BerthSettings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     scheduler_config: Path | None = None
     """KubeSchedulerConfiguration-style profiles for the decision core; None = built-in default."""
+    spot_labels: str = ""
+    """Node labels that mark spot capacity beyond the providers' own (see
+    :mod:`berth.kube.capacity`): ``KEY=VALUE[|VALUE],...``, e.g. ``example.com/lifecycle=spot``.
+    Ingest and the decision service must be given the same."""
+
+    @field_validator("spot_labels")
+    @classmethod
+    def _spot_labels_parse(cls, value: str) -> str:
+        parse_spot_labels(value)
+        return value
+
+    @property
+    def spot_label_table(self) -> tuple[SpotLabel, ...]:
+        """The providers' spot labels and the configured ones."""
+        return with_spot_labels(parse_spot_labels(self.spot_labels))
 
     @model_validator(mode="before")
     @classmethod

@@ -36,8 +36,8 @@ from berth.schemas import (
     PolicyRemoved,
     PoolLagState,
     SpotInterruptionNotice,
+    event_time,
 )
-from berth.schemas import event_time
 
 from . import gangs, handovers, pool_scaling, queue, spot_drain
 from .config import CellConfig
@@ -68,7 +68,7 @@ class Cell:
         self.recorder = Recorder(cell, self.engine, config.hash, config.version)
         self.nodes = NodeBook()
         self.queue = queue.QueueState(scheduler_name=scheduler_name)
-        self.ctx = CellContext(cell, self.engine, self.recorder, self.nodes, self.queue)
+        self.ctx = CellContext(cell, self.engine, self.recorder, self.nodes, self.queue, config.spot_labels)
         self.handovers = handovers.HandOverState()
         self.gangs = gangs.GangState()
         self.pools = pool_scaling.PoolState.of(config.pools)

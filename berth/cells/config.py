@@ -16,6 +16,7 @@ from typing import Any
 
 from berth.core.config import default_document
 from berth.core.engine import Engine
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 
 from .pools import PoolPolicy, parse_pools
 
@@ -31,6 +32,9 @@ class CellConfig:
     scheduler_document: Mapping[str, Any] = field(default_factory=default_document)
     """KubeSchedulerConfiguration-style document; default: the core's built-in profile."""
     pools: Mapping[str, PoolPolicy] = field(default_factory=dict)
+    spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS
+    """The node labels that mark spot capacity; in the document only when not the providers'
+    own, so that the hashes of configurations that never set them stay as they were."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", dict(sorted(self.pools.items())))
@@ -40,10 +44,14 @@ class CellConfig:
     @property
     def document(self) -> str:
         """The canonical document: what the cell announces and replay starts from."""
-        return _canonical({
+        document: dict[str, Any] = {
             "scheduler": self.scheduler_document,
             "pools": {key: policy.model_dump(mode="json") for key, policy in self.pools.items()},
-        })
+        }
+        if self.spot_labels != SPOT_LABELS:
+            # A list, not a mapping: the canonical encoding sorts keys, and the order is the table's.
+            document["spotLabels"] = [[label.key, list(label.spot_values)] for label in self.spot_labels]
+        return _canonical(document)
 
     @property
     def hash(self) -> str:
@@ -61,4 +69,7 @@ class CellConfig:
     def from_document(cls, document: str) -> CellConfig:
         """The configuration a cell announced (for replay): the inverse of :attr:`document`."""
         data = json.loads(document)
-        return cls(data["scheduler"], parse_pools({"pools": data.get("pools", {})}))
+        labels = data.get("spotLabels")
+        spot_labels = (tuple(SpotLabel(key, tuple(values)) for key, values in labels)
+                       if labels is not None else SPOT_LABELS)
+        return cls(data["scheduler"], parse_pools({"pools": data.get("pools", {})}), spot_labels)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from berth.core.engine import Engine
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 
 from .nodes import NodeBook
 from .queue import QueueState
@@ -22,3 +23,5 @@ class CellContext:
     recorder: Recorder
     nodes: NodeBook
     queue: QueueState
+    spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS
+    """The node labels that mark spot capacity (pool replicas' capacity classes)."""

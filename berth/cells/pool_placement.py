@@ -2,10 +2,12 @@
 
 The cell asks the placement engine about a replica *as the pool's policy sees it*:
 
-- a capacity class (:func:`constrained`): ``on-demand`` adds the required node-affinity
-  expression ``karpenter.sh/capacity-type NotIn [spot]`` (nodes without the label count as
-  on-demand, as in Karpenter), ``spot`` the expression ``In [spot]``. The expression is added to
-  every required term the pod already has (terms are ORed, expressions within one ANDed);
+- a capacity class (:func:`constrained`), by the providers' spot labels
+  (:mod:`berth.kube.capacity`): ``on-demand`` adds to every required term the pod already has
+  one ``NotIn`` expression per spot label (e.g. ``karpenter.sh/capacity-type NotIn [spot]``,
+  ``cloud.google.com/gke-spot NotIn [true]``; a node without the label passes, as in
+  Karpenter); ``spot`` turns each term into one term per spot label with its ``In`` expression
+  (terms are ORed, expressions within one ANDed), so any provider's spot node qualifies;
 - preferred regions (``carbonAware.preferredRegions``): a preferred node-affinity term on
   ``topology.kubernetes.io/region`` (:data:`REGION_PREFERENCE_WEIGHT`);
 - score terms (:func:`score_terms`): the existing NodeCost plugin for pools with a cost policy
@@ -22,9 +24,10 @@ CPU over the node's allocatable CPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from berth.core.plugins.cache import ANNOTATION_DATA_LOCALITY, ANNOTATION_MODEL
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.schemas import NodeInfo, PodInfo
 from berth.schemas.cluster import (
     Affinity,
@@ -37,15 +40,16 @@ from berth.schemas.cluster import (
 from .pools import PoolPolicy
 from .scaling import CapacityClass, ProbedReplica
 
-LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
 LABEL_REGION = "topology.kubernetes.io/region"
 COST_SCORE_WEIGHT = 3
 CARBON_SCORE_WEIGHT = 3
 REGION_PREFERENCE_WEIGHT = 50
 
 
-def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = ()) -> PodInfo:
-    """``pod`` restricted to nodes of ``capacity`` class and preferring ``regions``."""
+def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = (),
+                spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> PodInfo:
+    """``pod`` restricted to nodes of ``capacity`` class (by ``spot_labels``) and preferring
+    ``regions``."""
     regions = tuple(sorted(set(regions)))
     if capacity == "any" and not regions:
         return pod
@@ -53,11 +57,7 @@ def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = 
     node_affinity = affinity.node_affinity or NodeAffinity()
     required = node_affinity.required
     if capacity != "any":
-        expression = NodeSelectorRequirement(key=LABEL_CAPACITY_TYPE, operator="In" if capacity == "spot" else "NotIn",
-                                             values=("spot",))
-        terms = required or (NodeSelectorTerm(),)
-        required = tuple(term.model_copy(update={"match_expressions": (*term.match_expressions, expression)})
-                         for term in terms)
+        required = _in_capacity_class(required or (NodeSelectorTerm(),), capacity, spot_labels)
     preferred = node_affinity.preferred
     if regions:
         preferred = (*preferred, PreferredSchedulingTerm(
@@ -65,6 +65,19 @@ def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = 
                 NodeSelectorRequirement(key=LABEL_REGION, operator="In", values=regions),))))
     node_affinity = node_affinity.model_copy(update={"required": required, "preferred": preferred})
     return pod.model_copy(update={"affinity": affinity.model_copy(update={"node_affinity": node_affinity})})
+
+
+def _in_capacity_class(terms: Sequence[NodeSelectorTerm], capacity: CapacityClass,
+                       spot_labels: Sequence[SpotLabel]) -> tuple[NodeSelectorTerm, ...]:
+    def extended(term: NodeSelectorTerm, *expressions: NodeSelectorRequirement) -> NodeSelectorTerm:
+        return term.model_copy(update={"match_expressions": (*term.match_expressions, *expressions)})
+
+    if capacity == "spot":
+        return tuple(extended(term, NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values))
+                     for term in terms for label in spot_labels)
+    not_spot = tuple(NodeSelectorRequirement(key=label.key, operator="NotIn", values=label.spot_values)
+                     for label in spot_labels)
+    return tuple(extended(term, *not_spot) for term in terms)
 
 
 def with_preferences(pod: PodInfo, policy: PoolPolicy | None) -> PodInfo:

@@ -35,7 +35,15 @@ from .pool_placement import (
 )
 from .pools import PoolPolicy, merge_cluster_spec
 from .records import CellDecision, digest
-from .scaling import CapacityClass, ProbedReplica, ScaleVerdict, ScalingInput, ScalingMemory, decide_scale, remember
+from .scaling import (
+    CapacityClass,
+    ProbedReplica,
+    ScaleVerdict,
+    ScalingInput,
+    ScalingMemory,
+    decide_scale,
+    remember,
+)
 from .spot import SpotHistory
 
 __all__ = ["PoolState", "as_pending", "capacity_order", "count_interruption", "current_replicas",
@@ -344,7 +352,7 @@ def _probe(ctx: CellContext, template: PodInfo, policy: PoolPolicy, prior: list[
     def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
         if count <= 0:
             return []
-        candidate = constrained(with_preferences(template, policy), capacity, regions)
+        candidate = constrained(with_preferences(template, policy), capacity, regions, ctx.spot_labels)
         names = ctx.engine.probe([*found, *([candidate] * count)])[len(found):]
         found.extend([candidate] * len(names))
         return [probed(template, nodes[name]) for name in names if name in nodes]
@@ -387,11 +395,11 @@ def place_replica(state: PoolState, ctx: CellContext, pod: PodInfo, key: str, *,
     regions = preferred_regions(policy)
     outcome = Outcome()
     for capacity in order:
-        candidate = constrained(pod, capacity, regions)
+        candidate = constrained(pod, capacity, regions, ctx.spot_labels)
         outcome = (ctx.engine.schedule(candidate, preempt=False, extra_scores=terms) if terms
                    else ctx.engine.schedule(candidate))
         if outcome.placed:
             return outcome
     if terms:
-        outcome = ctx.engine.schedule(constrained(pod, order[-1], regions))
+        outcome = ctx.engine.schedule(constrained(pod, order[-1], regions, ctx.spot_labels))
     return outcome

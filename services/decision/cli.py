@@ -36,7 +36,7 @@ def run(
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="decision")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
-    cell_config = load_cell_config(config or settings.scheduler_config, pools)
+    cell_config = load_cell_config(config or settings.scheduler_config, pools, settings.spot_label_table)
 
     async def main() -> None:
         await DecisionService(settings, cell_config).run(stop_on_signals())

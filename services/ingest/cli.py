@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -112,6 +113,7 @@ def run(
     client = _api_client(kubeconfig, context)
 
     settings = load_settings(kafka=kafka)
+    config = replace(config, spot_labels=settings.spot_label_table)
     configure_logging(settings.log_level, settings.log_format, service="ingest")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from berth.bus import EventProducer, ensure_topics
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
 from berth.schemas import Topic
 from berth.schemas.topics import NODES, PODS, POLICIES
@@ -51,6 +52,8 @@ class IngestConfig:
     namespaces: tuple[str, ...] = ()
     resources: tuple[str, ...] = RESOURCES
     scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES
+    spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS
+    """The node labels that mark spot capacity (the providers' own and ``BERTH_SPOT_LABELS``)."""
     topic_names: Mapping[str, str] = field(default_factory=dict)
     source: str = SOURCE
     page_size: int = 500
@@ -168,6 +171,7 @@ class IngestService:
         self.watchers = {
             scope: ResourceWatcher(self.api, scope[0], publish, namespace=scope[1] or None, known=known[scope],
                                    scheduler_names=self.config.scheduler_names,
+                                   spot_labels=self.config.spot_labels,
                                    page_size=self.config.page_size, watch_timeout_s=self.config.watch_timeout_s)
             for scope in scopes
         }

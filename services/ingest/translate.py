@@ -23,11 +23,12 @@ Succeeded and Failed pods hold nothing and are removed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.kube.manifests import (
     ManifestError,
     agent_pool_from_manifest,
@@ -163,11 +164,12 @@ def _pod_is_visible(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> 
 
 def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
             scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
-            notes: list[str] | None = None) -> Observation | None:
+            notes: list[str] | None = None,
+            spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Observation | None:
     """The observation to publish for ``obj`` as it is now, or None if it should not be visible.
 
     Raises :class:`~berth.kube.manifests.ManifestError` for an object the converter refuses.
-    ``notes`` collects the converters' warnings.
+    ``notes`` collects the converters' warnings; ``spot_labels`` mark spot nodes.
     """
     sink: list[str] = notes if notes is not None else []
     version = str(_metadata(obj).get("resourceVersion") or "")
@@ -177,7 +179,8 @@ def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
         pod = pod_from_manifest(obj, priority_classes=_admitted_priority(obj)).pod
         return PodObserved(pod=pod, resource_version=version, observed_at=observed_at)
     if resource == "nodes":
-        return NodeObserved(node=node_from_manifest(obj, warnings=sink), resource_version=version,
+        return NodeObserved(node=node_from_manifest(obj, warnings=sink, spot_labels=spot_labels),
+                            resource_version=version,
                             observed_at=observed_at)
     kind = POLICY_KINDS.get(resource)
     if kind is None:
@@ -232,14 +235,14 @@ def same_content(a: Observation, b: Observation) -> bool:
 
 def _reconcile(known: Mapping[str, Observation], resource: str, obj: Mapping[str, Any], *,
                gone: bool, observed_at: datetime, scheduler_names: frozenset[str],
-               problems: list[str], notes: list[str]) -> Step | None:
+               spot_labels: Sequence[SpotLabel], problems: list[str], notes: list[str]) -> Step | None:
     """The step (if any) for one object: ``gone`` for a DELETED event."""
     key = identity(resource, obj)
     current: Observation | None = None
     if not gone:
         try:
             current = observe(resource, obj, observed_at=observed_at, scheduler_names=scheduler_names,
-                              notes=notes)
+                              notes=notes, spot_labels=spot_labels)
         except ManifestError as exc:
             problems.append(str(exc))
     published = known.get(key)
@@ -254,7 +257,8 @@ def _reconcile(known: Mapping[str, Observation], resource: str, obj: Mapping[str
 
 def watch_steps(known: Mapping[str, Observation], resource: str, event_type: str,
                 obj: Mapping[str, Any], *, observed_at: datetime,
-                scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES) -> Translation:
+                scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+                spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Translation:
     """The steps for one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``; BOOKMARK and ERROR
     are the watch loop's business and yield nothing here)."""
     if event_type not in ("ADDED", "MODIFIED", "DELETED"):
@@ -262,13 +266,14 @@ def watch_steps(known: Mapping[str, Observation], resource: str, event_type: str
     problems: list[str] = []
     notes: list[str] = []
     step = _reconcile(known, resource, obj, gone=event_type == "DELETED", observed_at=observed_at,
-                      scheduler_names=scheduler_names, problems=problems, notes=notes)
+                      scheduler_names=scheduler_names, spot_labels=spot_labels, problems=problems, notes=notes)
     return Translation(steps=(step,) if step else (), problems=tuple(problems), notes=tuple(notes))
 
 
 def relist_steps(known: Mapping[str, Observation], resource: str, objects: Iterable[Mapping[str, Any]], *,
                  observed_at: datetime,
-                 scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES) -> Translation:
+                 scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+                 spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Translation:
     """The steps that make ``known`` match a complete list of the resource: removals of what
     disappeared (or stopped being visible) first — they free capacity — then observations of
     what is new or changed; each group in key order, so a relist publishes deterministically."""
@@ -280,7 +285,8 @@ def relist_steps(known: Mapping[str, Observation], resource: str, objects: Itera
     for obj in objects:
         listed.add(identity(resource, obj))
         step = _reconcile(known, resource, obj, gone=False, observed_at=observed_at,
-                          scheduler_names=scheduler_names, problems=problems, notes=notes)
+                          scheduler_names=scheduler_names, spot_labels=spot_labels, problems=problems,
+                          notes=notes)
         if step is not None:
             (removals if step.removes else observations).append(step)
     for key in sorted(set(known) - listed):

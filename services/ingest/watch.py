@@ -33,6 +33,7 @@ from typing import Any
 import urllib3
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_exponential, wait_random
 
+from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
 from berth.schemas._base import utc_now
 
@@ -89,6 +90,7 @@ class ResourceWatcher:
         namespace: str | None = None,
         known: dict[str, Observation] | None = None,
         scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+        spot_labels: Sequence[SpotLabel] = SPOT_LABELS,
         page_size: int = 500,
         watch_timeout_s: int = 300,
         max_backoff_s: float = 30.0,
@@ -101,6 +103,7 @@ class ResourceWatcher:
         self.publish = publish
         self.known: dict[str, Observation] = known if known is not None else {}
         self.scheduler_names = scheduler_names
+        self.spot_labels = spot_labels
         self.page_size = page_size
         self.watch_timeout_s = watch_timeout_s
         self.max_backoff_s = max_backoff_s
@@ -154,7 +157,7 @@ class ResourceWatcher:
             RELISTS.labels(self.resource).inc()
         self.lists += 1
         translation = relist_steps(self.known, self.resource, items, observed_at=self.clock(),
-                                   scheduler_names=self.scheduler_names)
+                                   scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
         await self._apply(translation)
         self.resource_version = version
         self.synced.set()
@@ -264,7 +267,7 @@ class ResourceWatcher:
             if written is not None:
                 WATCH_LAG.labels(self.resource).set(max(0.0, (now - written).total_seconds()))
             translation = watch_steps(self.known, self.resource, kind, obj, observed_at=now,
-                                      scheduler_names=self.scheduler_names)
+                                      scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
             self._report(translation)
             remember(self.known, translation.steps)
             steps.extend(translation.steps)

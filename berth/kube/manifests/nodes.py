@@ -3,11 +3,12 @@ intensity and GPU devices (:mod:`.gpus`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from berth.schemas.cluster import GpuDevice, NodeInfo, Taint
 
+from ..capacity import SPOT_LABELS, SpotLabel, is_spot
 from .common import (
     ANNOTATION_CARBON,
     ANNOTATION_GPU_MIG,
@@ -64,14 +65,15 @@ def _taints(reader: FieldReader, spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-def _capacity_type(reader: FieldReader, labels: Mapping[str, str]) -> str:
-    capacity_type = labels.get(LABEL_CAPACITY_TYPE, "on-demand")
-    if capacity_type == "reserved":
-        capacity_type = "on-demand"  # a capacity reservation is priced and kept like on-demand
-    if capacity_type not in ("on-demand", "spot"):
+def _capacity_type(reader: FieldReader, labels: Mapping[str, str], spot_labels: Sequence[SpotLabel]) -> str:
+    """``spot`` when any provider's spot label says so (:mod:`berth.kube.capacity`), else
+    ``on-demand``. Karpenter's label must hold one of its values: a capacity reservation
+    (``reserved``) is priced and kept like on-demand."""
+    karpenter = labels.get(LABEL_CAPACITY_TYPE, "on-demand")
+    if karpenter not in ("on-demand", "spot", "reserved"):
         raise reader.fail(f"metadata.labels.{LABEL_CAPACITY_TYPE}",
-                          f"{capacity_type!r} must be spot, on-demand or reserved")
-    return capacity_type
+                          f"{karpenter!r} must be spot, on-demand or reserved")
+    return "spot" if is_spot(labels, spot_labels) else "on-demand"
 
 
 def _advertise_device_counts(gpus: tuple[GpuDevice, ...], annotations: Mapping[str, str],
@@ -97,14 +99,15 @@ def _advertise_device_counts(gpus: tuple[GpuDevice, ...], annotations: Mapping[s
 
 
 def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
-                       warnings: list[str] | None = None) -> NodeInfo:
+                       warnings: list[str] | None = None,
+                       spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> NodeInfo:
     """Convert a Node: allocatable/capacity, labels, taints, cordon, zone, capacity type, GPUs.
 
     ``allocatable`` falls back to ``capacity`` when only the latter is given (hand-written
     manifests rarely spell out both), and ``pods`` to the kubelet's default of 110. GPU devices
     come from the ``nvidia.com/gpu`` count and the GPU Feature Discovery labels, refined by
     ``berth.io/gpu-topology`` and ``berth.io/gpu-mig``. Observations that do not prevent
-    conversion are appended to ``warnings``.
+    conversion are appended to ``warnings``. ``spot_labels``: the labels that mark a spot node.
     """
     notes: list[str] = warnings if warnings is not None else []
     reader, meta, _, name = object_meta(obj, "Node", index, namespaced=False)
@@ -117,7 +120,7 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
     unschedulable = spec.get("unschedulable", False)
     if not isinstance(unschedulable, bool):
         raise reader.fail("spec.unschedulable", f"{unschedulable!r} must be true or false")
-    capacity_type = _capacity_type(reader, labels)
+    capacity_type = _capacity_type(reader, labels, spot_labels)
     price = _annotated_number(reader, annotations, ANNOTATION_PRICE)
     carbon = _annotated_number(reader, annotations, ANNOTATION_CARBON)
     gpus = gpu_devices(reader, labels, annotations, allocatable, notes)
