@@ -13,6 +13,8 @@ Berth part, after kube's: GPU devices must fit (GpuDeviceFit: whole devices, sha
 locality); among fitting nodes fill partly used GPUs first (GpuBinPack) and prefer compact
 NUMA/NVLink sets (GpuTopologyFitness), nodes with the pod's model cached (ModelCache) or its
 data nearby (DataLocality); preempt lower-priority pods when nothing fits (DefaultPreemption).
+DynamicResources only says, as kube's does before preemption, that there are no claims to
+deallocate (Berth's pods carry no ResourceClaims).
 These plugins skip pods they have nothing to say about (e.g. CPU-only pods). Cost, carbon and
 GPU availability terms are opt-in (examples/berth-config.yaml).
 
@@ -96,6 +98,9 @@ DEFAULT_DOCUMENT: dict[str, Any] = {
                         {
                             "name": "DataLocality",
                             "weight": 1
+                        },
+                        {
+                            "name": "DynamicResources"
                         },
                         {
                             "name": "DefaultPreemption"

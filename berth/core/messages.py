@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 __all__ = [
     "AFFINITY_CONFLICT",
+    "DRA_NO_CLAIMS_TO_DEALLOCATE",
     "PREEMPTION_NOT_ELIGIBLE_NEVER",
     "PREEMPTION_NOT_HELPFUL",
     "PREEMPTION_NO_VICTIMS",
@@ -26,6 +27,7 @@ __all__ = [
     "TOO_MANY_PODS",
     "TOPOLOGY_SPREAD_MISSING_LABEL",
     "TOPOLOGY_SPREAD_NOT_MATCH",
+    "UNTOLERATED_TAINT",
     "fit_error",
     "with_more_nodes",
     "gang_failed",
@@ -39,7 +41,6 @@ __all__ = [
     "plugins_not_satisfied",
     "plugins_not_satisfied_simultaneously",
     "preemption_failed",
-    "untolerated_taint",
 ]
 
 # --- framework (pkg/scheduler/framework/types.go, runtime/framework.go, schedule_one.go) ------
@@ -51,7 +52,7 @@ NO_NODE_AVAILABLE = "0/{total} nodes are available"
 """``NoNodeAvailableMsg``; the head of every FitError message."""
 
 _SEPARATOR = " {}."
-"""``SeparatorFormat``: how each part of a FitError message is appended."""
+"""``SeparatorFormat``: how the reasons (or a PreFilter's message) follow the head."""
 
 
 def plugins_not_satisfied(plugins: Iterable[str]) -> str:
@@ -79,8 +80,11 @@ def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
     ``0/<total> nodes are available: <count> <reason>, ... .`` — one ``"<count> <reason>"`` per
     distinct reason (a node contributes each of its reasons once), the entries sorted as strings
     (so ``"10 ..."`` sorts before ``"2 ..."``, as in kube), joined by ``", "``, then ``"."``. When a
-    PreFilter rejected the pod its message replaces the per-node histogram. A PostFilter
-    message (preemption) is appended the same way.
+    PreFilter rejected the pod its message replaces the per-node histogram. The PostFilter
+    message (every rejecting PostFilter plugin's, joined by ``", "``) follows after one space,
+    as it is, e.g. ``... 2 node(s) had untolerated taint(s). no new claims to deallocate,
+    preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.`` (seen on
+    kube-scheduler v1.34.10).
     """
     message = NO_NODE_AVAILABLE.format(total=total_nodes) + ":"
     if prefilter_message:
@@ -90,7 +94,7 @@ def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
         if entries:
             message += _SEPARATOR.format(", ".join(entries))
     if postfilter_message:
-        message += _SEPARATOR.format(postfilter_message)
+        message += " " + postfilter_message
     return message
 
 
@@ -140,10 +144,9 @@ AFFINITY_CONFLICT = "pod affinity terms conflict"
 # --- TaintToleration (plugins/tainttoleration/taint_toleration.go) -----------------------------
 
 
-def untolerated_taint(key: str, value: str) -> str:
-    """The node's first NoSchedule/NoExecute taint the pod does not tolerate, as
-    ``node(s) had untolerated taint {<key>: <value>}`` (the value, not the effect)."""
-    return f"node(s) had untolerated taint {{{key}: {value}}}"
+UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
+"""A node with a NoSchedule/NoExecute taint the pod does not tolerate; v1.34 names no taint
+(``ErrReasonNotMatch``), so every such node counts under this one reason."""
 
 
 # --- NodeResourcesFit (plugins/noderesources/fit.go) -------------------------------------------
@@ -192,10 +195,16 @@ PREEMPTION_NOT_ELIGIBLE_NEVER = "preemption: not eligible due to preemptionPolic
 
 def preemption_failed(inner_fit_error: str) -> str:
     """PostFilter message when no node can be freed: ``preemption: `` + the inner FitError, e.g.
-    ``preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.``.
-    Appended to the outer FitError with the separator, the full text ends in ``..``, exactly as
-    kube-scheduler prints it."""
+    ``preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.``
+    (it ends the whole message with the inner FitError's period)."""
     return f"preemption: {inner_fit_error}"
+
+
+# --- DynamicResources (plugins/dynamicresources/dynamicresources.go) -----------------------------
+
+DRA_NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+"""The DRA plugin's PostFilter message for a pod with no ResourceClaim to free (every Berth pod);
+it comes before preemption's in kube's default profile."""
 
 
 # --- Berth's own: GPU devices (berth/core/plugins/gpu_devices.py) -----------------------------

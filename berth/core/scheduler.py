@@ -203,24 +203,31 @@ class Framework:
 
     def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict,
                        summary: dict) -> Decision:
-        post: PostFilterResult | None = None
-        for plugin in self.post_filter_plugins:
-            result = plugin.post_filter(cycle, diagnosis)
-            if result.status.is_success or result.nominated_node:
-                post = result
-                break
-            if result.message and post is None:
-                post = result
+        post, postfilter_message = self._post_filter(cycle, diagnosis)
         prefilter = diagnosis.prefilter_status
         message = messages.fit_error(
             int(diagnosis.nodes.size), _reason_counts(diagnosis),
             prefilter_message=prefilter.message if prefilter else "",
-            postfilter_message=post.message if post else "")
+            postfilter_message=postfilter_message)
         if post is not None and post.nominated_node:
             return Decision(status="preempting", message=message,
                             nominated_node=post.nominated_node, victims=tuple(post.victims),
                             **base, **summary).sealed()
         return Decision(status="unschedulable", message=message, **base, **summary).sealed()
+
+    def _post_filter(self, cycle: CycleContext, diagnosis: Diagnosis) -> tuple[PostFilterResult | None, str]:
+        """The PostFilter plugins in order, as kube runs them: the first that nominates a node
+        ends the run, and the FitError then carries no PostFilter part (kube's status of a
+        successful PostFilter has no message); otherwise every rejecting plugin's message counts,
+        joined by ``", "`` (kube: ``no new claims to deallocate, preemption: ...``)."""
+        said: list[str] = []
+        for plugin in self.post_filter_plugins:
+            result = plugin.post_filter(cycle, diagnosis)
+            if result.status.is_success or result.nominated_node:
+                return result, ""
+            if result.message:
+                said.append(result.message)
+        return None, ", ".join(said)
 
     def _rejected_on_node(self, status: Status, base: dict, summary: dict,
                           top: tuple[NodeScore, ...]) -> Decision:

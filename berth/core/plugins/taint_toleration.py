@@ -1,7 +1,7 @@
 """TaintToleration (kube-scheduler's plugin of the same name).
 
-Filter: a node fails at its first NoSchedule/NoExecute taint (in the node's own taint order)
-that no toleration of the pod tolerates; the reason names that taint's key and value.
+Filter: a node fails when it has a NoSchedule/NoExecute taint that no toleration of the pod
+tolerates; the reason is kube v1.34's ``node(s) had untolerated taint(s)``, naming no taint.
 Score: the number of PreferNoSchedule taints the pod does not tolerate, normalised in reverse
 (fewest intolerable taints → 100).
 
@@ -32,6 +32,8 @@ __all__ = ["NAME", "TaintToleration"]
 
 NAME = "TaintToleration"
 
+_UNTOLERATED = (Status.unresolvable(messages.UNTOLERATED_TAINT, plugin=NAME),)
+
 
 def _untolerated(cycle: CycleContext, effects: frozenset[str]) -> npt.NDArray[np.bool_]:
     return untolerated_lookup(cycle.state, cycle.pod.tolerations, effects)
@@ -52,16 +54,9 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
         failed = hits.any(axis=1)
         if not failed.any():
             return FilterResult.all_pass()
-        first = table[np.arange(nodes.size), hits.argmax(axis=1)]
         codes = np.full(nodes.size, -1, dtype=np.int32)
-        taint_ids, inverse = np.unique(first[failed], return_inverse=True)
-        codes[failed] = inverse
-        taints = state.taints
-        statuses = tuple(
-            Status.unresolvable(messages.untolerated_taint(taints[i].key, taints[i].value),
-                                plugin=NAME)
-            for i in taint_ids.tolist())
-        return FilterResult.from_codes(codes, statuses)
+        codes[failed] = 0
+        return FilterResult.from_codes(codes, _UNTOLERATED)
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         return Status.success()

@@ -177,7 +177,7 @@ def test_hand_over_gives_the_pod_up(round_, here, elsewhere, rejected):
 # -- counting the cells tried -------------------------------------------------------------------
 
 
-PREEMPTION = " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.."
+PREEMPTION = " no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
 
 
 @pytest.mark.parametrize(("routed_", "elsewhere", "here", "message", "rejected"), [

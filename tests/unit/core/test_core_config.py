@@ -29,7 +29,7 @@ def test_default_profile_follows_kube_order_and_weights() -> None:
     assert {k: v for k, v in profile.weights.items() if k in kube_weights} == kube_weights
     # Berth's GPU, locality and preemption plugins come after kube's.
     assert "GpuDeviceFit" in profile.points["filter"] and "GpuDeviceFit" in profile.points["reserve"]
-    assert profile.points["postFilter"] == ("DefaultPreemption",)
+    assert profile.points["postFilter"] == ("DynamicResources", "DefaultPreemption")  # kube v1.34's order
     assert profile.keep_top_scores == 10
     fit = profile.args["NodeResourcesFit"]
     assert fit.gpu_scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]

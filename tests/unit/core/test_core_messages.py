@@ -14,9 +14,7 @@ from berth.core import messages
     (messages.NODE_AFFINITY_ENFORCED_NOT_MATCH,
      "node(s) didn't match scheduler-enforced node affinity"),
     (messages.AFFINITY_CONFLICT, "pod affinity terms conflict"),
-    (messages.untolerated_taint("dedicated", "gpu"), "node(s) had untolerated taint {dedicated: gpu}"),
-    (messages.untolerated_taint("node.kubernetes.io/not-ready", ""),
-     "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+    (messages.UNTOLERATED_TAINT, "node(s) had untolerated taint(s)"),
     (messages.TOO_MANY_PODS, "Too many pods"),
     (messages.insufficient("cpu"), "Insufficient cpu"),
     (messages.insufficient("nvidia.com/gpu"), "Insufficient nvidia.com/gpu"),
@@ -35,7 +33,8 @@ from berth.core import messages
     (messages.plugin_not_satisfied("NodeAffinity"), "node(s) didn't satisfy plugin NodeAffinity"),
     (messages.plugins_not_satisfied_simultaneously(["B", "A"]),
      "node(s) didn't satisfy plugin(s) [A B] simultaneously"),
-    # DefaultPreemption (kube's words; the plugin itself is part 2's).
+    # DynamicResources and DefaultPreemption, the PostFilter plugins of kube's default profile.
+    (messages.DRA_NO_CLAIMS_TO_DEALLOCATE, "no new claims to deallocate"),
     (messages.PREEMPTION_NO_VICTIMS, "No preemption victims found for incoming pod"),
     (messages.PREEMPTION_NOT_HELPFUL, "Preemption is not helpful for scheduling"),
     (messages.PREEMPTION_NOT_ELIGIBLE_NEVER,
@@ -49,10 +48,8 @@ def test_reason_strings_are_kubes(actual: str, expected: str) -> None:
 
 
 def test_fit_error_matches_the_design_example() -> None:
-    message = messages.fit_error(5, {"node(s) had untolerated taint {dedicated: gpu}": 2,
-                                     "Insufficient nvidia.com/gpu": 3})
-    assert message == ("0/5 nodes are available: 2 node(s) had untolerated taint "
-                       "{dedicated: gpu}, 3 Insufficient nvidia.com/gpu.")
+    message = messages.fit_error(5, {messages.UNTOLERATED_TAINT: 2, "Insufficient nvidia.com/gpu": 3})
+    assert message == "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient nvidia.com/gpu."
 
 
 def test_fit_error_sorts_entries_as_strings_like_kube() -> None:
@@ -66,12 +63,12 @@ def test_fit_error_with_prefilter_message_drops_the_histogram() -> None:
     assert message == "0/3 nodes are available: pod affinity terms conflict."
 
 
-def test_fit_error_appends_postfilter_message() -> None:
+def test_fit_error_appends_the_postfilter_message_after_a_space_as_it_is() -> None:
     message = messages.fit_error(2, {"Insufficient cpu": 2},
-                                 postfilter_message="preemption: 0/2 nodes are available: "
-                                                    "2 No preemption victims found for incoming pod")
-    assert message == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
-                       "available: 2 No preemption victims found for incoming pod.")
+                                 postfilter_message="no new claims to deallocate, preemption: not eligible "
+                                                    "due to preemptionPolicy=Never.")
+    assert message == ("0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, "
+                       "preemption: not eligible due to preemptionPolicy=Never.")
 
 
 def test_fit_error_without_nodes() -> None:
@@ -80,12 +77,23 @@ def test_fit_error_without_nodes() -> None:
     assert messages.NO_NODES_TO_SCHEDULE == "no nodes available to schedule pods"
 
 
-def test_full_message_with_preemption_ends_in_two_dots_like_kube() -> None:
-    inner = messages.fit_error(2, {messages.PREEMPTION_NO_VICTIMS: 2})
-    outer = messages.fit_error(2, {"Insufficient cpu": 2},
-                               postfilter_message=messages.preemption_failed(inner))
-    assert outer == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
-                     "available: 2 No preemption victims found for incoming pod..")
+@pytest.mark.parametrize(("reasons", "inner", "expected"), [
+    # Written by kube-scheduler v1.34.10 (the project's build) as PodScheduled's message, 4 nodes:
+    # two tainted, two too small for the pod, no pod running.
+    ({"Insufficient cpu": 2, messages.UNTOLERATED_TAINT: 2}, {messages.PREEMPTION_NOT_HELPFUL: 4},
+     "0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint(s). no new claims to "
+     "deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."),
+    ({"node(s) didn't match pod affinity rules": 2, messages.UNTOLERATED_TAINT: 2},
+     {messages.PREEMPTION_NOT_HELPFUL: 4},
+     "0/4 nodes are available: 2 node(s) didn't match pod affinity rules, 2 node(s) had untolerated taint(s). "
+     "no new claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful for "
+     "scheduling."),
+])
+def test_full_messages_read_as_kube_scheduler_v1_34_writes_them(reasons, inner, expected) -> None:
+    postfilter = ", ".join((messages.DRA_NO_CLAIMS_TO_DEALLOCATE,
+                            messages.preemption_failed(messages.fit_error(4, inner))))
+    assert messages.fit_error(4, reasons, postfilter_message=postfilter) == expected
+    assert ".." not in expected
 
 
 def test_every_public_string_of_the_module_is_pinned_here() -> None:
@@ -97,15 +105,16 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
               "POD_AFFINITY_NOT_MATCH", "POD_ANTI_AFFINITY_NOT_MATCH",
               "EXISTING_ANTI_AFFINITY_NOT_MATCH", "TOPOLOGY_SPREAD_NOT_MATCH",
               "TOPOLOGY_SPREAD_MISSING_LABEL", "PREEMPTION_NO_VICTIMS", "PREEMPTION_NOT_HELPFUL",
-              "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE", "NO_NODES_TO_SCHEDULE"}
+              "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE", "NO_NODES_TO_SCHEDULE",
+              "UNTOLERATED_TAINT", "DRA_NO_CLAIMS_TO_DEALLOCATE"}
     constants = {name for name, value in vars(messages).items()
                  if name.isupper() and isinstance(value, str) and not name.startswith("_")}
     assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"
     berths_own = {"gpu_no_share", "gpu_no_nvlink_set", "gpu_no_socket_set", "gang_waiting",
-                  "gang_not_found", "gang_failed"}  # Berth's own GPU and gang wording (part 2)
+                  "gang_not_found", "gang_failed"}  # Berth's own GPU and gang wording
     functions = {name for name, value in vars(messages).items()
                  if inspect.isfunction(value) and not name.startswith("_")}
-    assert functions - berths_own <= {"fit_error", "insufficient", "untolerated_taint",
+    assert functions - berths_own <= {"fit_error", "insufficient",
                                       "plugins_not_satisfied", "plugin_not_satisfied",
                                       "plugins_not_satisfied_simultaneously",
                                       "preemption_failed", "with_more_nodes"}
@@ -117,7 +126,7 @@ def test_a_fit_error_restated_over_more_nodes_keeps_its_postfilter_part():
     merged = messages.with_more_nodes(own, 3, {"Insufficient nvidia.com/gpu": 2, "node(s) were unschedulable": 1},
                                       7, {"Insufficient nvidia.com/gpu": 7})
     assert merged == ("0/10 nodes are available: 1 node(s) were unschedulable, 9 Insufficient nvidia.com/gpu. "
-                      "preemption: 0/3 nodes are available: x..")
+                      "preemption: 0/3 nodes are available: x.")
     # Not that histogram's FitError (a PreFilter's, a gang's): unchanged; "no nodes" takes the others'.
     prefilter = messages.fit_error(3, {}, prefilter_message="node(s) didn't satisfy plugin NodeAffinity")
     assert messages.with_more_nodes(prefilter, 3, {}, 7, {"x": 7}) == prefilter

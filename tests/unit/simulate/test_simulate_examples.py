@@ -38,12 +38,12 @@ def test_gpu_sharing(capsys: pytest.CaptureFixture[str]) -> None:
     assert (out["default/t4-inference"]["node"], out["default/t4-inference"]["gpus"]) == ("t4-a", [0])
     assert out["default/too-much-memory"] == {
         "pod": "default/too-much-memory", "node": None, "gpus": [],
-        "message": "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: inference}, "
-                   "2 node(s) had no GPU device with 500 milli and 50000 MiB free. preemption: 0/3 nodes are "
-                   "available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for "
-                   "incoming pod.."}
+        "message": "0/3 nodes are available: 1 node(s) had untolerated taint(s), "
+                   "2 node(s) had no GPU device with 500 milli and 50000 MiB free. no new claims to deallocate, "
+                   "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
+                   "2 No preemption victims found for incoming pod."}
     assert out["default/t4-no-toleration"]["message"].startswith(
-        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: inference}, "
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), "
         "2 node(s) didn't match Pod's node affinity/selector.")
     summary = lines[-1]["summary"]
     assert (summary["pods"], summary["placed"], summary["unschedulable"], summary["running_before"]) == (9, 7, 2, 1)
@@ -71,9 +71,11 @@ def test_preemption(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["default/urgent"] == {"pod": "default/urgent", "node": "gpu-1", "gpus": [0, 1, 2, 3], "message": "",
                                      "victims": ["default/batch-a", "default/batch-b"]}
     assert out["default/polite"]["message"] == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
-                                                "preemption: not eligible due to preemptionPolicy=Never..")
-    assert out["default/peer"]["message"] == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: "
-                                              "0/2 nodes are available: 2 No preemption victims found for incoming pod..")
+                                                "no new claims to deallocate, preemption: not eligible due to "
+                                                "preemptionPolicy=Never.")
+    assert out["default/peer"]["message"] == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. no new claims "
+                                              "to deallocate, preemption: 0/2 nodes are available: 2 No preemption "
+                                              "victims found for incoming pod.")
     assert "victims" not in out["default/peer"]
     summary = lines[-1]["summary"]
     assert (summary["preemptions"], summary["victims"]) == (1, 2)
