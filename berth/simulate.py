@@ -230,6 +230,7 @@ class Report:
     outcomes: list[Outcome] = field(default_factory=list)
     running: int = 0
     rejected: int = 0
+    gated: int = 0
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()
 
@@ -240,8 +241,9 @@ class Report:
         return {
             "pods": decided,
             "placed": placed,
-            "unschedulable": decided - placed,
+            "unschedulable": decided - placed - self.gated,
             "rejected_by_admission": self.rejected,
+            "scheduling_gated": self.gated,
             "running_before": self.running,
             "preemptions": sum(1 for o in self.outcomes if o.victims),
             "victims": victims,
@@ -326,10 +328,15 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
         ledger = decision.ledger
         admitted.append(item)
 
+    # A gated pod is created (and charged to quota) but no scheduler tries it until its gates go.
+    for item in admitted:
+        if item.scheduling_gates:
+            report.outcomes.append(Outcome(item.pod.key, None, (), messages.SCHEDULING_GATED))
+            report.gated += 1
     session = Session.of(bundle.nodes, [b.pod for b in bound], config=load_scheduler_config(config),
                          policies=_policy_events(bundle), namespaces=bundle.namespaces)
     start = time.perf_counter()
-    outcomes = session.schedule_all([a.pod for a in admitted])
+    outcomes = session.schedule_all([a.pod for a in admitted if not a.scheduling_gates])
     report.seconds = time.perf_counter() - start + 0.0
     report.outcomes += outcomes
     return report

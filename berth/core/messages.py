@@ -27,6 +27,7 @@ __all__ = [
     "TOO_MANY_PODS",
     "TOPOLOGY_SPREAD_MISSING_LABEL",
     "TOPOLOGY_SPREAD_NOT_MATCH",
+    "SCHEDULING_GATED",
     "UNTOLERATED_TAINT",
     "fit_error",
     "with_more_nodes",
@@ -119,6 +120,12 @@ def with_more_nodes(message: str, total_nodes: int, reason_counts: Mapping[str, 
         merged[reason] = merged.get(reason, 0) + count
     return fit_error(total_nodes + more_nodes, merged) + message[len(base):]
 
+
+# --- SchedulingGates (plugins/schedulinggates; the apiserver's pod strategy) -------------------
+
+SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
+"""The ``PodScheduled=False`` condition's message (reason ``SchedulingGated``) of a pod whose
+``spec.schedulingGates`` are not all removed; no scheduler tries such a pod."""
 
 # --- NodeUnschedulable (plugins/nodeunschedulable/node_unschedulable.go) ----------------------
 

@@ -155,11 +155,17 @@ def _admitted_priority(obj: Mapping[str, Any]) -> dict[str, PriorityClassInfo]:
 
 
 def _pod_is_visible(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> bool:
+    """Pods Berth schedules, and every bound pod (it holds capacity). A pod that still has
+    scheduling gates is not schedulable yet (kube's PreEnqueue keeps it out of the queue; the
+    apiserver has marked it SchedulingGated): it becomes visible, as a new pending pod, when its
+    last gate is removed (gates can only be removed after creation)."""
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
     if status.get("phase") in TERMINATED_PHASES:
         return False
-    return spec.get("schedulerName", "default-scheduler") in scheduler_names or bool(spec.get("nodeName"))
+    if spec.get("nodeName"):
+        return True
+    return spec.get("schedulerName", "default-scheduler") in scheduler_names and not spec.get("schedulingGates")
 
 
 def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,

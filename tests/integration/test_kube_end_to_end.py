@@ -35,6 +35,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
 
+from berth.core import messages
 from berth.services.audit import db
 from berth.settings import DatabaseSettings, KafkaSettings
 from berth_dev.devstack.fakenodes import create_fake_nodes
@@ -584,6 +585,24 @@ def test_room_freed_in_another_cell_reaches_a_pod_resting_at_the_end_of_its_roun
     delete_pods(pipeline, namespace, [f"filler-{home}"])
     waiter = wait_bound(pipeline, namespace, ["waiter"])["waiter"]
     assert waiter.spec.node_name == nodes[home]
+
+
+def test_a_gated_pod_waits_until_its_last_scheduling_gate_is_removed(pipeline, suite, namespace):
+    """Kueue's admission: a pod created with schedulingGates is not scheduled (the apiserver marks
+    it SchedulingGated, as with kube-scheduler); removing the gates lets Berth bind it."""
+    nodes = make_nodes(pipeline, suite, 1)
+    gated = pod_body("gated", suite)
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}, {"name": "example.com/quota"}]
+    create_pods(pipeline, namespace, [gated, pod_body("free", suite)])
+    wait_bound(pipeline, namespace, ["free"])  # Berth is deciding: the gated pod was not forgotten by chance
+    core = CoreV1Api(pipeline.api)
+    core.patch_namespaced_pod("gated", namespace, {"spec": {"schedulingGates": [{"name": "example.com/quota"}]}})
+    time.sleep(3)
+    pod = pods_of(pipeline, namespace)["gated"]
+    assert pod.spec.node_name is None
+    assert _scheduled_condition(pod) == ("False", "SchedulingGated", messages.SCHEDULING_GATED)
+    core.patch_namespaced_pod("gated", namespace, {"spec": {"schedulingGates": None}})
+    assert wait_bound(pipeline, namespace, ["gated"])["gated"].spec.node_name in nodes
 
 
 def test_deleting_a_pod_frees_its_gpus_for_the_next(pipeline, suite, namespace):

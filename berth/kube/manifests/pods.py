@@ -50,6 +50,9 @@ class PodManifest:
     pod: PodInfo
     resources: PodResources
     rejection: str | None = None
+    scheduling_gates: tuple[str, ...] = ()
+    """``spec.schedulingGates`` by name: while any remain, no scheduler may place the pod (the
+    apiserver marks it ``PodScheduled=False``, reason ``SchedulingGated``)."""
 
 
 @dataclass(frozen=True)
@@ -276,4 +279,17 @@ def pod_from_manifest(
         phase=phase,
         creation_time=parse_timestamp(reader, meta.get("creationTimestamp"), "metadata.creationTimestamp"),
     )
-    return PodManifest(pod=pod, resources=resources, rejection=rejection)
+    return PodManifest(pod=pod, resources=resources, rejection=rejection,
+                       scheduling_gates=scheduling_gates(reader, spec))
+
+
+def scheduling_gates(reader: FieldReader, spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of ``spec.schedulingGates`` (each an object with a ``name``)."""
+    gates = []
+    for i, item in enumerate(reader.sequence(spec.get("schedulingGates"), "spec.schedulingGates")):
+        gate = reader.mapping(item, f"spec.schedulingGates[{i}]")
+        name = reader.string(gate.get("name"), f"spec.schedulingGates[{i}].name")
+        if not name:
+            raise reader.fail(f"spec.schedulingGates[{i}].name", "a scheduling gate needs a name")
+        gates.append(name)
+    return tuple(gates)

@@ -15,6 +15,7 @@ from berth.core import messages
      "node(s) didn't match scheduler-enforced node affinity"),
     (messages.AFFINITY_CONFLICT, "pod affinity terms conflict"),
     (messages.UNTOLERATED_TAINT, "node(s) had untolerated taint(s)"),
+    (messages.SCHEDULING_GATED, "Scheduling is blocked due to non-empty scheduling gates"),
     (messages.TOO_MANY_PODS, "Too many pods"),
     (messages.insufficient("cpu"), "Insufficient cpu"),
     (messages.insufficient("nvidia.com/gpu"), "Insufficient nvidia.com/gpu"),
@@ -106,7 +107,7 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
               "EXISTING_ANTI_AFFINITY_NOT_MATCH", "TOPOLOGY_SPREAD_NOT_MATCH",
               "TOPOLOGY_SPREAD_MISSING_LABEL", "PREEMPTION_NO_VICTIMS", "PREEMPTION_NOT_HELPFUL",
               "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE", "NO_NODES_TO_SCHEDULE",
-              "UNTOLERATED_TAINT", "DRA_NO_CLAIMS_TO_DEALLOCATE"}
+              "UNTOLERATED_TAINT", "DRA_NO_CLAIMS_TO_DEALLOCATE", "SCHEDULING_GATED"}
     constants = {name for name, value in vars(messages).items()
                  if name.isupper() and isinstance(value, str) and not name.startswith("_")}
     assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"
