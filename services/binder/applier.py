@@ -37,7 +37,7 @@ from berth.logs import get_logger
 from berth.metrics import COMMANDS_BY_RESULT
 from berth.schemas import CommandResult, CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
 
-from .ports import ClusterBackend, Outcome, OutcomeKind
+from .ports import ClusterBackend, Outcome, OutcomeKind, Preemptor
 from .ratelimit import TokenBucket
 
 log = get_logger(__name__)
@@ -179,8 +179,9 @@ class Binder:
         for index, victim in enumerate(command.victims):
             namespace, _, name = victim.partition("/")
             uid = uids[index] if uids else None
+            preemptor = Preemptor(command.placements[0].pod_uid, command.placements[0].node)
             step = await self._call("evict", f"victim {victim}",
-                                    lambda: self.backend.evict(namespace, name, uid))
+                                    lambda: self.backend.evict(namespace, name, uid, preemptor))
             steps.append(step)
             if step.failed:
                 return steps, "failed", ""

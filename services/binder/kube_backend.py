@@ -62,7 +62,7 @@ from . import kube_outcomes as k
 from .kube_outcomes import Access, Reply
 from .kube_transport import KubeTransport
 from .node_informer import NodeInformer
-from .ports import Outcome
+from .ports import Outcome, Preemptor
 from .ratelimit import TokenBucket
 
 if TYPE_CHECKING:
@@ -148,6 +148,8 @@ class KubeBackend:
         """``namespace/pool`` → the kind whose scale subresource worked last time."""
         self._reported: OrderedDict[str, k.ReportedCondition] = OrderedDict()
         """``namespace/name`` → the PodScheduled=False condition our last status patch left on the pod."""
+        self._nominated: OrderedDict[str, str] = OrderedDict()
+        """pod UID → the node we nominated it for (cleared once it binds there or elsewhere)."""
         self.max_pending_events = max_pending_events
         self._pending_events: set[asyncio.Task[None]] = set()
         self._use_informer = node_informer
@@ -266,6 +268,11 @@ class KubeBackend:
         if reply.ok:
             self._reported.pop(f"{placement.namespace}/{placement.name}", None)
             self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
+            if self._nominated.pop(placement.pod_uid, placement.node) != placement.node:
+                # Nominated for another node by a preemption that did not happen: say it no more.
+                await self._api.send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
+                                     placement.namespace, k.clear_nomination_patch(placement.pod_uid),
+                                     deferrable=True, _content_type=STRATEGIC_PATCH)
             return Outcome.applied()
         outcome = k.classify(reply, Access("create", "pods/binding"))
         if reply.status != 409:
@@ -278,7 +285,10 @@ class KubeBackend:
             return Outcome.retryable(f"{outcome.reason}; reading the pod back: {current.message}")
         return k.bind_conflict(current.body, placement, outcome)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+    async def evict(self, namespace: str, name: str, uid: str | None = None,
+                    preemptor: Preemptor | None = None) -> Outcome:
+        if preemptor is not None and not await _mark_victim(self, namespace, name, uid, preemptor):
+            return Outcome.conflict(f"pod {namespace}/{name} was re-created (UID {uid} is gone)")
         reply = await self._api.send("POST", self._core.create_namespaced_pod_eviction, name, namespace,
                                       k.eviction_body(namespace, name, uid))
         return k.eviction_outcome(reply)
@@ -286,7 +296,10 @@ class KubeBackend:
     async def nominate(self, placement: PodPlacement) -> Outcome:
         reply = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
                                       placement.namespace, k.nominate_patch(placement), _content_type=STRATEGIC_PATCH)
-        return k.nominate_outcome(reply, placement)
+        outcome = k.nominate_outcome(reply, placement)
+        if outcome.is_applied:
+            _remember(self._nominated, placement.pod_uid, placement.node, limit=100_000)
+        return outcome
 
     async def report_unschedulable(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
         key = f"{namespace}/{name}"
@@ -404,3 +417,17 @@ _SCALE_ACCESS = {
     "Deployment": Access("patch", "deployments/scale", "apps"),
     "StatefulSet": Access("patch", "statefulsets/scale", "apps"),
 }
+
+
+async def _mark_victim(backend: KubeBackend, namespace: str, name: str, uid: str | None, preemptor: Preemptor) -> bool:
+    """Mark a preemption victim as kube-scheduler does before it goes: the DisruptionTarget
+    condition, then a ``Preempted`` event. False when the pod was re-created (another UID); a pod
+    already gone is left to the eviction, which says so."""
+    marked = await backend._api.send("PATCH", backend._core.patch_namespaced_pod_status, name, namespace,
+                                      k.victim_condition_patch(uid, backend._clock()), _content_type=STRATEGIC_PATCH)
+    if k.uid_rejected(marked):
+        return False
+    if marked.ok:
+        backend._event(k.preempted_event(namespace, name, uid, preemptor.uid, preemptor.node,
+                                         now=backend._clock(), instance=backend.instance))
+    return True

@@ -337,6 +337,37 @@ def scheduled_event(placement: PodPlacement, *, now: datetime, instance: str) ->
                      warning=False, action="Binding", now=now, instance=instance)
 
 
+PREEMPTION_REASON = "PreemptionByScheduler"
+
+
+def victim_condition_patch(uid: str | None, now: datetime) -> dict[str, Any]:
+    """pods/status strategic-merge patch: the ``DisruptionTarget`` condition kube-scheduler v1.34
+    puts on a preemption victim before it goes (reason ``PreemptionByScheduler``, message
+    ``<profile>: preempting to accommodate a higher priority pod``); ``metadata.uid`` is the
+    precondition. (The Eviction API then replaces the reason with its own, as the apiserver
+    does for every eviction.)"""
+    patch: dict[str, Any] = {"status": {"conditions": [{
+        "type": "DisruptionTarget", "status": "True", "reason": PREEMPTION_REASON,
+        "message": f"{REPORTING_CONTROLLER}: preempting to accommodate a higher priority pod",
+        "lastTransitionTime": _rfc3339(now)}]}}
+    if uid:
+        patch["metadata"] = {"uid": uid}
+    return patch
+
+
+def preempted_event(namespace: str, name: str, uid: str | None, preemptor_uid: str, node: str, *,
+                    now: datetime, instance: str) -> dict[str, Any]:
+    """kube-scheduler's ``Preempted`` event on a victim: "Preempted by pod <uid> on node <node>"."""
+    return pod_event(namespace=namespace, name=name, uid=uid, reason="Preempted",
+                     note=f"Preempted by pod {preemptor_uid} on node {node}", warning=False,
+                     action="Preempting", now=now, instance=instance)
+
+
+def clear_nomination_patch(uid: str) -> dict[str, Any]:
+    """pods/status patch removing ``nominatedNodeName`` of a pod bound elsewhere (uid precondition)."""
+    return {"metadata": {"uid": uid}, "status": {"nominatedNodeName": None}}
+
+
 def failed_scheduling_event(namespace: str, name: str, uid: str | None, message: str, *, now: datetime,
                             instance: str) -> dict[str, Any]:
     """kube-scheduler's ``FailedScheduling`` Warning with the full "0/N nodes are available: ..." text."""

@@ -75,6 +75,14 @@ class Outcome:
         return self.kind is OutcomeKind.APPLIED
 
 
+@dataclass(frozen=True)
+class Preemptor:
+    """The pod a victim makes room for, and the node it was nominated for."""
+
+    uid: str
+    node: str
+
+
 class ClusterBackend(Protocol):
     """Where commands take effect. Every operation must be idempotent in the sense below, because
     the binder re-applies commands after a crash (at-least-once delivery)."""
@@ -98,10 +106,13 @@ class ClusterBackend(Protocol):
         refuse a gang before binding any member when one of them cannot be bound."""
         ...
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+    async def evict(self, namespace: str, name: str, uid: str | None = None,
+                    preemptor: Preemptor | None = None) -> Outcome:
         """Evict the pod (graceful, respecting disruption budgets). applied: evicted, or already
         gone; conflict: a pod of that name exists with another UID; retryable: a disruption
-        budget forbids it right now (HTTP 429), or a transient error."""
+        budget forbids it right now (HTTP 429), or a transient error. With ``preemptor`` the pod
+        is a preemption victim: before the eviction it is marked as kube-scheduler marks its
+        victims (where the cluster shows such marks)."""
         ...
 
     async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:

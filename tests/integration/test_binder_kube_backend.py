@@ -27,7 +27,7 @@ from berth.bus import EventProducer, ensure_topics
 from berth.schemas import CommandResult, DecisionRecord, InputPosition, PlacePods, PodPlacement
 from berth.schemas.topics import DECISIONS, RESULTS
 from berth.services.binder.kube_backend import KubeBackend
-from berth.services.binder.ports import OutcomeKind
+from berth.services.binder.ports import OutcomeKind, Preemptor
 from berth.services.binder.ratelimit import TokenBucket
 from berth.settings import KafkaSettings
 from berth_dev.devstack.fakenodes import create_fake_nodes
@@ -228,6 +228,48 @@ async def test_evict_applies_once_and_honours_uid_and_disruption_budgets(api, na
     blocked = await backend.evict(namespace, "guarded", guarded_uid)
     assert blocked.kind is RETRYABLE and "disruption budget" in blocked.reason
     assert read_pod(api, namespace, "guarded").metadata.deletion_timestamp is None
+
+
+async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_is_evicted(api, namespace, nodes,
+                                                                                           backend):
+    victim_uid = make_pod(api, namespace, "low")
+    assert (await backend.bind(placement(namespace, "low", victim_uid, nodes[0]))).kind is APPLIED
+    assert not [c for c in read_pod(api, namespace, "low").status.conditions or () if c.type == "DisruptionTarget"]
+    # Marked (DisruptionTarget, as kube-scheduler v1.34 marks victims; the Eviction API then puts its
+    # own reason on the condition) and told who preempts it, then evicted.
+    assert (await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))).kind \
+        is APPLIED
+    await backend.flush_events()
+    [event] = events_of(api, namespace, "low", "Preempted")
+    assert event.message == f"Preempted by pod uid-of-the-preemptor on node {nodes[0]}"
+    assert (event.action, event.type, event.reporting_component) == ("Preempting", "Normal", "berth")
+    pod = read_pod(api, namespace, "low")
+    assert pod.metadata.deletion_timestamp is not None
+    assert [(c.type, c.status) for c in pod.status.conditions or () if c.type == "DisruptionTarget"] == \
+        [("DisruptionTarget", "True")]
+    # A re-created victim (another UID) is neither marked nor evicted.
+    make_pod(api, namespace, "other")
+    stale = await backend.evict(namespace, "other", "uid-of-an-older-pod", Preemptor("p", nodes[0]))
+    assert stale.kind is CONFLICT
+    other = read_pod(api, namespace, "other")
+    assert other.metadata.deletion_timestamp is None
+    assert not [c for c in other.status.conditions or () if c.type == "DisruptionTarget"]
+
+
+async def test_a_pod_nominated_for_one_node_and_bound_to_another_loses_its_nomination(api, namespace, nodes,
+                                                                                       backend):
+    uid = make_pod(api, namespace, "moved")
+    assert (await backend.nominate(placement(namespace, "moved", uid, nodes[1]))).kind is APPLIED
+    assert read_pod(api, namespace, "moved").status.nominated_node_name == nodes[1]
+    assert (await backend.bind(placement(namespace, "moved", uid, nodes[0]))).kind is APPLIED
+    await backend.flush_events()
+    pod = read_pod(api, namespace, "moved")
+    assert pod.spec.node_name == nodes[0] and pod.status.nominated_node_name is None
+    # Bound where it was nominated: nothing to clear.
+    stays = make_pod(api, namespace, "stays")
+    assert (await backend.nominate(placement(namespace, "stays", stays, nodes[1]))).kind is APPLIED
+    assert (await backend.bind(placement(namespace, "stays", stays, nodes[1]))).kind is APPLIED
+    assert read_pod(api, namespace, "stays").status.nominated_node_name == nodes[1]
 
 
 # -- scale, cordon --------------------------------------------------------------------------------

@@ -635,6 +635,10 @@ def test_a_high_priority_pod_preempts_a_lower_one(pipeline, suite, namespace):
         assert len(left) == 1, f"exactly one low-priority pod should have been evicted, left: {left}"
         survivor = pods_of(pipeline, namespace)[left[0]]
         assert set(devices_of(survivor)).isdisjoint(devices_of(urgent))
+        # As kube-scheduler tells its victims: a Preempted event naming the preemptor and the node.
+        [evicted] = [name for name in victims if name not in left]
+        preempted = wait_for(lambda: events_for(pipeline, namespace, "Preempted").get(evicted), "a Preempted event")
+        assert [e.message for e in preempted] == [f"Preempted by pod {urgent.metadata.uid} on node {node}"]
     finally:
         scheduling.delete_priority_class(low)
         scheduling.delete_priority_class(high)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from berth.schemas import PodPlacement
-from berth.services.binder.ports import Outcome
+from berth.services.binder.ports import Outcome, Preemptor
 
 
 @dataclass
@@ -82,7 +82,8 @@ class FakeCluster:
         scripted = self._scripted("check_bind", f"{placement.namespace}/{placement.name}")
         return scripted if scripted is not None else self._bindable(placement)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+    async def evict(self, namespace: str, name: str, uid: str | None = None,
+                    preemptor: Preemptor | None = None) -> Outcome:
         key = f"{namespace}/{name}"
         scripted = self._scripted("evict", key)
         if scripted is not None:

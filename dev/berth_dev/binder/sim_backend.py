@@ -17,7 +17,7 @@ import aiohttp
 
 from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 from berth.schemas import PodPlacement
-from berth.services.binder.ports import ANNOTATION_GPU_MILLI, Outcome
+from berth.services.binder.ports import ANNOTATION_GPU_MILLI, Outcome, Preemptor
 
 
 def _message(status: int, body: Any, text: str) -> str:
@@ -126,7 +126,8 @@ class SimulatorBackend:
     async def check_bind(self, placement: PodPlacement) -> Outcome:
         return await self._read_pod(placement)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None) -> Outcome:
+    async def evict(self, namespace: str, name: str, uid: str | None = None,
+                    preemptor: Preemptor | None = None) -> Outcome:
         eviction: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                     "metadata": {"name": name, "namespace": namespace}}
         if uid:
