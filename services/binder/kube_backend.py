@@ -150,6 +150,9 @@ class KubeBackend:
         """``namespace/name`` → the PodScheduled=False condition our last status patch left on the pod."""
         self._nominated: OrderedDict[str, str] = OrderedDict()
         """pod UID → the node we nominated it for (cleared once it binds there or elsewhere)."""
+        self._victims_marked: OrderedDict[str, str] = OrderedDict()
+        """victim ``namespace/name/uid`` → its preemptor's UID: marked once, however often the
+        eviction is retried (a disruption budget may hold it back)."""
         self.max_pending_events = max_pending_events
         self._pending_events: set[asyncio.Task[None]] = set()
         self._use_informer = node_informer
@@ -423,11 +426,15 @@ async def _mark_victim(backend: KubeBackend, namespace: str, name: str, uid: str
     """Mark a preemption victim as kube-scheduler does before it goes: the DisruptionTarget
     condition, then a ``Preempted`` event. False when the pod was re-created (another UID); a pod
     already gone is left to the eviction, which says so."""
+    key = f"{namespace}/{name}/{uid}"
+    if backend._victims_marked.get(key) == preemptor.uid:
+        return True
     marked = await backend._api.send("PATCH", backend._core.patch_namespaced_pod_status, name, namespace,
                                       k.victim_condition_patch(uid, backend._clock()), _content_type=STRATEGIC_PATCH)
     if k.uid_rejected(marked):
         return False
     if marked.ok:
+        _remember(backend._victims_marked, key, preemptor.uid, limit=10_000)
         backend._event(k.preempted_event(namespace, name, uid, preemptor.uid, preemptor.node,
                                          now=backend._clock(), instance=backend.instance))
     return True

@@ -239,6 +239,9 @@ async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_
     # own reason on the condition) and told who preempts it, then evicted.
     assert (await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))).kind \
         is APPLIED
+    # Evicting again (as a retry does) neither marks nor tells it twice.
+    assert (await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))).kind \
+        is APPLIED
     await backend.flush_events()
     [event] = events_of(api, namespace, "low", "Preempted")
     assert event.message == f"Preempted by pod uid-of-the-preemptor on node {nodes[0]}"
