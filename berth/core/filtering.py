@@ -29,7 +29,7 @@ from berth.core.framework import (
     PreFilterPlugin,
     Status,
 )
-from berth.core.memo import NodeMemo, candidate_mask, stale_nodes
+from berth.core.memo import NodeMemo, StatusTable, candidate_mask, stale_nodes
 
 __all__ = ["Feasibility", "ProfileFilters"]
 
@@ -40,21 +40,6 @@ class Feasibility:
 
     feasible: NodeArray
     diagnosis: Diagnosis
-
-
-class _StatusTable:
-    """Interns statuses so each distinct rejection gets one small integer."""
-
-    def __init__(self) -> None:
-        self.statuses: list[Status] = []
-        self._index: dict[Status, int] = {}
-
-    def intern(self, status: Status) -> int:
-        index = self._index.get(status)
-        if index is None:
-            index = self._index[status] = len(self.statuses)
-            self.statuses.append(status)
-        return index
 
 
 class ProfileFilters:
@@ -80,7 +65,7 @@ class ProfileFilters:
             wanted = {state.slot_of(name) for name in only} - {None}
             all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp,
                                                                  count=len(wanted)))]
-        table = _StatusTable()
+        table = StatusTable()
         codes = np.full(all_nodes.size, -1, dtype=np.int32)
         rejection, restrict, restricting = self._pre_filter(cycle)
         if rejection is not None:
@@ -132,7 +117,7 @@ class ProfileFilters:
         return deferred, restrict, restricting
 
     def _filter(self, cycle: CycleContext, candidates: NodeArray, positions: npt.NDArray[np.intp],
-                codes: npt.NDArray[np.int32], table: _StatusTable) -> NodeArray:
+                codes: npt.NDArray[np.int32], table: StatusTable) -> NodeArray:
         """Run the Filters over ``candidates`` (at ``positions`` of ``codes``); a node leaves at
         its first rejection, whose status is interned into ``table`` and its index written into
         ``codes``. Returns the nodes every filter passed."""

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from berth.core.framework import Status
 from berth.core.state import ClusterState, StateExtension
 
-__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "candidate_mask", "stale_nodes"]
+__all__ = ["FilterMemoEntry", "NodeMemo", "ScoreMemoEntry", "StatusTable", "candidate_mask", "stale_nodes"]
 
 _NEVER = 0
 # Rows start at version 0, the version of a slot no node ever used: unused slots never look
@@ -46,14 +46,12 @@ class ScoreMemoEntry:
             self.versions = np.concatenate([self.versions, np.full(extra, _NEVER, np.int64)])
 
 
-class FilterMemoEntry:
-    """Per slot: -1 (passed) or an index into ``statuses`` (interned, append-only)."""
+class StatusTable:
+    """Interns statuses so each distinct rejection gets one small integer (append-only)."""
 
-    __slots__ = ("codes", "versions", "statuses", "_index")
+    __slots__ = ("statuses", "_index")
 
-    def __init__(self, capacity: int) -> None:
-        self.codes = np.full(capacity, -1, dtype=np.int32)
-        self.versions = np.full(capacity, _NEVER, dtype=np.int64)
+    def __init__(self) -> None:
         self.statuses: list[Status] = []
         self._index: dict[Status, int] = {}
 
@@ -63,6 +61,17 @@ class FilterMemoEntry:
             index = self._index[status] = len(self.statuses)
             self.statuses.append(status)
         return index
+
+
+class FilterMemoEntry(StatusTable):
+    """Per slot: -1 (passed) or an index into ``statuses`` (interned, append-only)."""
+
+    __slots__ = ("codes", "versions")
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.codes = np.full(capacity, -1, dtype=np.int32)
+        self.versions = np.full(capacity, _NEVER, dtype=np.int64)
 
     def grow(self, capacity: int) -> None:
         extra = capacity - self.codes.size
