@@ -8,14 +8,16 @@ COPY berth ./berth
 COPY schemas ./schemas
 COPY services ./services
 COPY migrations ./migrations
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 berth
+# The `berth` user and group, uid and gid 10001: what the Helm chart runs as (podSecurityContext).
+RUN pip install --no-cache-dir . && groupadd --system --gid 10001 berth \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin berth
 
 FROM installed AS dev
 COPY dev ./dev
 RUN pip install --no-cache-dir --no-deps ./dev
-USER 10001
+USER 10001:10001
 ENTRYPOINT ["berth"]
 
 FROM installed AS product
-USER 10001
+USER 10001:10001
 ENTRYPOINT ["berth"]

@@ -134,6 +134,8 @@ def test_the_settings_read_the_deployed_environment(component: str, documents: l
     assert settings.kafka.replication_factor == 3
     assert settings.metrics_port == int(container["ports"][0]["containerPort"]) == 9090
     assert settings.log_format == "json"
+    if "health_port" in type(settings).model_fields:  # the setting the probes' port is given by
+        assert settings.health_port == 8081
     database_from_secret = [item for item in container["env"] if item["name"] == "BERTH_DATABASE_URL"]
     if component == "audit":
         assert database_from_secret[0]["valueFrom"]["secretKeyRef"] == {"name": "berth-database", "key": "url"}
@@ -162,30 +164,74 @@ def test_the_charts_copy_of_the_default_profile_is_the_cores() -> None:
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
-def test_pods_are_locked_down_and_probed_on_metrics(component: str, documents: list[dict[str, Any]]) -> None:
+def test_pods_are_locked_down(component: str, documents: list[dict[str, Any]]) -> None:
+    """Pod Security Standards "restricted", as the image's user (Dockerfile: uid and gid 10001)."""
     deployment = _deployment(documents, component)
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    security = container["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                      "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
-    assert [port["name"] for port in container["ports"]] == ["metrics"]
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
     mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
     assert {"/tmp", "/var/lib/berth"} <= mounts  # the writable places of a read-only root
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+
+
+def test_the_image_runs_as_the_charts_user() -> None:
+    dockerfile = (repo_root() / "Dockerfile").read_text()
+    assert "groupadd --system --gid 10001 berth" in dockerfile
+    assert "useradd --system --uid 10001 --gid 10001" in dockerfile
+    users = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("USER ")]
+    assert users and set(users) == {"10001:10001"}
+
+
+REBUILDS_STATE = {"inventory", "token-lag", "decision"}
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_pods_are_probed_on_the_health_port(component: str, documents: list[dict[str, Any]]) -> None:
+    """/livez and /readyz on the health port (BERTH_HEALTH_PORT); a startup probe, with a long
+    budget, only for the services that rebuild state when they start."""
+    (container,) = _deployment(documents, component)["spec"]["template"]["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"metrics": 9090, "health": 8081}
+    assert _literal_env(container)["BERTH_HEALTH_PORT"] == "8081"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    if component in REBUILDS_STATE:
+        startup = container["startupProbe"]
+        assert startup["httpGet"] == {"path": "/readyz", "port": "health"}
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
+    else:
+        assert "startupProbe" not in container
+        assert container["livenessProbe"]["initialDelaySeconds"] > 0
+
+
+@pytest.mark.parametrize("component", DEPLOYED)
+def test_each_service_has_a_disruption_budget_that_allows_drains(component: str,
+                                                                 documents: list[dict[str, Any]]) -> None:
+    budget = _of_kind(documents, "PodDisruptionBudget")[f"berth-{component}"]
+    deployment = _deployment(documents, component)
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    # maxUnavailable 1: a single replica can still be evicted, so node drains are never blocked.
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": budget["spec"]["selector"]}
+
+
+def test_no_service_monitor_by_default(documents: list[dict[str, Any]]) -> None:
+    assert not [doc for doc in documents if doc["apiVersion"].startswith("monitoring.coreos.com/")]
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
 def test_each_deployment_has_a_metrics_service(component: str, documents: list[dict[str, Any]]) -> None:
     service = _of_kind(documents, "Service")[f"berth-{component}-metrics"]
+    assert service["metadata"]["labels"]["berth.io/metrics"] == "true"  # what the ServiceMonitor selects
     pod_labels = _deployment(documents, component)["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]

@@ -1,26 +1,42 @@
 {{/*
-Names. The release's objects are "<fullname>-<component>"; fullname is the release name, or
-"<release>-berth" when the release name does not already say berth.
+Names, as `helm create` makes them: "berth.name" is the chart's name or nameOverride;
+"berth.fullname" is fullnameOverride if set, else the release name when it already contains
+berth.name, else "<release>-<name>"; both at most 63 characters, without a trailing "-".
 */}}
+{{- define "berth.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "berth.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "berth.chart" -}}
-{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The object name of one component: (dict "root" $ "component" "decision"). */}}
+{{/*
+The object name of one component: (dict "root" $ "component" "decision" ["suffix" "-metrics"]),
+"<fullname>-<component><suffix>". The fullname is shortened, never the component or the suffix,
+so that a long fullname still gives distinct names of at most 63 characters (a Service's name is a
+DNS label).
+*/}}
 {{- define "berth.componentName" -}}
-{{- printf "%s-%s" (include "berth.fullname" .root) .component -}}
+{{- $tail := printf "-%s%s" .component (.suffix | default "") -}}
+{{- printf "%s%s" (include "berth.fullname" .root | trunc (int (sub 63 (len $tail))) | trimSuffix "-") $tail -}}
 {{- end -}}
 
 {{- define "berth.selectorLabels" -}}
-app.kubernetes.io/name: berth
+app.kubernetes.io/name: {{ include "berth.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -106,21 +122,37 @@ from values, so they stay out of the release's stored manifest.
   value: /var/lib/berth
 {{- end -}}
 
+{{/*
+Pod settings: the chart-wide value (top level of values.yaml) and a service's own, called with
+(dict "root" $ "values" <the service's values>). Maps merge key by key, recursively, the service's
+keys winning (podSecurityContext, securityContext, resources, podLabels, podAnnotations,
+nodeSelector); tolerations, affinity and priorityClassName are replaced by the service's own when
+it sets one. Lists are never merged.
+*/}}
+{{- define "berth.merged" -}}
+{{- $chartWide := index .root.Values .key | default dict -}}
+{{- $own := index .values .key | default dict -}}
+{{- with mergeOverwrite (deepCopy $chartWide) (deepCopy $own) }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
 {{- define "berth.podSecurityContext" -}}
-runAsNonRoot: true
-# The image's `berth` user (Dockerfile: useradd --uid 10001).
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile:
-  type: RuntimeDefault
+{{- include "berth.merged" (dict "root" .root "values" .values "key" "podSecurityContext") -}}
 {{- end -}}
 
 {{- define "berth.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: [ALL]
+{{- include "berth.merged" (dict "root" .root "values" .values "key" "securityContext") -}}
+{{- end -}}
+
+{{- define "berth.resources" -}}
+{{- include "berth.merged" (dict "root" .root "values" .values "key" "resources") -}}
+{{- end -}}
+
+{{- define "berth.podLabels" -}}
+{{- include "berth.merged" (dict "root" .root "values" .values "key" "podLabels") -}}
+{{- end -}}
+
+{{- define "berth.podAnnotations" -}}
+{{- include "berth.merged" (dict "root" .root "values" .values "key" "podAnnotations") -}}
 {{- end -}}
 
 {{- define "berth.kafkaTlsVolume" -}}
@@ -139,25 +171,37 @@ capabilities:
 {{- end }}
 {{- end -}}
 
+{{/* Where a pod may run, and its image pull secrets: (dict "root" $ "values" <service values>). */}}
 {{- define "berth.scheduling" -}}
-{{- with .Values.priorityClassName }}
+{{- $root := .root -}}
+{{- with .values.priorityClassName | default $root.Values.priorityClassName }}
 priorityClassName: {{ . | quote }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with include "berth.merged" (dict "root" .root "values" .values "key" "nodeSelector") }}
 nodeSelector:
-  {{- toYaml . | nindent 2 }}
+  {{- . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with .values.tolerations | default $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with .values.affinity | default $root.Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.imagePullSecrets }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An httpGet probe on the health port: (dict "path" "/livez" "probe" <values of the probe>). */}}
+{{- define "berth.probe" -}}
+httpGet: {path: {{ .path }}, port: health}
+{{- range $field := list "initialDelaySeconds" "periodSeconds" "timeoutSeconds" "successThreshold" "failureThreshold" }}
+{{- if hasKey $.probe $field }}
+{{ $field }}: {{ index $.probe $field }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
