@@ -31,6 +31,7 @@ import numpy as np
 from berth.core.config import SchedulerConfig, parse_config
 from berth.core.decision import Decision
 from berth.core.gangs import LABEL_NETWORK_BLOCK, LABEL_ZONE, place_gang
+from berth.core.observe import CycleObserver
 from berth.core.plugins.gpu_devices import gpu_inventory
 from berth.core.scheduler import Framework, Scheduler
 from berth.core.state import CPU, ClusterState
@@ -127,8 +128,16 @@ class Engine:
         self.profiles: tuple[str, ...] = tuple(self._scheduler.frameworks)
         self._scored: dict[tuple[str, tuple[tuple[str, int], ...]], Framework] = {}
         self._max_gang_domains = max_gang_domains
+        self._observer: CycleObserver | None = None
         for framework in self._scheduler.frameworks.values():
             framework.prepare(self._state)
+
+    def observe(self, observer: CycleObserver | None) -> None:
+        """Report how long scheduling takes to ``observer`` from now on (None: stop). Only
+        scheduling attempts are timed: probes and preemption's what-ifs are not."""
+        self._observer = observer
+        for framework in (*self._scheduler.frameworks.values(), *self._scored.values()):
+            framework.observer = observer
 
     @property
     def state(self) -> ClusterState:
@@ -189,6 +198,16 @@ class Engine:
         pod is left unplaced and nothing is removed. ``extra_scores`` adds Score plugins
         (name, weight) for this pod, e.g. a pool's ``(("NodeCost", 2),)``; such a cycle never
         preempts (its caller falls back to a plain one)."""
+        observer = self._observer
+        if observer is None:
+            return self._schedule(pod, preempt, profile, extra_scores)
+        started = observer.clock()
+        outcome = self._schedule(pod, preempt, profile, extra_scores)
+        observer.attempt(pod.uid, _attempt_result(outcome), profile or self.profile, observer.clock() - started)
+        return outcome
+
+    def _schedule(self, pod: PodInfo, preempt: bool, profile: str | None,
+                  extra_scores: Sequence[tuple[str, int]]) -> Outcome:
         if extra_scores:
             decision = self._scored_framework(profile or self.profile, tuple(extra_scores)).schedule(pod, self._state)
             return self._conclude(pod, decision)
@@ -216,6 +235,8 @@ class Engine:
         victims = tuple(sorted(removed, key=lambda p: p.key))
         outcome = self._conclude(pod, decision, victims=victims)
         if outcome.placed and victims:
+            if self._observer is not None:
+                self._observer.preemption_victims(len(victims))
             return _with(outcome, nominated_node=decision.node)
         return outcome
 
@@ -243,7 +264,16 @@ class Engine:
         ``member_messages``. Not placed: nothing is assumed; ``message`` is the first member's."""
         group = f"{pods[0].namespace}/{pods[0].pod_group}"
         host = _GangHost(self, profile or self.profile)
+        observer = self._observer
+        started = observer.clock() if observer is not None else 0.0
         result = place_gang(host, pods, min_member, group)
+        if observer is not None:
+            # Each member had its attempt: the gang's, placed or not as a whole.
+            seconds = observer.clock() - started
+            placed = {p.pod.uid for p in result.placements} if result.placed else set()
+            for pod in pods:
+                observer.attempt(pod.uid, "scheduled" if pod.uid in placed else "unschedulable",
+                                 profile or self.profile, seconds)
         if not result.placed:
             message = result.messages.get(pods[0].uid, "") or next(iter(result.messages.values()), "")
             return Outcome(message=message, member_messages=dict(result.messages), override_verdicts=())
@@ -257,6 +287,8 @@ class Engine:
         that does not fit."""
         nodes: list[str] = []
         probes: list[str] = []
+        observer = self._observer
+        self.observe(None)  # a what-if, not an attempt
         try:
             for index, pod in enumerate(pods):
                 copy = pod.model_copy(update={"uid": f"{pod.uid}~probe-{index}"})
@@ -269,6 +301,7 @@ class Engine:
         finally:
             for uid in probes:
                 self._release(uid)
+            self.observe(observer)
         return tuple(nodes)
 
     def gpu_milli_used(self) -> int:
@@ -283,6 +316,7 @@ class Engine:
                                           set(self.config.profile(profile).plugin_names()), extra)
             framework = Framework(parse_config(document), profile)
             framework.prepare(self._state)
+            framework.observer = self._observer
             self._scored[(profile, extra)] = framework
         return framework
 
@@ -373,3 +407,11 @@ def _deep_copy(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_deep_copy(item) for item in value]
     return value
+
+
+def _attempt_result(outcome: Outcome) -> str:
+    """kube's ``result`` label of a scheduling attempt."""
+    if outcome.placed:
+        return "scheduled"
+    decision = outcome.decision
+    return "error" if decision is not None and decision.status == "error" else "unschedulable"

@@ -67,7 +67,9 @@ class ProfileFilters:
                                                                  count=len(wanted)))]
         table = StatusTable()
         codes = np.full(all_nodes.size, -1, dtype=np.int32)
+        started = cycle.timer.start()
         rejection, restrict, restricting = self._pre_filter(cycle)
+        cycle.timer.point("PreFilter", rejection, started)
         if rejection is not None:
             # kube: every node gets the PreFilter status; its message replaces the histogram.
             codes[:] = table.intern(rejection)
@@ -93,8 +95,11 @@ class ProfileFilters:
         restrict: frozenset[str] | None = None
         restricting: set[str] = set()
         deferred: Status | None = None
+        timer = cycle.timer
         for plugin in self.pre_filter_plugins:
+            started = timer.plugin_start()
             status, result = plugin.pre_filter(cycle)
+            timer.plugin(plugin.NAME, "PreFilter", status, started)
             if status.is_skip:
                 cycle.skip_filter.add(plugin.NAME)
                 continue
@@ -123,15 +128,18 @@ class ProfileFilters:
         ``codes``. Returns the nodes every filter passed."""
         state = cycle.state
         memo: NodeMemo | None = None
+        timer = cycle.timer
         for plugin in self.filter_plugins:
             if candidates.size == 0:
                 break
             if plugin.NAME in cycle.skip_filter:
                 continue
+            started = timer.plugin_start()
             signature = plugin.filter_signature(cycle)
             if signature is None:
                 result = plugin.filter(cycle, candidates)
                 if result.codes is None:
+                    timer.plugin(plugin.NAME, "Filter", None, started)
                     continue
                 local, statuses = result.codes, result.statuses
             else:
@@ -140,8 +148,11 @@ class ProfileFilters:
                 local, statuses = self._memo_filter(memo, plugin, signature, cycle, candidates)  # type: ignore[arg-type]
             failed = local >= 0
             if not failed.any():
+                timer.plugin(plugin.NAME, "Filter", None, started)
                 continue
             failed_local = local[failed]
+            # One call judges many nodes: it is labelled with its first rejection's code.
+            timer.plugin(plugin.NAME, "Filter", statuses[int(failed_local[0])], started)
             # Intern only the statuses that occur, in order of first occurrence in node-name
             # order, so the decision's groups never depend on how a plugin (or its memo)
             # happened to number them.

@@ -67,8 +67,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from berth.core.observe import NOT_TIMED, CycleTimer
 from berth.core.state import ClusterState, StateExtension
 from berth.schemas.cluster import PodInfo
+
 
 __all__ = [
     "MAX_NODE_SCORE",
@@ -300,10 +302,10 @@ class CycleContext:
     Filter/Score, keyed by plugin name. It lives for one cycle only.
     """
 
-    __slots__ = ("pod", "state", "profile", "framework", "data", "skip_filter", "skip_score")
+    __slots__ = ("pod", "state", "profile", "framework", "data", "skip_filter", "skip_score", "timer")
 
     def __init__(self, pod: PodInfo, state: ClusterState, profile: str,
-                 framework: Any = None) -> None:
+                 framework: Any = None, timer: CycleTimer = NOT_TIMED) -> None:
         self.pod = pod
         self.state = state
         self.profile = profile
@@ -312,6 +314,9 @@ class CycleContext:
         self.data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()
         self.skip_score: set[str] = set()
+        self.timer = timer
+        """Times this cycle's extension points and plugins for the engine's observer, if any
+        (:mod:`berth.core.observe`)."""
 
 
 class Plugin:

@@ -45,6 +45,7 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.hashing import canonical_json, sha256_hex
+from berth.core.observe import NOT_TIMED, CycleObserver, CycleTimer
 from berth.core.ranking import TOTAL_LIMIT, rank, top_scores
 from berth.core.registry import REGISTRY
 from berth.core.scoring import ProfileScorer, Scores
@@ -105,6 +106,8 @@ class Framework:
                                       self.config_hash, self.name)
         self.scorer = ProfileScorer(self.pre_score_plugins, self.score_plugins, self.weights,
                                     self.config_hash, self.name)
+        self.observer: CycleObserver | None = None
+        """Times the cycles of :meth:`schedule` (:mod:`berth.core.observe`); None: not timed."""
 
     # ------------------------------------------------------------------ public entry points
 
@@ -117,7 +120,8 @@ class Framework:
         """One scheduling cycle for ``pod`` on ``state`` → a sealed :class:`Decision`.
         The state is not modified (extensions may be attached on first use)."""
         self.prepare(state)
-        cycle = CycleContext(pod, state, self.name, self)
+        timer = NOT_TIMED if self.observer is None else CycleTimer(self.observer, self.name)
+        cycle = CycleContext(pod, state, self.name, self, timer)
         base = {
             "pod_uid": pod.uid,
             "pod": pod.key,
@@ -171,13 +175,18 @@ class Framework:
                             top: tuple[NodeScore, ...]) -> Decision:
         """Reserve and Permit on the chosen node slot: the ``placed`` (or ``held``) decision,
         or, when a plugin fails, the reserved plugins undone and the pod rejected there."""
+        timer = cycle.timer
         reserved: list[ReservePlugin] = []
         gpu_devices: tuple[int, ...] = ()
         gpu_milli: int | None = None
+        started = timer.start()
         for plugin in self.reserve_plugins:
+            plugin_started = timer.plugin_start()
             result = plugin.reserve(cycle, chosen)
+            timer.plugin(plugin.NAME, "Reserve", result.status, plugin_started)
             reserved.append(plugin)
             if not result.status.is_success:
+                timer.point("Reserve", result.status, started)
                 self._unreserve(cycle, reserved, chosen)
                 return self._rejected_on_node(result.status.with_plugin(plugin.NAME), base,
                                               summary, top)
@@ -185,21 +194,31 @@ class Framework:
                 gpu_devices = tuple(result.gpu_devices)
             if result.gpu_milli is not None:
                 gpu_milli = result.gpu_milli
+        timer.point("Reserve", None, started)
         held = False
+        started = timer.start()
         for plugin in self.permit_plugins:
+            plugin_started = timer.plugin_start()
             status = plugin.permit(cycle, chosen).status.with_plugin(plugin.NAME)
+            timer.plugin(plugin.NAME, "Permit", status, plugin_started)
             if status.code is Code.WAIT:
                 held = True
             elif not status.is_success:
+                timer.point("Permit", status, started)
                 self._unreserve(cycle, reserved, chosen)
                 return self._rejected_on_node(status, base, summary, top)
+        timer.point("Permit", Status(Code.WAIT) if held else None, started)
         return Decision(status="held" if held else "placed", node=cycle.state.name_of(chosen),
                         gpu_devices=gpu_devices, gpu_milli=gpu_milli, top_scores=top,
                         **base, **summary).sealed()
 
     def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
+        started = cycle.timer.start()
         for plugin in reversed(reserved):
+            plugin_started = cycle.timer.plugin_start()
             plugin.unreserve(cycle, node)
+            cycle.timer.plugin(plugin.NAME, "Unreserve", None, plugin_started)
+        cycle.timer.point("Unreserve", None, started)
 
     def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict,
                        summary: dict) -> Decision:
@@ -221,12 +240,18 @@ class Framework:
         successful PostFilter has no message); otherwise every rejecting plugin's message counts,
         joined by ``", "`` (kube: ``no new claims to deallocate, preemption: ...``)."""
         said: list[str] = []
+        timer = cycle.timer
+        started = timer.start()
         for plugin in self.post_filter_plugins:
+            plugin_started = timer.plugin_start()
             result = plugin.post_filter(cycle, diagnosis)
+            timer.plugin(plugin.NAME, "PostFilter", result.status, plugin_started)
             if result.status.is_success or result.nominated_node:
+                timer.point("PostFilter", None, started)
                 return result, ""
             if result.message:
                 said.append(result.message)
+        timer.point("PostFilter", Status(Code.UNSCHEDULABLE), started)
         return None, ", ".join(said)
 
     def _rejected_on_node(self, status: Status, base: dict, summary: dict,

@@ -61,9 +61,19 @@ class ProfileScorer:
 
     def score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
         """PreScore + Score + NormalizeScore + weights over ``feasible`` (name order)."""
+        timer = cycle.timer
+        started = timer.start()
         error = self._pre_score(cycle, feasible)
+        timer.point("PreScore", error, started)
         if error is not None:
             return Scores(feasible, np.zeros(feasible.size, dtype=np.int64), {}, error)
+        started = timer.start()
+        scores = self._score(cycle, feasible)
+        timer.point("Score", scores.error, started)
+        return scores
+
+    def _score(self, cycle: CycleContext, feasible: NodeArray) -> Scores:
+        timer = cycle.timer
         per_plugin: dict[str, npt.NDArray[np.int64]] = {}
         state = cycle.state
         in_feasible: npt.NDArray[np.bool_] | None = None
@@ -74,6 +84,7 @@ class ProfileScorer:
         # slots are 0..n-1, and a gather from a slot-indexed array is a plain copy.
         dense = feasible.size == state.node_count and state.order_is_identity()
         for done, (row, plugin) in enumerate(zip(matrix, active)):
+            plugin_started = timer.plugin_start()
             signature = plugin.score_signature(cycle)
             if signature is not None and in_feasible is None:
                 in_feasible = candidate_mask(state, feasible)
@@ -82,6 +93,7 @@ class ProfileScorer:
                                                row, dense)
                 if weighted is not None:
                     per_plugin[plugin.NAME] = weighted
+                    timer.plugin(plugin.NAME, "Score", None, plugin_started)
                     continue
                 # An out-of-range score (the weighted memo recorded nothing): the raw-score
                 # path below meets it again and reports it.
@@ -93,14 +105,18 @@ class ProfileScorer:
                               _invalid_score(plugin, normalized))
             weighted = np.multiply(normalized, self.weights[plugin.NAME], out=row)
             per_plugin[plugin.NAME] = weighted
+            timer.plugin(plugin.NAME, "Score", None, plugin_started)
         # One reduction over the rows instead of an addition per plugin (integers: the same
         # totals in any order).
         return Scores(nodes=feasible, total=matrix.sum(axis=0), per_plugin=per_plugin, matrix=matrix)
 
     def _pre_score(self, cycle: CycleContext, feasible: NodeArray) -> Status | None:
         """Run every PreScore, recording the plugins that skip; the first failure, if any."""
+        timer = cycle.timer
         for plugin in self.pre_score_plugins:
+            started = timer.plugin_start()
             status = plugin.pre_score(cycle, feasible)
+            timer.plugin(plugin.NAME, "PreScore", status, started)
             if status.is_skip:
                 cycle.skip_score.add(plugin.NAME)
             elif not status.is_success:

@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 from berth.bus import EventConsumer, ensure_topics
 from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
-from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION
+from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SchedulingMetrics
 from berth.schemas import HandOverPod, InputPosition, SchedulerConfigAnnounced
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
@@ -38,8 +38,6 @@ from berth.settings import BerthSettings, KafkaSettings
 log = get_logger(__name__)
 GROUP = "berth-decision"
 SOURCE = "berth/decision"
-_RESULTS = {"placed": "scheduled", "unschedulable": "unschedulable", "handed-over": "unschedulable"}
-"""``schedule_attempts_total`` result per decision outcome (a hand-over is a failed attempt here)."""
 CHUNK = 200
 """Records decided between yields to the event loop. Deciding is CPU work on the loop's thread;
 aiokafka's heartbeats need the loop too, and a member that misses them for a session timeout
@@ -104,6 +102,9 @@ class DecisionService:
         self.settings = settings
         self.config = config
         self.workers: dict[int, CellWorker] = {}
+        self.scheduling_metrics = SchedulingMetrics()
+        """kube-scheduler's metrics, timed by each cell's engine once the cell is rebuilt (a
+        rebuild re-decides inputs already decided: those are not attempts)."""
         self.consumer = EventConsumer(
             settings.kafka, [DECISION_INPUTS], group_id=GROUP, name="decision",
             on_assign=self._on_assign, on_revoke=self._on_revoke, max_poll_records=CHUNK,
@@ -122,6 +123,7 @@ class DecisionService:
             cell = Cell(tp.partition, self.config)
             started = time.monotonic()
             folded = await rebuild(self.settings.kafka, cell, tp.partition, committed)
+            cell.engine.observe(self.scheduling_metrics)
             producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
                                         transactional_id=f"berth-decision-cell-{tp.partition}",
                                         linger_ms=2, retry_backoff_ms=10)
@@ -184,20 +186,18 @@ class DecisionService:
                 await self._on_assign({tp})  # rebuilds and resumes the cell at its committed offset
 
     async def _decide_batch(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
-        outputs: list[tuple[CellDecision, float]] = []
+        outputs: list[CellDecision] = []
         for record in records:
             consumed = await self.consumer.accept(record)  # bad records → dead-letter topic
             if consumed is None:
                 continue
-            started = time.perf_counter()
             position = InputPosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
-            for decision in worker.cell.handle(consumed.event, position):
-                outputs.append((decision, time.perf_counter() - started))
+            outputs.extend(worker.cell.handle(consumed.event, position))
             await asyncio.sleep(0)  # one input may retry many pods: let heartbeats through
         async with worker.producer.transaction():
             if not worker.announced:
                 await self._announce(worker)
-            for decision, seconds in outputs:
+            for decision in outputs:
                 for command in decision.commands:
                     # To the binder (commands topic), or a hand-over to the inventory: to the
                     # partition where the inventory keeps the pod's route.
@@ -210,11 +210,6 @@ class DecisionService:
                                            headers=encoded.headers)
                 if decision.record.outcome == "handed-over":
                     PODS_HANDED_OVER.labels(str(worker.partition)).inc()
-                result = _RESULTS.get(decision.record.outcome)
-                if result is not None:
-                    profile = worker.cell.engine.profile
-                    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
-                    SCHEDULING_ATTEMPT_DURATION.labels(result, profile).observe(seconds)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
         worker.decided += len(outputs)
 
@@ -230,7 +225,10 @@ class DecisionService:
         worker.announced = True
 
     def _report_queues(self) -> None:
+        """kube's queues: pods placed and awaiting their binding are in none of them."""
         cells = [w.cell for w in self.workers.values()]
         unschedulable = sum(c.unschedulable_count for c in cells)
+        assumed = sum(1 for c in cells for uid in c.queue.assumed if uid in c.queue.pending)
         PENDING_PODS.labels("unschedulable").set(unschedulable)
-        PENDING_PODS.labels("active").set(sum(c.pending_count for c in cells) - unschedulable)
+        PENDING_PODS.labels("active").set(max(0, sum(c.pending_count for c in cells) - unschedulable - assumed))
+        PENDING_PODS.labels("backoff").set(0)

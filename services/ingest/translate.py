@@ -168,6 +168,16 @@ def _pod_is_visible(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> 
     return spec.get("schedulerName", "default-scheduler") in scheduler_names and not spec.get("schedulingGates")
 
 
+def is_gated(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> bool:
+    """A pending pod for one of ``scheduler_names`` held back by ``spec.schedulingGates``:
+    what kube-scheduler counts as ``scheduler_pending_pods{queue="gated"}``."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    return (bool(spec.get("schedulingGates")) and not spec.get("nodeName")
+            and status.get("phase") not in TERMINATED_PHASES
+            and spec.get("schedulerName", "default-scheduler") in scheduler_names)
+
+
 def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
             scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
             notes: list[str] | None = None,

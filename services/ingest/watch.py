@@ -35,6 +35,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_ex
 
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
+from berth.metrics import PENDING_PODS
 from berth.schemas._base import utc_now
 
 from .kubeapi import PATHS, ApiException, KubeApi, close_stream, lines
@@ -44,6 +45,7 @@ from .translate import (
     Observation,
     Removal,
     Translation,
+    is_gated,
     last_write_time,
     relist_steps,
     remember,
@@ -112,6 +114,8 @@ class ResourceWatcher:
         self.lists = 0
         self.synced = asyncio.Event()
         """Set once the first list has been published."""
+        self.gated: set[str] = set()
+        """UIDs of our pods waiting on scheduling gates (pods only): never published, counted."""
         self._log = log.bind(resource=resource, namespace=namespace or "*")
 
     async def run(self) -> None:
@@ -159,6 +163,9 @@ class ResourceWatcher:
         translation = relist_steps(self.known, self.resource, items, observed_at=self.clock(),
                                    scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
         await self._apply(translation)
+        if self.resource == "pods":
+            self.gated = {str(_uid(item)) for item in items if is_gated(item, self.scheduler_names)}
+            self._report_gated()
         self.resource_version = version
         self.synced.set()
         self._log.info("listed", objects=len(items), published=len(translation.steps),
@@ -268,12 +275,22 @@ class ResourceWatcher:
                 WATCH_LAG.labels(self.resource).set(max(0.0, (now - written).total_seconds()))
             translation = watch_steps(self.known, self.resource, kind, obj, observed_at=now,
                                       scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
+            if self.resource == "pods":
+                if kind != "DELETED" and is_gated(obj, self.scheduler_names):
+                    self.gated.add(str(_uid(obj)))
+                else:
+                    self.gated.discard(str(_uid(obj)))
             self._report(translation)
             remember(self.known, translation.steps)
             steps.extend(translation.steps)
             problems.extend(translation.problems)
         await self._flush(steps, version)
+        if self.resource == "pods":
+            self._report_gated()
         return ended
+
+    def _report_gated(self) -> None:
+        PENDING_PODS.labels("gated").set(len(self.gated))
 
     async def _flush(self, steps: list[Any], version: str | None) -> None:
         if steps:
@@ -293,3 +310,7 @@ class ResourceWatcher:
             self._log.warning("object not converted; treated as absent", problem=problem)
         for note in translation.notes:
             self._log.debug("conversion note", note=note)
+
+
+def _uid(obj: dict[str, Any]) -> object:
+    return (obj.get("metadata") or {}).get("uid")

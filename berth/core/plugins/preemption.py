@@ -92,6 +92,7 @@ class DefaultPreemption(PostFilterPlugin):
         self._probe = FrameworkProbe(framework)
 
     def post_filter(self, cycle: CycleContext, diagnosis: Diagnosis) -> PostFilterResult:
+        cycle.timer.preemption_attempt()
         pod = cycle.pod
         if pod.preemption_policy == "Never":
             return PostFilterResult(Status.unschedulable(plugin=self.NAME),

@@ -65,3 +65,20 @@ async def test_the_end_of_the_stream_ends_the_watch(watcher):
 
     assert await watcher._handle([line("ADDED", pod("a", "11")), _END]) is True
     assert watcher.resource_version == "11"
+
+
+async def test_gated_pods_are_counted_as_kubes_gated_queue_and_published_once_ungated(watcher):
+    from prometheus_client import REGISTRY
+
+    def gated_gauge() -> float | None:
+        return REGISTRY.get_sample_value("scheduler_pending_pods", {"queue": "gated"})
+
+    gated = pod("g", "20")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    other = pod("h", "21")
+    other["spec"]["schedulingGates"] = [{"name": "x"}]
+    await watcher._handle([line("ADDED", gated), line("ADDED", other)])
+    assert watcher.published == [] and gated_gauge() == 2
+    ungated = pod("g", "22")
+    await watcher._handle([line("MODIFIED", ungated), line("DELETED", pod("h", "23"))])
+    assert [e.pod.name for e in watcher.published] == ["g"] and gated_gauge() == 0
