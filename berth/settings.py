@@ -128,6 +128,9 @@ class BerthSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    health_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve /livez and /readyz on this port, on the service's own event loop (``BERTH_HEALTH_PORT``;
+    None: not served; 0: a free port, logged at start). See :mod:`berth.health`."""
     scheduler_config: Path | None = None
     """KubeSchedulerConfiguration-style profiles for the decision core; None = built-in default."""
     spot_labels: str = ""

@@ -24,17 +24,27 @@ def run(
                                                  help="Kafka bootstrap servers.")] = None,
     database_url: DatabaseOption = None,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[Optional[int], typer.Option(
+        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
 ) -> None:
     """Consume decision inputs, decisions, commands and results into Postgres (append-only)."""
+    from berth.health import HealthServer, serving
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
 
+    from .health import register
     from .service import run_audit
 
     settings = load_settings(kafka=kafka, database_url=database_url)
     configure_logging(settings.log_level, settings.log_format, service="audit")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
-    asyncio.run(run_audit(settings))
+
+    async def main() -> None:
+        health = register(HealthServer("audit"), settings)
+        async with serving(health, health_port if health_port is not None else settings.health_port):
+            await run_audit(settings)
+
+    asyncio.run(main())
 
 
 @app.command("explain")

@@ -50,16 +50,20 @@ def run(
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[Optional[int], typer.Option(
+        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
 ) -> None:
     """Consume commands, apply them (with retries and a client rate limit), publish the results."""
     _check_backend_options(backend, sim_url, kubeconfig, context)
 
+    from berth.health import HealthServer, serving
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
     from berth.settings import load_settings
 
     from .applier import Binder, RetryPolicy
+    from .health import register
     from .ratelimit import TokenBucket
     from .service import BinderService
 
@@ -73,8 +77,11 @@ def run(
     reports = report_unschedulable if report_unschedulable is not None else backend == "kube"
 
     async def main() -> None:
-        await BinderService(settings, binder, max_in_flight=max_in_flight, group=group,
-                            report_unschedulable=reports).run(stop_on_signals())
+        service = BinderService(settings, binder, max_in_flight=max_in_flight, group=group,
+                                report_unschedulable=reports)
+        health = register(HealthServer("binder"), service)
+        async with serving(health, health_port if health_port is not None else settings.health_port):
+            await service.run(stop_on_signals())
 
     asyncio.run(main())
 

@@ -24,13 +24,17 @@ def run(
     kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                  help="Kafka bootstrap servers.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[Optional[int], typer.Option(
+        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
 ) -> None:
     """Consume the cells' inputs, decide, and emit commands and decision records."""
     from berth.configfiles import load_cell_config
+    from berth.health import HealthServer, serving
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
 
+    from .health import register
     from .service import DecisionService
 
     settings = load_settings(kafka=kafka)
@@ -39,6 +43,9 @@ def run(
     cell_config = load_cell_config(config or settings.scheduler_config, pools, settings.spot_label_table)
 
     async def main() -> None:
-        await DecisionService(settings, cell_config).run(stop_on_signals())
+        service = DecisionService(settings, cell_config)
+        health = register(HealthServer("decision"), service)
+        async with serving(health, health_port if health_port is not None else settings.health_port):
+            await service.run(stop_on_signals())
 
     asyncio.run(main())

@@ -70,6 +70,8 @@ PoliciesTopicOption = Annotated[Optional[str], typer.Option(help="Override the p
 KafkaOption = Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
                                                     help="Kafka bootstrap servers.")]
 MetricsPortOption = Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")]
+HealthPortOption = Annotated[Optional[int], typer.Option(
+    help="Serve /livez and /readyz on this port (0: a free one).")]
 
 
 @app.command("run")
@@ -92,15 +94,18 @@ def run(
     policies_topic: PoliciesTopicOption = None,
     kafka: KafkaOption = None,
     metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
 ) -> None:
     """List and watch the cluster; while holding the Lease, publish PodObserved/PodDeleted,
     NodeObserved/NodeRemoved and PolicyObserved/PolicyRemoved (resuming from resourceVersion,
     relisting on 410 Gone)."""
+    from berth.health import HealthServer, serving
     from berth.lifecycle import stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
     from berth.settings import load_settings
 
+    from .health import register
     from .kubeapi import KubeApi
     from .service import IngestService
 
@@ -119,7 +124,10 @@ def run(
 
     async def main() -> None:
         with client:
-            await IngestService(config, settings.kafka, KubeApi(client)).run(stop_on_signals())
+            service = IngestService(config, settings.kafka, KubeApi(client))
+            health = register(HealthServer("ingest"), service)
+            async with serving(health, health_port if health_port is not None else settings.health_port):
+                await service.run(stop_on_signals())
 
     asyncio.run(main())
 

@@ -17,6 +17,8 @@ def run(
                                                  help="Kafka bootstrap servers, host:port[,host:port].")] = None,
     metrics_port: Annotated[Optional[int], typer.Option(
         help="Serve Prometheus /metrics on this port once the worker is ready.")] = None,
+    health_port: Annotated[Optional[int], typer.Option(
+        help="Serve /livez and /readyz on this port (0: a free one), from the worker's start.")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(
         help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/inventory).")] = None,
     store: Annotated[str, typer.Option(
@@ -34,12 +36,15 @@ def run(
     from berth.settings import load_settings
 
     from .app import LAYOUT_TOPICS, Layout, create_app
+    from .health import serve_health
 
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="inventory")
 
     def build(partitions: dict[str, int], options: dict) -> object:
-        return create_app(Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds).app
+        app = create_app(Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds).app
+        serve_health(app, health_port if health_port is not None else settings.health_port)
+        return app
 
     try:
         serve("inventory", build, kafka=settings.kafka, topics=LAYOUT_TOPICS,

@@ -29,6 +29,8 @@ def run(
                                                  help="Kafka bootstrap servers, host:port[,host:port].")] = None,
     metrics_port: Annotated[Optional[int], typer.Option(
         help="Serve Prometheus /metrics on this port once the worker is ready.")] = None,
+    health_port: Annotated[Optional[int], typer.Option(
+        help="Serve /livez and /readyz on this port (0: a free one), from the worker's start.")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(
         help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/token-lag).")] = None,
     store: Annotated[str, typer.Option(
@@ -44,6 +46,7 @@ def run(
 
     from .app import Layout, create_app
     from .fold import PoolsFileError, load_lag_settings
+    from .health import serve_health
 
     overrides = {name: value for name, value in (
         ("half_life_seconds", half_life_seconds), ("default_model_load_seconds", default_model_load_seconds),
@@ -60,7 +63,9 @@ def run(
             "lag settings", half_life_seconds=lag_settings.half_life_seconds, max_ttft_ms=lag_settings.max_ttft_ms,
             default_model_load_seconds=lag_settings.default_model_load_seconds, pools=sorted(lag_settings.pools))
         layout = Layout(cells=partitions[DECISION_INPUTS.name], queue_partitions=partitions[QUEUE_LAG.name])
-        return create_app(layout, lag_settings, app_options=options).app
+        app = create_app(layout, lag_settings, app_options=options).app
+        serve_health(app, health_port if health_port is not None else settings.health_port)
+        return app
 
     try:
         serve("token-lag", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, QUEUE_LAG.name],
