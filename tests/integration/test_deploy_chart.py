@@ -3,7 +3,11 @@
 * the committed plain manifests are the chart's current rendering, and the chart lints strictly
   (helm v3 built from the Go module proxy and cached: berth_dev.devstack.helm);
 * the apiserver accepts every rendered object (server-side apply, ``dryRun=All``), the CRDs
-  applied for real first, also for a release with TLS, SASL and pools set;
+  applied for real first, also for a release with TLS, SASL and pools set, and for the
+  everything-on values (deploy/helm/berth/ci/everything-on-values.yaml: a ServiceMonitor, whose CRD
+  is a minimal one written here, disruption budgets, per-service pod settings, name overrides);
+* every pod the chart makes meets the "restricted" Pod Security Standard: the apiserver's
+  PodSecurity admission, enforcing it on a namespace, admits them (and refuses a privileged one);
 * least privilege, for real: with the rendered ServiceAccounts and RBAC applied, the apiserver's
   authorizer (SubjectAccessReview) and requests made with each account's own token show that the
   binder can bind and cannot delete nodes, ingest can watch pods and cannot bind, and the decision
@@ -25,6 +29,7 @@ import yaml
 from berth_dev.devstack.helm import (
     COLD_BUILD_NOTE,
     RELEASE_NAMESPACE,
+    chart_dir,
     ensure_helm,
     helm_binary_present,
     lint_chart,
@@ -177,7 +182,7 @@ def test_rendered_manifests_apply_with_server_side_dry_run(api: Any, committed: 
     assert len(accepted) == len(committed) - len(crds_installed)
     assert {name.split("/")[0] for name in accepted} >= {
         "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "Deployment", "Job"}
+        "Deployment", "Job", "PodDisruptionBudget"}
     with pytest.raises(ApiException) as missing:  # a dry run persists nothing
         AppsV1Api(api).read_namespaced_deployment("berth-decision", RELEASE_NAMESPACE)
     assert missing.value.status == 404
@@ -201,6 +206,140 @@ def test_a_release_with_tls_sasl_and_pools_applies_with_server_side_dry_run(
     _ensure_namespace(api, namespace)
     accepted = _dry_run_all(api, documents)
     assert "Deployment/gpu-sched-berth-audit" in accepted
+
+
+#: The Prometheus Operator's ServiceMonitor kind, just enough of it for the apiserver to accept (and
+#: type-check a little of) the chart's ServiceMonitor: written here, not the operator's CRD.
+SERVICE_MONITOR_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors",
+                  "singular": "servicemonitor"},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"spec": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "required": ["selector", "endpoints"],
+                    "properties": {
+                        "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        "endpoints": {"type": "array", "items": {
+                            "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                            "properties": {"port": {"type": "string"},
+                                           "interval": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
+                                           "scrapeTimeout": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}}}},
+                    },
+                }},
+            }},
+        }],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def service_monitor_crd(api: Any) -> Iterator[str]:
+    """The minimal ServiceMonitor CRD, applied for real; removed afterwards."""
+    from kubernetes.client import ApiextensionsV1Api
+
+    _apply(_dynamic(api), SERVICE_MONITOR_CRD, dry_run=False)
+    name = SERVICE_MONITOR_CRD["metadata"]["name"]
+    _wait_established(api, [name])
+    yield name
+    with contextlib.suppress(Exception):
+        ApiextensionsV1Api(api).delete_custom_resource_definition(name)
+
+
+@pytest.fixture(scope="module")
+def everything_on(helm: Path) -> list[dict[str, Any]]:
+    text = run_helm(["template", "gpu", str(chart_dir()), "--namespace", "berth-platform",
+                     "-f", str(chart_dir() / "ci" / "everything-on-values.yaml")], helm=helm)
+    return _documents(text)
+
+
+def test_the_everything_on_release_applies_with_server_side_dry_run(
+        api: Any, everything_on: list[dict[str, Any]], crds_installed: list[str], service_monitor_crd: str) -> None:
+    for namespace in {doc["metadata"].get("namespace") for doc in everything_on} - {None}:
+        _ensure_namespace(api, namespace)
+    accepted = _dry_run_all(api, everything_on)
+    assert "ServiceMonitor/gpu-sched" in accepted
+    assert {f"PodDisruptionBudget/gpu-sched-{c}" for c in ("ingest", "token-lag", "decision", "binder", "audit")} \
+        <= set(accepted)
+    assert {f"Deployment/gpu-sched-{c}" for c in ("ingest", "inventory", "token-lag", "decision", "binder", "audit")} \
+        <= set(accepted)
+    assert len(accepted) == len(everything_on)
+    (monitor,) = [doc for doc in everything_on if doc["kind"] == "ServiceMonitor"]
+    assert monitor["metadata"]["namespace"] == "monitoring"
+
+
+def test_the_apiserver_refuses_a_bad_service_monitor_interval(api: Any, service_monitor_crd: str) -> None:
+    """The dry run above means something: the minimal CRD does check what it declares."""
+    from kubernetes.client.exceptions import ApiException
+
+    _ensure_namespace(api, "monitoring")
+    bad = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+           "metadata": {"name": "bad-interval", "namespace": "monitoring"},
+           "spec": {"selector": {}, "endpoints": [{"port": "metrics", "interval": "soon"}]}}
+    with pytest.raises(ApiException) as refused:
+        _apply(_dynamic(api), bad, dry_run=True)
+    assert refused.value.status == 422 and "interval" in str(refused.value.body)
+
+
+RESTRICTED_NAMESPACE = "berth-restricted"
+
+
+def _pods_of(documents: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """A Pod for each Deployment's and Job's template, as their controllers would create."""
+    pods = []
+    for doc in documents:
+        if doc["kind"] in ("Deployment", "Job"):
+            template = doc["spec"]["template"]
+            spec = {key: value for key, value in template["spec"].items()
+                    if key != "priorityClassName"}  # the Priority admission wants the class to exist
+            pods.append({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": doc["metadata"]["name"], "namespace": namespace,
+                                      "labels": template["metadata"]["labels"]},
+                         "spec": spec})
+    return pods
+
+
+@pytest.fixture(scope="module")
+def restricted_namespace(api: Any) -> str:
+    from kubernetes.client import CoreV1Api
+
+    _ensure_namespace(api, RESTRICTED_NAMESPACE)
+    CoreV1Api(api).patch_namespace(RESTRICTED_NAMESPACE, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    return RESTRICTED_NAMESPACE
+
+
+@pytest.mark.parametrize("values", ["default", "everything-on"])
+def test_every_pod_meets_the_restricted_pod_security_standard(
+        api: Any, committed: list[dict[str, Any]], everything_on: list[dict[str, Any]], restricted_namespace: str,
+        values: str) -> None:
+    pods = _pods_of(committed if values == "default" else everything_on, restricted_namespace)
+    assert len(pods) == 7  # six services and the migration Job
+    dynamic = _dynamic(api)
+    for pod in pods:
+        _apply(dynamic, pod, dry_run=True)
+
+
+def test_the_restricted_standard_refuses_a_privileged_override(
+        helm: Path, api: Any, restricted_namespace: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    text = run_helm(["template", "berth", str(chart_dir()), "--namespace", RELEASE_NAMESPACE,
+                     "--set", "binder.securityContext.allowPrivilegeEscalation=true"], helm=helm)
+    (pod,) = [p for p in _pods_of(_documents(text), restricted_namespace) if p["metadata"]["name"] == "berth-binder"]
+    with pytest.raises(ApiException) as refused:
+        _apply(_dynamic(api), pod, dry_run=True)
+    assert refused.value.status == 403 and "allowPrivilegeEscalation" in str(refused.value.body)
 
 
 # --- least privilege, for real -----------------------------------------------------------------
