@@ -48,6 +48,8 @@ from .scheduler import (
     DeadLetter,
     DecisionRecord,
     EvictPod,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     HandOverPod,
     InputPosition,
     NodeVerdict,

@@ -32,6 +32,8 @@ from .scheduler import (
     DeadLetter,
     DecisionRecord,
     EvictPod,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     HandOverPod,
     InputPosition,
     NodeVerdict,
@@ -155,6 +157,9 @@ def one_of_each() -> list[Any]:
                     name=pod.name, hop=0, issued_at=T0),
         PodRouted(pod=pod, tried=(0, 1), cells=2, hop=1, round_started_at=T0, observed_at=T0),
         CellTick(issued_at=T0),
+        ForeignNodeObserved(name="gpu-node-7", cell=1, labels={"berth.io/node-pool": "h100"},
+                            taints=(Taint(key="nvidia.com/gpu", effect="NoSchedule"),), observed_at=T0),
+        ForeignNodeRemoved(name="gpu-node-7", observed_at=T0),
         DeadLetter(source_topic="berth.inference.queue.v1", source_partition=0, source_offset=7,
                    consumer="token-lag", reason="io.berth.inference.queue-lag.v1: tokens_in_queue: "
                    "Input should be greater than or equal to 0", value_b64="e30=", failed_at=T0),

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import DnsLabel, FrozenModel, IntMap, Milli, NonNegativeInt, StrMap, UtcDatetime
-from .cluster import AboutOnePod, PodInfo
+from .cluster import AboutOnePod, PodInfo, Taint
 
 
 class InputPosition(FrozenModel):
@@ -186,6 +186,57 @@ class CellTick(FrozenModel):
     @property
     def subject(self) -> str:
         return "tick"
+
+
+class ForeignNodeObserved(FrozenModel):
+    """A node of another cell, as much of it as a cell needs to word an unschedulable message
+    over the whole cluster (decision inputs only; the inventory sends it to every cell but the
+    node's own).
+
+    kube-scheduler's FitError counts every node of the cluster. A pod pinned to one cell
+    (:func:`berth.schemas.cells.pinned_cell`) is decided against that cell's nodes only, so the
+    cell states why the other cells' nodes would reject it too, from these node-level facts: the
+    cordon (NodeUnschedulable), the taints (TaintToleration) and the labels (NodeAffinity). Sent
+    when ``cell``, ``labels``, ``taints`` or ``unschedulable`` changed (never for a status-only
+    change), in the order of the node's own events; the latest one of a name replaces the
+    earlier. A cell that receives one naming itself as ``cell``, or that observes the node
+    itself, does not count it as foreign.
+    """
+
+    type: Literal["io.berth.scheduler.foreign-node-observed.v1"] = "io.berth.scheduler.foreign-node-observed.v1"
+    name: DnsLabel
+    cell: NonNegativeInt
+    """The cell the node belongs to (:func:`berth.schemas.cells.cell_of_node`)."""
+    labels: StrMap = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    """``spec.unschedulable`` as observed (a cordon by its own cell is not included)."""
+    observed_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.name
+
+    @property
+    def subject(self) -> str:
+        return self.name
+
+
+class ForeignNodeRemoved(FrozenModel):
+    """A node of another cell is gone (decision inputs only): stop counting it (see
+    :class:`ForeignNodeObserved`)."""
+
+    type: Literal["io.berth.scheduler.foreign-node-removed.v1"] = "io.berth.scheduler.foreign-node-removed.v1"
+    name: DnsLabel
+    observed_at: UtcDatetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.name
+
+    @property
+    def subject(self) -> str:
+        return self.name
 
 
 class HandOverPod(NamesOnePod, FrozenModel):

@@ -20,6 +20,8 @@ from .scheduler import (
     CommandResult,
     DeadLetterEvent,
     DecisionEvent,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     HandOverEvent,
     PodRouted,
     ResultEvent,
@@ -29,7 +31,7 @@ from .state import InventoryEvent, LagStateEvent, PoolLagState
 
 CellInput = Annotated[
     PodObserved | PodDeleted | PodRouted | NodeObserved | NodeRemoved | PolicyObserved | PolicyRemoved
-    | CommandResult | PoolLagState | SpotInterruptionNotice | CellTick,
+    | CommandResult | PoolLagState | SpotInterruptionNotice | CellTick | ForeignNodeObserved | ForeignNodeRemoved,
     Field(discriminator="type"),
 ]
 """Everything a decision cell consumes, in one totally ordered log per cell."""

@@ -2,7 +2,8 @@
 
 The cell is a router over small folds, each with a state of its own: the pending-pod queue
 (:mod:`.queue`), hand-overs between cells (:mod:`.handovers`), gangs (:mod:`.gangs`), pool
-scaling (:mod:`.pool_scaling`) and spot drains (:mod:`.spot_drain`), over one engine
+scaling (:mod:`.pool_scaling`), spot drains (:mod:`.spot_drain`) and the census of the other
+cells' nodes (:mod:`.foreign_nodes`, for messages over the whole cluster), over one engine
 (:class:`berth.core.engine.Engine`, the cell's snapshot and the only commit path). An input's
 kind selects its handler in :data:`HANDLERS`; the handler calls the folds that care, in a fixed
 order. After every input the open spot moves advance, a change of the cluster sends the
@@ -25,6 +26,8 @@ from berth.core.engine import Engine
 from berth.schemas import (
     CellTick,
     CommandResult,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     InputPosition,
     NodeObserved,
     NodeRemoved,
@@ -39,7 +42,7 @@ from berth.schemas import (
     event_time,
 )
 
-from . import gangs, handovers, pool_scaling, queue, spot_drain
+from . import foreign_nodes, gangs, handovers, pool_scaling, queue, spot_drain
 from .config import CellConfig
 from .context import CellContext
 from .nodes import NodeBook, forget_node, observe_node, release_reservations
@@ -118,6 +121,7 @@ class Cell:
 
 
 def _node_observed(cell: Cell, event: NodeObserved, position: InputPosition, now: datetime) -> Handled:
+    foreign_nodes.forget(cell.ctx.foreign, event.node.name)  # this cell's own node now
     observe_node(cell.nodes, cell.engine, event.node)
     return [], True
 
@@ -186,6 +190,21 @@ def _tick(cell: Cell, event: CellTick, position: InputPosition, now: datetime) -
     return [], False
 
 
+def _foreign_node_observed(cell: Cell, event: ForeignNodeObserved, position: InputPosition,
+                           now: datetime) -> Handled:
+    if event.cell == cell.cell or event.name in cell.nodes.nodes:
+        foreign_nodes.forget(cell.ctx.foreign, event.name)  # not another cell's after all
+    else:
+        foreign_nodes.observe(cell.ctx.foreign, event)
+    return [], False  # nothing here changed: no pod fits better for it, only messages read better
+
+
+def _foreign_node_removed(cell: Cell, event: ForeignNodeRemoved, position: InputPosition,
+                          now: datetime) -> Handled:
+    foreign_nodes.forget(cell.ctx.foreign, event.name)
+    return [], False
+
+
 HANDLERS: Mapping[type, Callable[[Cell, Any, InputPosition, datetime], Handled]] = MappingProxyType({
     NodeObserved: _node_observed,
     NodeRemoved: _node_removed,
@@ -198,6 +217,8 @@ HANDLERS: Mapping[type, Callable[[Cell, Any, InputPosition, datetime], Handled]]
     SpotInterruptionNotice: _spot_notice,
     PoolLagState: _lag_state,
     CellTick: _tick,
+    ForeignNodeObserved: _foreign_node_observed,
+    ForeignNodeRemoved: _foreign_node_removed,
 })
 """Input kind → the handler that folds it. A kind not listed changes nothing (the scheduling
 round still runs)."""

@@ -17,6 +17,7 @@ from berth.schemas import InputPosition, PlacePods, PodPlacement
 from berth.schemas.cells import agent_pool_of
 
 from .context import CellContext
+from .foreign_nodes import counting_foreign_nodes
 from .gangs import GangAttempt, GangState, try_gang
 from .handovers import HandOverState, counting_cells_tried, hand_over, may_hand_over
 from .nodes import reserve, show
@@ -119,6 +120,7 @@ def _unschedulable(ctx: CellContext, entries: list[PendingPod], outcome: Outcome
                    now: datetime, subject: str, snapshot: str, pod_group: str | None) -> CellDecision | None:
     queue = ctx.queue
     outcome = counting_cells_tried(entries[0], outcome)
+    outcome = counting_foreign_nodes(ctx.foreign, ctx.engine, entries[0], outcome)
     for entry in entries:
         entry.attempts += 1
         queue.unschedulable.add(entry.pod.uid)

@@ -8,10 +8,14 @@ format their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
 
 __all__ = [
     "AFFINITY_CONFLICT",
+    "FitErrorParts",
+    "IN_ANOTHER_CELL",
     "DRA_NO_CLAIMS_TO_DEALLOCATE",
     "PREEMPTION_NOT_ELIGIBLE_NEVER",
     "PREEMPTION_NOT_HELPFUL",
@@ -30,6 +34,9 @@ __all__ = [
     "SCHEDULING_GATED",
     "UNTOLERATED_TAINT",
     "fit_error",
+    "over_more_nodes",
+    "parse_fit_error",
+    "unresolvable_postfilter",
     "with_more_nodes",
     "gang_failed",
     "gang_not_found",
@@ -119,6 +126,118 @@ def with_more_nodes(message: str, total_nodes: int, reason_counts: Mapping[str, 
     for reason, count in more_reasons.items():
         merged[reason] = merged.get(reason, 0) + count
     return fit_error(total_nodes + more_nodes, merged) + message[len(base):]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitErrorParts:
+    """What :func:`fit_error` was given, read back from its message."""
+
+    total: int
+    reasons: Mapping[str, int]
+    """The histogram (empty when a PreFilter's message stands in its place)."""
+    prefilter_message: str = ""
+    postfilter_message: str = ""
+
+
+_FIT_ERROR_HEAD = re.compile(r"0/(\d+) nodes are available:")
+_ENTRY = re.compile(r"(\d+) (\S.*)")
+_PREEMPTION_PREFIX = "preemption: "
+
+
+def _histogram(body: str) -> dict[str, int] | None:
+    reasons: dict[str, int] = {}
+    for entry in body.split(", "):
+        match = _ENTRY.fullmatch(entry)
+        if match is None or match.group(2) in reasons:
+            return None
+        reasons[match.group(2)] = int(match.group(1))
+    return reasons
+
+
+def parse_fit_error(message: str) -> FitErrorParts | None:
+    """The parts of a message :func:`fit_error` wrote, or None for any other message (a gang's
+    wording, ``no nodes available to schedule pods``). The histogram ends at the first ``". "``
+    (or the final ``"."``) after which the rest reads back as a histogram; a body that is not
+    one is a PreFilter's message. Every answer is checked by writing the message again: what is
+    returned gives back ``message`` exactly."""
+    head = _FIT_ERROR_HEAD.match(message)
+    if head is None:
+        return None
+    total = int(head.group(1))
+    rest = message[head.end():]
+    if not rest:
+        return FitErrorParts(total, {}) if fit_error(total, {}) == message else None
+    if not rest.startswith(" "):
+        return None
+    rest = rest[1:]
+    for cut, char in enumerate(rest):
+        if char != "." or (cut + 1 < len(rest) and rest[cut + 1] != " "):
+            continue
+        body, post = rest[:cut], rest[cut + 2:]
+        reasons = _histogram(body)
+        if reasons is not None:
+            parts = FitErrorParts(total, reasons, postfilter_message=post)
+        else:
+            parts = FitErrorParts(total, {}, prefilter_message=body, postfilter_message=post)
+        if fit_error(total, parts.reasons, prefilter_message=parts.prefilter_message,
+                     postfilter_message=post) == message:
+            return parts
+        return None
+    return None
+
+
+def _preemption_over_more_nodes(postfilter_message: str, more_nodes: int) -> str:
+    """The PostFilter part with DefaultPreemption's inner FitError over ``more_nodes`` more
+    nodes, each counted ``Preemption is not helpful for scheduling``; any other part as it is."""
+    at = postfilter_message.find(_PREEMPTION_PREFIX + "0/")
+    if at < 0:
+        return postfilter_message
+    start = at + len(_PREEMPTION_PREFIX)
+    inner = parse_fit_error(postfilter_message[start:])
+    if inner is None or inner.prefilter_message or inner.postfilter_message:
+        return postfilter_message
+    reasons = dict(inner.reasons)
+    reasons[PREEMPTION_NOT_HELPFUL] = reasons.get(PREEMPTION_NOT_HELPFUL, 0) + more_nodes
+    return postfilter_message[:start] + fit_error(inner.total + more_nodes, reasons)
+
+
+def unresolvable_postfilter(post_filter_plugins: Sequence[str], total_nodes: int, *,
+                            preemption_never: bool = False) -> str:
+    """The PostFilter part kube's default plugins write when every one of ``total_nodes`` nodes
+    rejected the pod as UnschedulableAndUnresolvable (in the profile's PostFilter order;
+    plugins other than DynamicResources and DefaultPreemption say nothing here)."""
+    said: list[str] = []
+    for plugin in post_filter_plugins:
+        if plugin == "DynamicResources":
+            said.append(DRA_NO_CLAIMS_TO_DEALLOCATE)
+        elif plugin == "DefaultPreemption":
+            said.append(PREEMPTION_NOT_ELIGIBLE_NEVER if preemption_never else
+                        preemption_failed(fit_error(total_nodes, {PREEMPTION_NOT_HELPFUL: total_nodes})))
+    return ", ".join(said)
+
+
+def over_more_nodes(message: str, more_nodes: int, more_reasons: Mapping[str, int], *,
+                    postfilter_if_none: str = "") -> str:
+    """A FitError restated over ``more_nodes`` other nodes that each rejected the pod for one
+    UnschedulableAndUnresolvable reason (``more_reasons``: reason → nodes): they join the
+    head's count and the histogram (a PreFilter's message, which speaks for every node, stays),
+    and DefaultPreemption's inner FitError, under ``Preemption is not helpful for scheduling``
+    (kube never looks for victims on such a node). ``no nodes available to schedule pods``
+    becomes the other nodes' FitError followed by ``postfilter_if_none`` (see
+    :func:`unresolvable_postfilter`); any message that is not a FitError stays as it is."""
+    if not more_nodes:
+        return message
+    if message == NO_NODES_TO_SCHEDULE:
+        return fit_error(more_nodes, more_reasons, postfilter_message=postfilter_if_none)
+    parts = parse_fit_error(message)
+    if parts is None:
+        return message
+    reasons = dict(parts.reasons)
+    if not parts.prefilter_message:
+        for reason, count in more_reasons.items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    return fit_error(parts.total + more_nodes, reasons, prefilter_message=parts.prefilter_message,
+                     postfilter_message=_preemption_over_more_nodes(parts.postfilter_message, more_nodes))
 
 
 # --- SchedulingGates (plugins/schedulinggates; the apiserver's pod strategy) -------------------
@@ -237,6 +356,16 @@ def gpu_no_nvlink_set(count: int) -> str:
 def gpu_no_socket_set(count: int) -> str:
     """Enough free GPUs, but not ``count`` of them on one NUMA node (locality ``same-socket``)."""
     return f"node(s) had no {count} free GPUs on one NUMA node"
+
+
+# --- Berth's own: cells (berth/cells/foreign_nodes.py) ----------------------------------------
+
+IN_ANOTHER_CELL = "node(s) were in another scheduling cell"
+"""A node of another decision cell that would pass kube's node-level filters (NodeUnschedulable,
+TaintToleration, NodeAffinity) for a pod Berth itself pins to one cell (a gang member, an
+AgentPool replica): the pod was not tried there, so no kube reason applies. Preemption in the
+pod's cell cannot free such a node either; it counts under ``Preemption is not helpful for
+scheduling``."""
 
 
 # --- Berth's own: gangs (berth/core/gangs.py) ---------------------------------------------------

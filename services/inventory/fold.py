@@ -33,6 +33,11 @@ Routing contract (the cell inputs of ``berth.scheduler.inputs.v1``):
   bound after waiting in another cell) the old cell receives a ``PodDeleted`` / ``NodeRemoved``
   for it, meaning "this no longer concerns you", and the new cell receives the node first and
   then its bound pods, so that everything about a node meets in one ordered log;
+* every other cell gets the node's census (:class:`~berth.schemas.ForeignNodeObserved`: its
+  cell, labels, taints and cordon; :class:`~berth.schemas.ForeignNodeRemoved` when it goes), so
+  that a pod pinned to one cell is reported unschedulable over every node of the cluster. Sent
+  when one of those facts (or the number of cells) changed since the census last sent, not on
+  status-only changes, after the node's own cell was told;
 * every policy is broadcast to every cell (quotas, priorities and budgets constrain every cell);
   PodGroups too, because a gang's members need not be in the group's own cell: a node-pool
   selector or a ``berth.io/cell`` label routes them first (:func:`~berth.schemas.cells.cell_of_pod`).
@@ -53,6 +58,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from berth.schemas import (
     DeviceInventory,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     GpuTelemetry,
     HandOverPod,
     NodeInfo,
@@ -85,7 +92,7 @@ class _State(BaseModel):
 
 CellEvent = Union[
     PodObserved, PodDeleted, PodRouted, NodeObserved, NodeRemoved, PolicyObserved, PolicyRemoved,
-    SpotInterruptionNotice,
+    SpotInterruptionNotice, ForeignNodeObserved, ForeignNodeRemoved,
 ]
 
 
@@ -329,6 +336,10 @@ class NodeState(_State):
     pods: dict[str, BoundPod] = Field(default_factory=dict)
     forwarded: NodeInfo | None = None
     forwarded_cell: int | None = None
+    census: ForeignNodeObserved | None = None
+    """The census of the node last sent to the other cells (None: none sent, or withdrawn)."""
+    census_cells: int = 0
+    """How many cells there were when ``census`` was sent (more cells: the new ones lack it)."""
     updated_at: datetime | None = None
 
     @property
@@ -420,6 +431,7 @@ def fold_node_input(state: NodeState | None, item: NodeInput, cells: int) -> Fol
         if before.forwarded_cell is not None:
             outputs.append(ToCell(before.forwarded_cell, event))
         after = after.model_copy(update={"forwarded": None, "forwarded_cell": None})
+        after = _withdraw_census(after, event.observed_at, cells, outputs)
     elif isinstance(event, GpuTelemetry):
         samples = dict(before.samples)
         for sample in event.devices:
@@ -457,6 +469,7 @@ def _sync_cell(state: NodeState, at: datetime, cells: int, outputs: list[Output]
     if first_time_here or node != state.forwarded:
         outputs.append(ToCell(cell, NodeObserved(node=node, resource_version=state.resource_version, observed_at=at)))
     state = state.model_copy(update={"forwarded": node, "forwarded_cell": cell})
+    state = _send_census(state, node, cell, at, cells, outputs)
     if not first_time_here:
         return state
     # The cell has just (re)learnt the node: give it every pod bound there, even those it was
@@ -472,6 +485,27 @@ def _sync_cell(state: NodeState, at: datetime, cells: int, outputs: list[Output]
     if notice is not None and notice.deadline > at:
         outputs.append(ToCell(cell, notice))
     return state.model_copy(update={"pods": pods})
+
+
+def _send_census(state: NodeState, node: NodeInfo, cell: int, at: datetime, cells: int,
+                 outputs: list[Output]) -> NodeState:
+    """Tell every other cell the node's census when it changed (see the module docstring)."""
+    census = ForeignNodeObserved(name=node.name, cell=cell, labels=node.labels, taints=node.taints,
+                                 unschedulable=node.unschedulable, observed_at=at)
+    sent = state.census
+    if sent is not None and state.census_cells == cells and sent.model_copy(update={"observed_at": at}) == census:
+        return state
+    outputs.extend(ToCell(other, census) for other in range(cells) if other != cell)
+    return state.model_copy(update={"census": census, "census_cells": cells})
+
+
+def _withdraw_census(state: NodeState, at: datetime, cells: int, outputs: list[Output]) -> NodeState:
+    sent = state.census
+    if sent is None:
+        return state
+    outputs.extend(ToCell(other, ForeignNodeRemoved(name=sent.name, observed_at=at))
+                   for other in range(cells) if other != sent.cell)
+    return state.model_copy(update={"census": None, "census_cells": 0})
 
 
 def _pod_bound(state: NodeState, event: PodObserved, withdraw_from: int | None, cells: int,

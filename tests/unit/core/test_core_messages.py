@@ -107,15 +107,17 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
               "EXISTING_ANTI_AFFINITY_NOT_MATCH", "TOPOLOGY_SPREAD_NOT_MATCH",
               "TOPOLOGY_SPREAD_MISSING_LABEL", "PREEMPTION_NO_VICTIMS", "PREEMPTION_NOT_HELPFUL",
               "PREEMPTION_NOT_ELIGIBLE_NEVER", "NO_NODE_AVAILABLE", "NO_NODES_TO_SCHEDULE",
-              "UNTOLERATED_TAINT", "DRA_NO_CLAIMS_TO_DEALLOCATE", "SCHEDULING_GATED"}
+              "UNTOLERATED_TAINT", "DRA_NO_CLAIMS_TO_DEALLOCATE", "SCHEDULING_GATED",
+              "IN_ANOTHER_CELL"}
     constants = {name for name, value in vars(messages).items()
                  if name.isupper() and isinstance(value, str) and not name.startswith("_")}
     assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"
     berths_own = {"gpu_no_share", "gpu_no_nvlink_set", "gpu_no_socket_set", "gang_waiting",
                   "gang_not_found", "gang_failed"}  # Berth's own GPU and gang wording
+    readers = {"parse_fit_error", "over_more_nodes", "unresolvable_postfilter"}  # fit_error's, tested below
     functions = {name for name, value in vars(messages).items()
                  if inspect.isfunction(value) and not name.startswith("_")}
-    assert functions - berths_own <= {"fit_error", "insufficient",
+    assert functions - berths_own - readers <= {"fit_error", "insufficient",
                                       "plugins_not_satisfied", "plugin_not_satisfied",
                                       "plugins_not_satisfied_simultaneously",
                                       "preemption_failed", "with_more_nodes"}
@@ -134,3 +136,51 @@ def test_a_fit_error_restated_over_more_nodes_keeps_its_postfilter_part():
     assert messages.with_more_nodes(messages.NO_NODES_TO_SCHEDULE, 0, {}, 2, {"x": 2}) == \
         "0/2 nodes are available: 2 x."
     assert messages.with_more_nodes(own, 3, {}, 0, {}) == own
+
+
+def test_berths_reason_for_a_node_of_another_cell() -> None:
+    assert messages.IN_ANOTHER_CELL == "node(s) were in another scheduling cell"
+
+
+KUBE_4_NODES = ("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint(s). no new claims to "
+                "deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.")
+
+
+def test_a_fit_error_reads_back_into_its_parts() -> None:
+    parts = messages.parse_fit_error(KUBE_4_NODES)
+    assert parts == messages.FitErrorParts(
+        4, {"Insufficient cpu": 2, messages.UNTOLERATED_TAINT: 2},
+        postfilter_message="no new claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is "
+                           "not helpful for scheduling.")
+    prefilter = messages.fit_error(3, {}, prefilter_message=messages.AFFINITY_CONFLICT, postfilter_message="x")
+    assert messages.parse_fit_error(prefilter) == messages.FitErrorParts(3, {}, messages.AFFINITY_CONFLICT, "x")
+    assert messages.parse_fit_error("0/2 nodes are available:") == messages.FitErrorParts(2, {})
+    for other in (messages.NO_NODES_TO_SCHEDULE, messages.gang_waiting("ml/g", 1, 2),
+                  "0/4 nodes are available: 2 b, 2 a."):  # entries out of kube's order: not fit_error's
+        assert messages.parse_fit_error(other) is None
+
+
+def test_a_fit_error_over_more_unresolvable_nodes_counts_them_in_the_preemption_part_too() -> None:
+    more = {messages.NODE_AFFINITY_NOT_MATCH: 5, messages.UNTOLERATED_TAINT: 1}
+    assert messages.over_more_nodes(KUBE_4_NODES, 6, more) == (
+        "0/10 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s), 5 node(s) didn't match "
+        "Pod's node affinity/selector. no new claims to deallocate, preemption: 0/10 nodes are available: "
+        "10 Preemption is not helpful for scheduling.")
+    victims = messages.fit_error(2, {"Insufficient cpu": 2}, postfilter_message=messages.preemption_failed(
+        messages.fit_error(2, {messages.PREEMPTION_NO_VICTIMS: 2})))
+    assert messages.over_more_nodes(victims, 1, {messages.IN_ANOTHER_CELL: 1}) == (
+        "0/3 nodes are available: 1 node(s) were in another scheduling cell, 2 Insufficient cpu. preemption: "
+        "0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for "
+        "incoming pod.")
+    never = messages.fit_error(2, {"Insufficient cpu": 2}, postfilter_message=messages.PREEMPTION_NOT_ELIGIBLE_NEVER)
+    assert messages.over_more_nodes(never, 1, {"x": 1}) == (
+        "0/3 nodes are available: 1 x, 2 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never.")
+    prefilter = messages.fit_error(2, {}, prefilter_message=messages.AFFINITY_CONFLICT)
+    assert messages.over_more_nodes(prefilter, 3, {"x": 3}) == "0/5 nodes are available: pod affinity terms conflict."
+    empty = messages.unresolvable_postfilter(("DynamicResources", "DefaultPreemption"), 2)
+    assert messages.over_more_nodes(messages.NO_NODES_TO_SCHEDULE, 2, {"x": 2}, postfilter_if_none=empty) == (
+        "0/2 nodes are available: 2 x. no new claims to deallocate, preemption: 0/2 nodes are available: "
+        "2 Preemption is not helpful for scheduling.")
+    assert messages.over_more_nodes(messages.gang_waiting("ml/g", 1, 2), 2, {"x": 2}) == \
+        messages.gang_waiting("ml/g", 1, 2)
+    assert messages.over_more_nodes(KUBE_4_NODES, 0, {}) == KUBE_4_NODES

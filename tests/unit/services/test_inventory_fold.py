@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from berth.schemas import (
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
     GpuDevice,
     GpuDeviceSample,
     GpuTelemetry,
@@ -101,8 +103,15 @@ def run(inputs: list[NodeInput], state: NodeState | None = None) -> tuple[NodeSt
 
 
 def routed(outputs: list[Any]) -> list[tuple[int, str, str]]:
-    """(cell, event type suffix, subject) of every ToCell output, in order."""
-    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs if isinstance(o, ToCell)]
+    """(cell, event type suffix, subject) of every ToCell output but the census, in order."""
+    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs
+            if isinstance(o, ToCell) and not isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))]
+
+
+def census(outputs: list[Any]) -> list[tuple[int, str, str]]:
+    """(cell, event type suffix, subject) of the census sent to the other cells, in order."""
+    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs
+            if isinstance(o, ToCell) and isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))]
 
 
 def published(outputs: list[Any]) -> list[Any]:
@@ -254,7 +263,7 @@ def test_telemetry_health_flip_forwards_the_effective_node_once():
 
 def test_a_node_observed_after_telemetry_said_unhealthy_is_forwarded_unhealthy():
     state, outputs = run([telemetry("gpu-a", 0, 0), observed(node(cell=1), t=1)])
-    [forwarded] = [o.event for o in outputs if isinstance(o, ToCell)]
+    [forwarded] = [o.event for o in outputs if isinstance(o, ToCell) and o.cell == 1]
     assert not forwarded.node.gpus[0].healthy
 
 
@@ -512,14 +521,15 @@ async def test_agents_route_a_bound_pod_through_the_node_stage(service):
         for item in handed_over:
             await put(stage, raw=(item.key, item.value))
     assert [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)] == [
-        (2, "node-observed"), (2, "pod-observed")]
+        (2, "node-observed"), (0, "foreign-node-observed"), (1, "foreign-node-observed"),
+        (3, "foreign-node-observed"), (2, "pod-observed")]
     inventory = outbox.on(INVENTORY_STATE.name)[-1].event
     assert [d.free_milli for d in inventory.devices] == [1000, 500, 1000, 1000]
     [letter] = outbox.on(DEAD_LETTER.name)
     assert letter.event.source_topic == "berth.cluster.pods.v1" and "missing header" in letter.event.reason
     # The event ids are derived from the input's position: stable across reprocessing.
     ids = [p.event_id for p in outbox.on(DECISION_INPUTS.name)]
-    assert len(set(ids)) == 2 and all(ids)
+    assert len(set(ids)) == 5 and all(ids)
 
 
 async def test_agents_pass_a_handed_over_pod_to_the_next_cell(service):
