@@ -15,7 +15,7 @@ $(STAMP): $(PACKAGING)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/pip install --quiet -e '.[test]' -e ./dev
+	$(BIN)/pip install --quiet -e '.[test,bench]' -e ./dev
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)  ## create .venv and install Berth (and its dev tooling, berth-dev) with their dependencies

@@ -23,6 +23,7 @@ from bench.gpu_trace.policies import REGISTRY
 from bench.gpu_trace.protocol import DEMAND_PUBLISHED, PUBLISHED_ALLOCATION
 from bench.gpu_trace.runner import RunSummary, run_matrix
 from bench.gpu_trace.trace import NODE_LISTS, POD_LIST_DEFAULT, TRACE_DIR_ENV, default_data_dir
+from bench.gpu_trace.variants import VARIANTS
 
 DEFAULT_POLICIES = ",".join(DEFAULT_POLICY_NAMES)
 
@@ -52,14 +53,48 @@ def parse_policies(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def render_table(console: Console, results: list[RunSummary], policies: list[str], demand: float) -> None:
+def parse_variants(text: str) -> list[str]:
+    """``"cpu200,gpushare60"``, a kind (``"cpu"``: all its variants) or ``"all"``."""
+    names: list[str] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        if not part:
+            continue
+        if part == "all":
+            names.extend(VARIANTS)
+        elif part in VARIANTS:
+            names.append(part)
+        elif any(v.kind == part for v in VARIANTS.values()):
+            names.extend(n for n, v in VARIANTS.items() if v.kind == part)
+        else:
+            raise typer.BadParameter(f"unknown variant {part!r}; known: all, {', '.join(VARIANTS)} "
+                                     "or a kind (cpu, gpushare, multigpu, gpuspec)")
+    if not names:
+        raise typer.BadParameter("no variant given")
+    return list(dict.fromkeys(names))
+
+
+def paired_vs(results: list[RunSummary], policy: str, baseline: str, attribute: str) -> np.ndarray | None:
+    """Per seed, ``policy`` minus ``baseline`` (same pods), in points; None if either is missing."""
+    mine = {r.seed: getattr(r, attribute) for r in results if r.policy == policy}
+    theirs = {r.seed: getattr(r, attribute) for r in results if r.policy == baseline}
+    seeds = sorted(set(mine) & set(theirs))
+    if not seeds or policy == baseline:
+        return None
+    return np.array([(mine[s] - theirs[s]) * 100 for s in seeds])
+
+
+def render_table(console: Console, results: list[RunSummary], policies: list[str], demand: float,
+                 variant: str = "default") -> None:
     pct = round(demand * 100)
-    table = Table(title=f"GPU allocation at {pct} % demand (mean over seeds)", title_justify="left")
+    published_ok = demand == DEMAND_PUBLISHED and variant == "default"
+    table = Table(title=f"{variant}: GPU allocation at {pct} % demand (mean over seeds)", title_justify="left")
     for column in (
         "policy",
         f"alloc @ {pct}%",
         "final",
         "min .. max",
+        "@ 100%",
+        "vs fgd (min)",
         "published",
         "vs published",
         "failed pods",
@@ -70,12 +105,16 @@ def render_table(console: Console, results: list[RunSummary], policies: list[str
         runs = [r for r in results if r.policy == policy]
         at = np.array([r.allocation_at_demand for r in runs])
         final = np.array([r.final_allocation for r in runs])
-        published = PUBLISHED_ALLOCATION.get(policy) if demand == DEMAND_PUBLISHED else None
+        at100 = np.array([r.allocation_at_100 for r in runs])
+        published = PUBLISHED_ALLOCATION.get(policy) if published_ok else None
+        vs = paired_vs(results, policy, "fgd", "allocation_at_demand")
         table.add_row(
             policy,
             f"{at.mean():.2%}",
             f"{final.mean():.2%}",
             f"{at.min():.2%} .. {at.max():.2%}",
+            f"{at100.mean():.2%}",
+            f"{vs.mean():+.2f} ({vs.min():+.2f}) pt" if vs is not None else "-",
             f"{published:.2%}" if published is not None else "-",
             f"{(at.mean() - published) * 100:+.2f} pt" if published is not None else "-",
             f"{np.mean([r.failed for r in runs]):.0f} / {np.mean([r.pods for r in runs]):.0f}",
@@ -84,8 +123,26 @@ def render_table(console: Console, results: list[RunSummary], policies: list[str
     console.print(table)
     console.print(
         f"alloc @ {pct}% = the artifact's figure: mean allocated GPU milli / capacity over the events whose "
-        f"arrived demand rounds to {pct} %; final = after the last pod."
+        f"arrived demand rounds to {pct} %; final = after the last pod; @ 100% = the same at 100 % (the bin "
+        "of the paper's variant figures); vs fgd = mean (and worst) per-seed difference, same pods."
     )
+
+
+def render_matrix(console: Console, results: list[RunSummary], policies: list[str], variants: list[str],
+                  demand: float) -> None:
+    """Policy x variant: mean +- standard deviation over seeds at ``demand``."""
+    pct = round(demand * 100)
+    table = Table(title=f"GPU allocation at {pct} % demand, mean +- std over seeds", title_justify="left")
+    table.add_column("variant", justify="left")
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    for variant in variants:
+        cells = []
+        for policy in policies:
+            at = np.array([r.allocation_at_demand for r in results if r.variant == variant and r.policy == policy])
+            cells.append(f"{at.mean():.2%} +- {at.std() * 100:.2f}")
+        table.add_row(variant, *cells)
+    console.print(table)
 
 
 def main(
@@ -97,10 +154,16 @@ def main(
     ] = None,
     node_list: Annotated[str, typer.Option(help="gpu: 1,213 GPU nodes (the paper's); all: 1,523 nodes")] = "gpu",
     workers: Annotated[int, typer.Option(help="Worker processes")] = min(2, os.cpu_count() or 1),
+    variant: Annotated[str, typer.Option(
+        help=f"Workload variant(s) of the trace, comma-separated: {', '.join(VARIANTS)}; a kind "
+             "(cpu, gpushare, multigpu, gpuspec) for all of its; all")] = "default",
+    plot_dir: Annotated[Path | None, typer.Option(
+        help="Write one PNG per variant there: allocation against arrived demand per policy")] = None,
 ) -> None:
     """Reproduce the ATC'23 FGD allocation figures and measure Berth's policy beside them."""
     policy_names = parse_policies(policies)
     seed_list = parse_seeds(seeds)
+    variant_names = parse_variants(variant)
     data_dir = data or default_data_dir()
     if node_list not in NODE_LISTS:
         raise typer.BadParameter(f"--node-list must be one of {sorted(NODE_LISTS)}")
@@ -118,33 +181,62 @@ def main(
         console=stderr,
         transient=False,
     ) as progress:
-        task = progress.add_task("", total=len(policy_names) * len(seed_list))
+        task = progress.add_task("", total=len(variant_names) * len(policy_names) * len(seed_list))
 
         def on_done(summary: RunSummary) -> None:
             progress.update(
                 task,
                 advance=1,
-                description=f"{summary.policy} seed {summary.seed}: {summary.allocation_at_demand:.2%}",
+                description=f"{summary.variant} {summary.policy} seed {summary.seed}: "
+                            f"{summary.allocation_at_demand:.2%}",
             )
 
-        results = run_matrix(data_dir, node_list, policy_names, seed_list, demand, workers, on_done)
+        results = run_matrix(data_dir, node_list, policy_names, seed_list, demand, workers, on_done,
+                             variants=variant_names)
     elapsed = time.perf_counter() - started
 
-    render_table(Console(file=sys.stdout, width=132), results, policy_names, demand)
+    stdout = Console(file=sys.stdout, width=160)
+    for name in variant_names:
+        render_table(stdout, [r for r in results if r.variant == name], policy_names, demand, name)
+    if len(variant_names) > 1:
+        render_matrix(stdout, results, policy_names, variant_names, demand)
+    if plot_dir is not None:
+        from bench.gpu_trace.plot import plot_variants  # matplotlib: the optional `bench` extra
 
-    def mean_of(policy: str, attribute: str) -> float:
-        return round(float(np.mean([getattr(r, attribute) for r in results if r.policy == policy])), 6)
+        for path in plot_variants(results, policy_names, variant_names, plot_dir, demand):
+            stderr.print(f"wrote {path}")
 
-    summary = {
+    def stats(name: str, policy: str, attribute: str) -> float:
+        values = [getattr(r, attribute) for r in results if r.policy == policy and r.variant == name]
+        return round(float(np.mean(values)), 6)
+
+    def spread(name: str, policy: str) -> float:
+        values = [r.allocation_at_demand for r in results if r.policy == policy and r.variant == name]
+        return round(float(np.std(values)), 6)
+
+    by_variant = {
+        name: {
+            "allocation": {p: stats(name, p, "allocation_at_demand") for p in policy_names},
+            "allocation_std": {p: spread(name, p) for p in policy_names},
+            "allocation_100": {p: stats(name, p, "allocation_at_100") for p in policy_names},
+            "allocation_final": {p: stats(name, p, "final_allocation") for p in policy_names},
+        }
+        for name in variant_names
+    }
+    summary: dict[str, object] = {
         "benchmark": "gpu-trace-v2023",
         "demand": demand,
         "seeds": seed_list,
         "node_list": node_list,
-        "allocation": {p: mean_of(p, "allocation_at_demand") for p in policy_names},
-        "allocation_final": {p: mean_of(p, "final_allocation") for p in policy_names},
-        "published": dict(PUBLISHED_ALLOCATION) if demand == DEMAND_PUBLISHED else {},
-        "elapsed_s": round(elapsed, 1),
+        "variants": variant_names,
     }
+    if len(variant_names) == 1:
+        summary.update(by_variant[variant_names[0]])
+    else:
+        summary["by_variant"] = by_variant
+    summary["published"] = dict(PUBLISHED_ALLOCATION) if demand == DEMAND_PUBLISHED and variant_names == [
+        "default"] else {}
+    summary["elapsed_s"] = round(elapsed, 1)
     sys.stdout.flush()
     print(json.dumps(summary), flush=True)
 
