@@ -56,7 +56,8 @@ def agent_pool_spec(pool: PoolConfig) -> dict[str, Any]:
         "minReplicas": pool.min_replicas,
         "maxReplicas": pool.max_replicas,
         "ttftSloMs": pool.ttft_slo_ms,
-        "tokensPerSecondPerReplica": pool.tokens_per_second_per_replica,
+        "tokensPerSecondPerReplica": (pool.reported_tokens_per_second_per_replica
+                                      or pool.tokens_per_second_per_replica),
         "modelLoadSeconds": pool.model_load_seconds,
         "cooldownSeconds": 300,
         "gpuRequirements": {"count": pool.gpus_per_replica},

@@ -55,6 +55,11 @@ class PoolConfig:
     initial_replicas: int = 3
     model_load_seconds: float = 90.0
     gpus_per_replica: int = 1
+    prefill_tokens_per_second: float = 24_000.0
+    """A request's prompt is prefilled at this rate (a trace's requests only; see README)."""
+    reported_tokens_per_second_per_replica: float | None = None
+    """The ``tokensPerSecondPerReplica`` Berth's AgentPool states when it is not the decode rate
+    (a trace: prompt and output tokens per second a replica serves, profiled; see README)."""
 
 
 class PoolView:
@@ -143,8 +148,11 @@ class KedaLike:
     name = "keda"
 
     def __init__(self, pool: PoolConfig, *, lag_threshold: float = 10.0, polling_s: float = 30.0,
-                 cooldown_s: float = 300.0, tolerance: float = 0.1) -> None:
+                 cooldown_s: float = 300.0, tolerance: float = 0.1, warm: bool = False) -> None:
+        """``warm``: the HPA has been running with the pool at its initial count, so its window
+        holds that count at second 0 (the trace runs: a run starts mid-day, not at a cold start)."""
         self.pool = pool
+        self.warm = warm
         self.lag_threshold = lag_threshold
         self.polling_s = polling_s
         self.cooldown_s = cooldown_s
@@ -164,6 +172,8 @@ class KedaLike:
             return None
         self._next_poll += self.polling_s
         current = view.target
+        if self.warm and not self._recommendations:
+            self._recommendations.append((0.0, current))
         raw = self.recommend(view.waiting_requests + view.running, current)
         self._recommendations.append((view.now, raw))
         while self._recommendations[0][0] <= view.now - self.cooldown_s:

@@ -3,7 +3,10 @@
 Serving. A ready replica has ``slots_per_replica`` sequence slots; a request holds one slot for
 ``tokens / (tokens_per_second_per_replica / slots_per_replica)`` seconds. Requests wait FIFO for a
 slot; their time to first token (TTFT) is that wait (the queueing delay; prefill and network add a
-constant that no scaling policy changes). Requests that were running on a replica killed by a spot
+constant that no scaling policy changes). A trace's request (prompt and generated tokens known)
+holds its slot for ``prompt / prefill_tokens_per_second + generated / decode rate`` (the decode
+rate per sequence being ``tokens_per_second_per_replica / slots_per_replica``) and its TTFT is its
+wait plus its prefill, ``prompt / prefill_tokens_per_second``. Requests that were running on a replica killed by a spot
 reclaim are retried at once, ahead of the queue (their new wait counts as a new TTFT).
 
 Replicas (a ReplicaSet's pods). The pool's spec is the policy's replica count plus any surge it
@@ -58,6 +61,8 @@ class RunConfig:
     recreate_delay_s: float = 45.0
     """Node gone → its pods deleted and recreated: the node controller's 40 s grace + a few s."""
     slo_percentile: float = 0.95
+    keep_ttft_samples: bool = False
+    """Keep each minute's TTFT samples for the per-minute percentiles (the pictures)."""
 
 
 @dataclass
@@ -81,6 +86,12 @@ class RunResult:
     target_changes: list[tuple[float, int, int]]
     """(second, from, to) of every change of the policy's replica count."""
     interruption_log: list[dict[str, object]]
+    second_target: list[int] = field(default_factory=list)
+    """The policy's replica count (its spec, surge included) at the end of each second."""
+    second_ready: list[int] = field(default_factory=list)
+    """Ready (serving) replicas at the end of each second."""
+    minute_ttft: list[tuple[float, float, float]] = field(default_factory=list)
+    """p50, p95, p99 TTFT (s) of each minute's samples (with ``RunConfig.keep_ttft_samples``)."""
 
     def summary(self) -> dict[str, float | int]:
         """The figures of the benchmark's JSON line for this policy."""
@@ -247,23 +258,55 @@ def minute_violates(samples: int, over_slo: int, percentile: float) -> bool:
 
 class _Requests:
     """The request side of a run: arrivals, the FIFO queue (retries ahead of it), the requests
-    holding a slot, the TTFT histogram and the current minute's SLO samples."""
+    holding a slot, the TTFT histogram and the current minute's SLO samples.
+
+    A request is ``(arrived, tokens, hold, first)``: its work in tokens, the seconds it holds a
+    slot and the seconds from its slot to its first token (its prefill; 0 without a split)."""
 
     def __init__(self, workload: Workload, pool: PoolConfig) -> None:
         self.slo_s = pool.ttft_slo_ms / 1000.0
         self.seq_rate = pool.tokens_per_second_per_replica / pool.slots_per_replica
         self.arrivals = workload.arrivals.tolist()
         self.tokens = workload.tokens.tolist()
+        self.split = workload.prompt_tokens is not None and workload.generated_tokens is not None
+        if self.split:
+            prefill = workload.prompt_tokens / pool.prefill_tokens_per_second
+            self.firsts = prefill.tolist()
+            self.holds = (prefill + workload.generated_tokens / self.seq_rate).tolist()
+        else:
+            self.firsts = [0.0] * len(self.tokens)
+            self.holds = [tok / self.seq_rate for tok in self.tokens]
         self.count = len(self.arrivals)
         self.next_index = 0  # the next request to arrive
-        self.queue: deque[tuple[float, int]] = deque()  # (arrived, tokens)
-        self.retries: deque[tuple[float, int]] = deque()
+        self.queue: deque[tuple[float, int, float, float]] = deque()  # (arrived, tokens, hold, first)
+        self.retries: deque[tuple[float, int, float, float]] = deque()
         self.waiting_tokens = 0
-        self.running: list[tuple[float, int]] = []  # a heap of (finishes at, tokens)
+        self.running: list[tuple[float, int, float, float]] = []  # a heap of (finishes at, tokens, hold, first)
         self.histogram = [0] * (TTFT_BUCKETS + 1)
         self.served = self.over_slo_total = self.retried = 0
         self.busy_total = self.ready_slot_total = self.waiting_total = 0.0
+        self.processed_total = 0.0
+        """Tokens processed (with a split: each running request at its tokens / hold)."""
+        self.rate_sum = 0.0
         self.minute_samples = self.minute_over = 0
+        self.minute_ttfts: list[float] = []
+        """The current minute's TTFT samples (kept for the percentile-over-time picture)."""
+        self.keep_samples = False
+
+    def _count(self, ttft: float) -> None:
+        self.histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
+        self.served += 1
+        self.minute_samples += 1
+        if ttft > self.slo_s:
+            self.over_slo_total += 1
+            self.minute_over += 1
+        if self.keep_samples:
+            self.minute_ttfts.append(ttft)
+
+    def _run(self, at: float, tok: int, hold: float, first: float) -> None:
+        heapq.heappush(self.running, (at + hold, tok, hold, first))
+        if self.split:
+            self.rate_sum += tok / hold if hold > 0 else 0.0
 
     @property
     def waiting(self) -> int:
@@ -272,16 +315,10 @@ class _Requests:
     def start_oldest(self, at: float) -> None:
         """Give a free slot, at time ``at``, to the oldest waiting request (retries first),
         counting its time to first token."""
-        arrived, tok = self.retries.popleft() if self.retries else self.queue.popleft()
+        arrived, tok, hold, first = self.retries.popleft() if self.retries else self.queue.popleft()
         self.waiting_tokens -= tok
-        ttft = at - arrived
-        self.histogram[min(int(ttft / TTFT_BUCKET_S), TTFT_BUCKETS)] += 1
-        self.served += 1
-        self.minute_samples += 1
-        if ttft > self.slo_s:
-            self.over_slo_total += 1
-            self.minute_over += 1
-        heapq.heappush(self.running, (at + tok / self.seq_rate, tok))
+        self._count(at - arrived + first)
+        self._run(at, tok, hold, first)
 
     def cut(self, now: float, lost_ready: int, ready: int) -> int:
         """``lost_ready`` of the ``ready`` replicas die at ``now``: their share of the running
@@ -292,9 +329,11 @@ class _Requests:
         lost = round(len(running) * lost_ready / ready)
         if lost:
             running.sort()  # a sorted list is a heap; the longest-running are cut
-            for _, tok in running[-lost:]:
-                self.retries.append((now, tok))
+            for _, tok, hold, first in running[-lost:]:
+                self.retries.append((now, tok, hold, first))
                 self.waiting_tokens += tok
+                if self.split:
+                    self.rate_sum -= tok / hold if hold > 0 else 0.0
             del running[-lost:]
             self.retried += lost
         return lost
@@ -303,7 +342,8 @@ class _Requests:
         """Serve the requests of [now, now + 1) on ``capacity`` slots, in event order (arrivals
         and finishes), and add the second to the busy/ready/waiting integrals."""
         arrivals, tokens, running, queue, retries = self.arrivals, self.tokens, self.running, self.queue, self.retries
-        index, seq_rate = self.next_index, self.seq_rate
+        holds, firsts, split = self.holds, self.firsts, self.split
+        index = self.next_index
         end = now + 1.0
         clock = now
         busy = 0.0
@@ -315,8 +355,11 @@ class _Requests:
             if next_finish <= next_arrival:
                 if next_finish >= end:
                     break
-                heapq.heappop(running)
+                _, tok, hold, _ = heapq.heappop(running)
                 busy += (len(running) + 1) * (next_finish - clock)
+                if split:
+                    self.processed_total += self.rate_sum * (next_finish - clock)
+                    self.rate_sum -= tok / hold if hold > 0 else 0.0
                 clock = next_finish
                 if len(running) < capacity and (retries or queue):
                     self.start_oldest(clock)
@@ -324,18 +367,20 @@ class _Requests:
                 if next_arrival >= end:
                     break
                 busy += len(running) * (next_arrival - clock)
+                if split:
+                    self.processed_total += self.rate_sum * (next_arrival - clock)
                 clock = next_arrival
-                tok = tokens[index]
+                tok, hold, first = tokens[index], holds[index], firsts[index]
                 index += 1
                 if len(running) < capacity and not retries and not queue:
-                    self.histogram[0] += 1
-                    self.served += 1
-                    self.minute_samples += 1
-                    heapq.heappush(running, (clock + tok / seq_rate, tok))
+                    self._count(first)
+                    self._run(clock, tok, hold, first)
                 else:
-                    queue.append((clock, tok))
+                    queue.append((clock, tok, hold, first))
                     self.waiting_tokens += tok
         busy += len(running) * (end - clock)
+        if split:
+            self.processed_total += self.rate_sum * (end - clock)
         self.next_index = index
         self.busy_total += busy
         self.ready_slot_total += capacity
@@ -346,13 +391,23 @@ class _Requests:
         with their wait so far. Starts the next minute's samples."""
         for waiting in (self.retries, self.queue):
             self.minute_samples += len(waiting)
-            for arrived, _ in waiting:
+            if self.keep_samples:
+                self.minute_ttfts.extend(end - arrived for arrived, *_ in waiting)
+            for arrived, *_ in waiting:
                 if end - arrived <= self.slo_s:
                     break
                 self.minute_over += 1
         violates = minute_violates(self.minute_samples, self.minute_over, percentile)
         self.minute_samples = self.minute_over = 0
         return violates
+
+    def minute_percentiles(self) -> tuple[float, float, float]:
+        """p50, p95, p99 (nearest rank) of the minute's samples, then forgets them."""
+        samples = sorted(self.minute_ttfts)
+        self.minute_ttfts = []
+        if not samples:
+            return (0.0, 0.0, 0.0)
+        return tuple(samples[max(0, math.ceil(q * len(samples)) - 1)] for q in (0.5, 0.95, 0.99))  # type: ignore[return-value]
 
 
 class _Run:
@@ -375,6 +430,10 @@ class _Run:
         self.view = PoolView()
         self.view.probe = self.pool.probe
         self.requests = _Requests(workload, config.pool)
+        self.requests.keep_samples = config.keep_ttft_samples
+        self.second_target: list[int] = []
+        self.second_ready: list[int] = []
+        self.minute_ttft: list[tuple[float, float, float]] = []
         self.gpu_s_spot = self.gpu_s_od = 0.0
         self.minute_violations: list[bool] = []
         self.minute_ready: list[int] = []
@@ -405,12 +464,16 @@ class _Run:
         if (t + 1) % 60 == 0:
             self.minute_violations.append(self.requests.close_minute(end, self.config.slo_percentile))
             self.minute_ready.append(self.pool.counts[READY])
+            if self.config.keep_ttft_samples:
+                self.minute_ttft.append(self.requests.minute_percentiles())
         if self.progress is not None and (t + 1) % 3600 == 0:
             self.progress(end)
         self.consult_policy(end)
         if self.moves:
             self.advance_moves()
         self.peak = max(self.peak, self.pool.alive)
+        self.second_target.append(self.base_target + self.surge)
+        self.second_ready.append(self.pool.counts[READY])
 
     def lifecycle(self, t: int, now: float) -> None:
         """What happens to the pool at the start of second ``t``; the ReplicaSet reconciles when
@@ -521,7 +584,8 @@ class _Run:
         view.waiting_requests = requests.waiting
         view.waiting_tokens = requests.waiting_tokens
         view.running = len(requests.running)
-        view.tokens_processed = requests.busy_total * requests.seq_rate
+        view.tokens_processed = (requests.processed_total if requests.split
+                                 else requests.busy_total * requests.seq_rate)
         view.busy_slot_seconds = requests.busy_total
         view.ready_slot_seconds = requests.ready_slot_total
         view.waiting_request_seconds = requests.waiting_total
@@ -563,6 +627,9 @@ class _Run:
             minute_ready=self.minute_ready,
             target_changes=self.target_changes,
             interruption_log=[self.log[i] for i in sorted(self.log)],
+            second_target=self.second_target,
+            second_ready=self.second_ready,
+            minute_ttft=self.minute_ttft,
         )
 
 

@@ -58,6 +58,12 @@ class Workload:
     """Expected requests/s for each second of the day."""
     arrivals: np.ndarray
     tokens: np.ndarray
+    """The work a gateway reports for each request (tokens of prompt and output together)."""
+    prompt_tokens: np.ndarray | None = None
+    generated_tokens: np.ndarray | None = None
+    """A trace's split of ``tokens`` (None for the generated day: a request is ``tokens`` of work
+    at the decode rate, no prefill). With them, the serving model prefills the prompt, then
+    decodes the output (see :mod:`bench.scaling.sim`)."""
 
     @property
     def requests(self) -> int:
