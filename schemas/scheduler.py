@@ -123,14 +123,27 @@ class RejectedNodes(FrozenModel):
 
     nodes: NonNegativeInt = 0
     reasons: IntMap = Field(default_factory=dict)
+    preemption: IntMap | None = None
+    """What kube's preemption (DefaultPreemption's PostFilter) said of the same nodes, reason →
+    nodes (e.g. ``Preemption is not helpful for scheduling``), when it found no node to free
+    there; None when unknown (it found one, the pod never preempts, or a part of the nodes did
+    not say)."""
 
     def plus(self, other: RejectedNodes | None) -> RejectedNodes:
         if other is None:
             return self
-        reasons = dict(self.reasons)
-        for reason, count in other.reasons.items():
-            reasons[reason] = reasons.get(reason, 0) + count
-        return RejectedNodes(nodes=self.nodes + other.nodes, reasons=dict(sorted(reasons.items())))
+        preemption = None
+        if self.preemption is not None and other.preemption is not None:
+            preemption = _summed(self.preemption, other.preemption)
+        return RejectedNodes(nodes=self.nodes + other.nodes, reasons=_summed(self.reasons, other.reasons),
+                             preemption=preemption)
+
+
+def _summed(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    total = dict(a)
+    for key, count in b.items():
+        total[key] = total.get(key, 0) + count
+    return dict(sorted(total.items()))
 
 
 class PodRouted(AboutOnePod, FrozenModel):

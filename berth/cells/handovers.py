@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from berth.core.engine import Outcome
-from berth.core.messages import with_more_nodes
-from berth.schemas import HandOverPod, InputPosition, PodRouted
+from berth.core.messages import preemption_verdicts, with_more_nodes, with_more_preemption
+from berth.schemas import HandOverPod, InputPosition, PodRouted, RejectedNodes
 
 from .queue import PendingPod, QueueState, activate, forget_pod
 from .records import CellDecision, Recorder, digest
@@ -92,7 +92,8 @@ def hand_over(state: HandOverState, queue: QueueState, recorder: Recorder, entry
                              message=outcome.message, verdicts=outcome.verdicts)
     # A new round starts from this cell: what the cells before it said is stale by now.
     before = None if routed.round_complete else routed.elsewhere
-    rejected = outcome.rejected.plus(before) if outcome.rejected is not None else before
+    own = _with_preemption(outcome.rejected, outcome.message)
+    rejected = own.plus(before) if own is not None else before
     command = HandOverPod(command_id=digest(record.decision_id, "hand-over"), decision_id=record.decision_id,
                           cell=recorder.cell, pod_uid=pod.uid, namespace=pod.namespace, name=pod.name,
                           hop=routed.hop, route_partition=routed.route_partition, rejected=rejected,
@@ -102,11 +103,26 @@ def hand_over(state: HandOverState, queue: QueueState, recorder: Recorder, entry
 
 def counting_cells_tried(entry: PendingPod, outcome: Outcome) -> Outcome:
     """The outcome of a pod at the end of its round, its message counting the nodes of every cell
-    of the round (kube-scheduler's FitError counts every node of the cluster)."""
+    of the round (kube-scheduler's FitError counts every node of the cluster). The preemption
+    part counts them too when every cell before found no node to free (then what each said of
+    its nodes is what kube's would say); otherwise it speaks of this cell's nodes only."""
     routed = entry.routed
     if routed is None or routed.elsewhere is None or outcome.rejected is None:
         return outcome
     more = routed.elsewhere
     message = with_more_nodes(outcome.message, outcome.rejected.nodes, outcome.rejected.reasons,
                               more.nodes, more.reasons)
+    if more.preemption is not None:
+        message = with_more_preemption(message, more.nodes, more.preemption)
     return replace(outcome, message=message, rejected=outcome.rejected.plus(more))
+
+
+def _with_preemption(rejected: RejectedNodes | None, message: str) -> RejectedNodes | None:
+    """This cell's rejection with what preemption said of its nodes (the PostFilter runs even
+    when the cell may not preempt), when its message says it of all of them."""
+    if rejected is None:
+        return None
+    said = preemption_verdicts(message)
+    if said is None or said[0] != rejected.nodes:
+        return rejected
+    return rejected.model_copy(update={"preemption": dict(sorted(said[1].items()))})

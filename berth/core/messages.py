@@ -36,6 +36,8 @@ __all__ = [
     "fit_error",
     "over_more_nodes",
     "parse_fit_error",
+    "preemption_verdicts",
+    "with_more_preemption",
     "unresolvable_postfilter",
     "with_more_nodes",
     "gang_failed",
@@ -186,19 +188,54 @@ def parse_fit_error(message: str) -> FitErrorParts | None:
     return None
 
 
-def _preemption_over_more_nodes(postfilter_message: str, more_nodes: int) -> str:
-    """The PostFilter part with DefaultPreemption's inner FitError over ``more_nodes`` more
-    nodes, each counted ``Preemption is not helpful for scheduling``; any other part as it is."""
+def _preemption_inner(postfilter_message: str) -> tuple[int, FitErrorParts] | None:
+    """Where DefaultPreemption's inner FitError starts in a PostFilter part, and its parts."""
     at = postfilter_message.find(_PREEMPTION_PREFIX + "0/")
     if at < 0:
-        return postfilter_message
+        return None
     start = at + len(_PREEMPTION_PREFIX)
     inner = parse_fit_error(postfilter_message[start:])
     if inner is None or inner.prefilter_message or inner.postfilter_message:
+        return None
+    return start, inner
+
+
+def _preemption_over_more_nodes(postfilter_message: str, more_nodes: int, more_reasons: Mapping[str, int]) -> str:
+    """The PostFilter part with DefaultPreemption's inner FitError over ``more_nodes`` more
+    nodes (``more_reasons``); any other part as it is."""
+    found = _preemption_inner(postfilter_message)
+    if found is None:
         return postfilter_message
+    start, inner = found
     reasons = dict(inner.reasons)
-    reasons[PREEMPTION_NOT_HELPFUL] = reasons.get(PREEMPTION_NOT_HELPFUL, 0) + more_nodes
+    for reason, count in more_reasons.items():
+        reasons[reason] = reasons.get(reason, 0) + count
     return postfilter_message[:start] + fit_error(inner.total + more_nodes, reasons)
+
+
+def preemption_verdicts(message: str) -> tuple[int, dict[str, int]] | None:
+    """``(nodes, reason → nodes)`` of DefaultPreemption's inner FitError in a FitError message
+    (``preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.``);
+    None when the message has none (preemption nominated a node, or was not eligible)."""
+    parts = parse_fit_error(message)
+    found = _preemption_inner(parts.postfilter_message) if parts is not None else None
+    if found is None:
+        return None
+    return found[1].total, dict(found[1].reasons)
+
+
+def with_more_preemption(message: str, more_nodes: int, more_reasons: Mapping[str, int]) -> str:
+    """A FitError whose preemption part (DefaultPreemption's inner FitError) is restated over
+    ``more_nodes`` more nodes, for which preemption said ``more_reasons``: the nodes of the cells
+    a pod was tried in before (see :func:`with_more_nodes`, which restates the rest). Any other
+    message, or one without that part, is returned unchanged."""
+    parts = parse_fit_error(message)
+    if parts is None or not more_nodes:
+        return message
+    post = _preemption_over_more_nodes(parts.postfilter_message, more_nodes, more_reasons)
+    if post == parts.postfilter_message:
+        return message
+    return fit_error(parts.total, parts.reasons, prefilter_message=parts.prefilter_message, postfilter_message=post)
 
 
 def unresolvable_postfilter(post_filter_plugins: Sequence[str], total_nodes: int, *,
@@ -237,7 +274,8 @@ def over_more_nodes(message: str, more_nodes: int, more_reasons: Mapping[str, in
         for reason, count in more_reasons.items():
             reasons[reason] = reasons.get(reason, 0) + count
     return fit_error(parts.total + more_nodes, reasons, prefilter_message=parts.prefilter_message,
-                     postfilter_message=_preemption_over_more_nodes(parts.postfilter_message, more_nodes))
+                     postfilter_message=_preemption_over_more_nodes(parts.postfilter_message, more_nodes,
+                                                                    {PREEMPTION_NOT_HELPFUL: more_nodes}))
 
 
 # --- SchedulingGates (plugins/schedulinggates; the apiserver's pod strategy) -------------------

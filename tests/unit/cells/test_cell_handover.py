@@ -146,6 +146,8 @@ def test_the_last_cell_counts_the_nodes_of_every_cell_of_the_round_in_its_messag
     arrived = routed(too_big, tried=(0, 1), hop=1).model_copy(update={"elsewhere": command.rejected})
     [verdict] = last(arrived)
     assert verdict.record.outcome == "unschedulable"
+    # The first cell's preemption found nothing to free on its 2 nodes: they count there too.
+    assert command.rejected.preemption == {"Preemption is not helpful for scheduling": 2}
     assert verdict.record.message == ("0/5 nodes are available: 5 Insufficient nvidia.com/gpu. no new claims to "
-                                      "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful "
+                                      "deallocate, preemption: 0/5 nodes are available: 5 Preemption is not helpful "
                                       "for scheduling.")

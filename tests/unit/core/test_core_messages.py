@@ -114,7 +114,8 @@ def test_every_public_string_of_the_module_is_pinned_here() -> None:
     assert constants <= pinned, f"reason strings without a golden test: {constants - pinned}"
     berths_own = {"gpu_no_share", "gpu_no_nvlink_set", "gpu_no_socket_set", "gang_waiting",
                   "gang_not_found", "gang_failed"}  # Berth's own GPU and gang wording
-    readers = {"parse_fit_error", "over_more_nodes", "unresolvable_postfilter"}  # fit_error's, tested below
+    readers = {"parse_fit_error", "over_more_nodes", "unresolvable_postfilter", "preemption_verdicts",
+               "with_more_preemption"}  # fit_error's, tested below
     functions = {name for name, value in vars(messages).items()
                  if inspect.isfunction(value) and not name.startswith("_")}
     assert functions - berths_own - readers <= {"fit_error", "insufficient",
