@@ -26,6 +26,7 @@ from berth.schemas import (
     PolicyRemoved,
     PriorityClassInfo,
     SpotInterruptionNotice,
+    Taint,
 )
 from berth.schemas.cells import CELL_LABEL, cell_of_pod
 from berth.schemas.scheduler import HandOverPod, PodRouted
@@ -558,3 +559,54 @@ def test_the_hand_over_topic_must_be_split_like_the_pod_topic():
     assert Layout.of(counts) == Layout(cells=2, pod_partitions=4, node_partitions=4)
     with pytest.raises(StartupError, match="must have as many"):
         Layout.of({**counts, "berth.scheduler.handovers.v1": 3})
+
+
+# --- the census of the other cells' nodes --------------------------------------------------------
+
+
+def test_every_other_cell_gets_a_new_nodes_census_after_its_own_cell_got_the_node():
+    _, outputs = run([observed(node(cell=2, taints=(), unschedulable=False))])
+    assert [(o.cell, o.event.type.split(".")[-2]) for o in outputs if isinstance(o, ToCell)] == [
+        (2, "node-observed"), (0, "foreign-node-observed"), (1, "foreign-node-observed"),
+        (3, "foreign-node-observed")]
+    sent = next(o.event for o in outputs if isinstance(o, ToCell) and o.cell == 0)
+    assert (sent.name, sent.cell, sent.labels, sent.taints, sent.unschedulable) == (
+        "gpu-a", 2, {CELL_LABEL: "2"}, (), False)
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    pytest.param({"labels": {CELL_LABEL: "2", "team": "ml"}}, True, id="labelled"),
+    pytest.param({"taints": (Taint(key="dedicated", effect="NoSchedule"),)}, True, id="tainted"),
+    pytest.param({"unschedulable": True}, True, id="cordoned"),
+    pytest.param({"allocatable": {"cpu": 1000}}, False, id="capacity only"),
+    pytest.param({"annotations": {"x": "y"}}, False, id="annotation only"),
+])
+def test_the_census_is_sent_again_only_when_labels_taints_or_the_cordon_change(change, expected):
+    state, _ = run([observed(node(cell=2))])
+    _, outputs = run([observed(node(cell=2, **change), t=5), telemetry("gpu-a", 6, 1)], state)
+    assert census(outputs) == ([(c, "foreign-node-observed", "gpu-a") for c in (0, 1, 3)] if expected else [])
+
+
+def test_a_removed_node_leaves_the_census_of_the_other_cells():
+    state, _ = run([observed(node(cell=2))])
+    state, outputs = run([NodeInput.of(NodeRemoved(name="gpu-a", observed_at=at(5)))], state)
+    assert routed(outputs) == [(2, "node-removed", "gpu-a")]
+    assert census(outputs) == [(c, "foreign-node-removed", "gpu-a") for c in (0, 1, 3)]
+    assert state.census is None
+    _, outputs = run([NodeInput.of(NodeRemoved(name="gpu-a", observed_at=at(6)))], state)
+    assert census(outputs) == []  # once
+
+
+def test_a_node_moving_to_another_cell_is_foreign_to_its_old_cell_and_not_to_its_new_one():
+    state, _ = run([observed(node(cell=1))])
+    _, outputs = run([observed(node(cell=3), t=5)], state)
+    assert routed(outputs)[:2] == [(1, "node-removed", "gpu-a"), (3, "node-observed", "gpu-a")]
+    assert census(outputs) == [(c, "foreign-node-observed", "gpu-a") for c in (0, 1, 2)]
+    assert {o.event.cell for o in outputs if isinstance(o, ToCell) and isinstance(o.event, ForeignNodeObserved)} == {3}
+
+
+def test_a_node_state_written_before_the_census_existed_sends_it_on_its_next_observation():
+    state, _ = run([observed(node(cell=2))])
+    old = NODE_STATE.validate_json(NODE_STATE.dump_json(state.model_copy(update={"census": None, "census_cells": 0})))
+    _, outputs = run([observed(node(cell=2), t=5)], old)
+    assert routed(outputs) == [] and len(census(outputs)) == 3
