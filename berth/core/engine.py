@@ -97,17 +97,18 @@ class Outcome:
         decision = self.decision
         if decision is None:
             return ()
-        verdicts = [NodeVerdict(node=score.node, scores=dict(score.scores), total=score.total)
+        verdicts = [_verdict(score.node, None, dict(sorted(score.scores)), score.total)
                     for score in decision.top_scores]
         if not decision.rejections:
             return tuple(verdicts)
         if self.node_names is not None:
-            for node, group in decision.node_reasons(self.node_names):
-                if group is not None:
-                    verdicts.append(NodeVerdict(node=node, reason=", ".join(group.reasons)))
+            reasons = [", ".join(group.reasons) for group in decision.rejections]
+            for node, index in zip(self.node_names, decision.group_indices().tolist()):
+                if index >= 0:
+                    verdicts.append(_verdict(node, reasons[index], {}, None))
         else:
             for group in decision.rejections:
-                verdicts.append(NodeVerdict(node=f"{group.count} node(s)", reason=", ".join(group.reasons)))
+                verdicts.append(_verdict(f"{group.count} node(s)", ", ".join(group.reasons), {}, None))
         return tuple(verdicts)
 
 
@@ -407,6 +408,13 @@ def _deep_copy(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_deep_copy(item) for item in value]
     return value
+
+
+def _verdict(node: str, reason: str | None, scores: dict[str, int], total: int | None) -> NodeVerdict:
+    """A NodeVerdict from the engine's own, already consistent figures (``scores`` keys sorted,
+    as the model's validator would leave them), without validating them again: a decision
+    builds one per scored or rejected node, and validation was a tenth of a pod's cost."""
+    return NodeVerdict.model_construct(node=node, reason=reason, scores=scores, total=total)
 
 
 def _attempt_result(outcome: Outcome) -> str:

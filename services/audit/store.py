@@ -146,10 +146,14 @@ class AuditStore:
 
 def _insert_new(connection: Any, table: Any, rows: list[dict[str, Any]], keys: list[str]) -> set[Any]:
     """Insert the rows whose keys are new; returns the keys inserted (a value for a one-column
-    key, else a tuple). RETURNING, because rowcount is not reported for batched inserts."""
+    key, else a tuple). RETURNING, because rowcount is not reported for batched inserts.
+
+    One statement with the rows as parameters (SQLAlchemy's "insertmanyvalues"): its SQL is
+    compiled once per table and pages of rows go in fixed-size multi-row INSERTs, instead of a
+    new statement of a new size, compiled and parsed again, for every batch."""
     columns = [getattr(table, key) for key in keys]
-    statement = insert(table).values(rows).on_conflict_do_nothing(index_elements=keys).returning(*columns)
-    return {row[0] if len(keys) == 1 else tuple(row) for row in connection.execute(statement)}
+    statement = insert(table).on_conflict_do_nothing(index_elements=keys).returning(*columns)
+    return {row[0] if len(keys) == 1 else tuple(row) for row in connection.execute(statement, rows)}
 
 
 def _input_row(record: AuditRecord) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class DecisionService:
         self.settings = settings
         self.config = config
         self.workers: dict[int, CellWorker] = {}
+        self._queues_reported_at = 0.0
         self.scheduling_metrics = SchedulingMetrics()
         """kube-scheduler's metrics, timed by each cell's engine once the cell is rebuilt (a
         rebuild re-decides inputs already decided: those are not attempts)."""
@@ -225,7 +226,12 @@ class DecisionService:
         worker.announced = True
 
     def _report_queues(self) -> None:
-        """kube's queues: pods placed and awaiting their binding are in none of them."""
+        """kube's queues: pods placed and awaiting their binding are in none of them. At most
+        once a second: counting the placements in flight walks them."""
+        now = time.monotonic()
+        if now - self._queues_reported_at < 1.0:
+            return
+        self._queues_reported_at = now
         cells = [w.cell for w in self.workers.values()]
         unschedulable = sum(c.unschedulable_count for c in cells)
         assumed = sum(1 for c in cells for uid in c.queue.assumed if uid in c.queue.pending)
