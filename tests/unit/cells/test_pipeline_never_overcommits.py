@@ -41,6 +41,8 @@ class Pipeline:
         self.max_delay, self.run_steps = max_delay, run_steps
         self.step = 0
         self.hand_overs = 0
+        self.unschedulable: list[str] = []
+        """Every unschedulable decision's message, in order."""
         self._due: list[tuple[int, int, tuple[Any, ...]]] = []
         self._sequence = 0
         self.overcommits: list[tuple[str, str, str]] = []
@@ -76,6 +78,8 @@ class Pipeline:
         position = InputPosition(topic="inputs", partition=cell, offset=self.offsets[cell])
         self.offsets[cell] += 1
         for decision in self.cells[cell].handle(event, position):
+            if decision.record.outcome == "unschedulable":
+                self.unschedulable.append(decision.record.message)
             for command in decision.commands:
                 if isinstance(command, PlacePods):
                     self._later(self.rng.randint(1, self.max_delay), ("apply", command))
@@ -146,3 +150,9 @@ def test_late_out_of_order_bindings_never_overcommit_a_node():
     pending = [uid for cell in pipeline.cells for uid in cell.queue.pending]
     assert len(pending) == len(set(pending))
     assert not any(set(cell.queue.pending) & set(cell.handovers.handed_over) for cell in pipeline.cells)
+    # As kube-scheduler's, every FitError counts every node of the cluster: pinned pods' through
+    # the census of the other cells' nodes, the others' through their round of cells.
+    nodes = len(pipeline.workload.nodes)
+    fit_errors = [m for m in pipeline.unschedulable if m.startswith("0/")]
+    assert fit_errors, "the run must leave pods unschedulable"
+    assert {m.split(" ", 1)[0] for m in fit_errors} == {f"0/{nodes}"}
