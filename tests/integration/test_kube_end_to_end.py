@@ -11,9 +11,10 @@ Each test works in a namespace of its own and on fake GPU nodes of its own (no k
 pool ``berth.io/node-pool=<test>``; its pods select that pool with a node selector, so tests never
 compete for capacity. The pool label is also what pins a pod and its nodes to one *cell*
 (``berth.schemas.cells``: the decision service splits the cluster into cells, one per partition
-of ``berth.scheduler.inputs.v1``, and a pinned pod only sees the nodes of its own cell — hence the
-node count in Berth's "0/N nodes are available" is the count of the pod's cell, see
-:func:`nodes_in_cell_of_pool`; pods that pin nothing are handed from cell to cell). Nodes are never deleted. Every assertion reads the API objects
+of ``berth.scheduler.inputs.v1``, and a pinned pod is decided against the nodes of its own cell;
+its "0/N nodes are available" still counts every node of the cluster, as kube-scheduler's does,
+the other cells' nodes from the census the inventory sends each cell, see
+:func:`all_nodes`; pods that pin nothing are handed from cell to cell). Nodes are never deleted. Every assertion reads the API objects
 (``spec.nodeName``, the ``berth.io/gpu-devices`` annotation, the ``PodScheduled`` condition,
 events), never logs.
 """
@@ -287,18 +288,12 @@ def node_labels(pipeline: Pipeline, node: str) -> dict[str, str]:
     return CoreV1Api(pipeline.api).read_node(node).metadata.labels
 
 
-def nodes_in_cell_of_pool(pipeline: Pipeline, pool: str) -> list[Any]:
-    """The nodes (as Berth reads them: ``NodeInfo``) in the cell of node pool ``pool`` — the nodes
-    its pods are decided against."""
+def all_nodes(pipeline: Pipeline) -> list[Any]:
+    """Every node of the cluster, as Berth reads them (``NodeInfo``)."""
     from berth.kube.manifests import node_from_manifest
-    from berth.schemas.cells import cell_of_node
-    from berth.schemas.topics import DECISION_INPUTS
 
-    nodes = [node_from_manifest(pipeline.api.sanitize_for_serialization(node))
-             for node in CoreV1Api(pipeline.api).list_node().items]
-    [pool_cell] = {cell_of_node(node, DECISION_INPUTS.partitions) for node in nodes
-                   if node.labels.get(SUITE_LABEL) == pool}
-    return [node for node in nodes if cell_of_node(node, DECISION_INPUTS.partitions) == pool_cell]
+    return [node_from_manifest(pipeline.api.sanitize_for_serialization(node))
+            for node in CoreV1Api(pipeline.api).list_node().items]
 
 
 # --- behaviours --------------------------------------------------------------------------------
@@ -320,16 +315,22 @@ def test_a_plain_pod_is_bound_with_a_scheduled_event(pipeline, suite, namespace)
 def test_an_unschedulable_pod_gets_the_kube_message_and_a_failed_scheduling_event(pipeline, suite, namespace):
     make_nodes(pipeline, suite, 2)
     create_pods(pipeline, namespace, [pod_body("too-big", suite, gpus=16)])
-    cell = nodes_in_cell_of_pool(pipeline, suite)
-    # Nodes of other pools fail the node selector, or first their taint (TaintToleration runs
-    # before NodeAffinity in kube's default profile); reasons sorted as strings, kube 1.34 wording.
-    tainted = sum(1 for node in cell if node.labels.get(SUITE_LABEL) != suite and node.taints)
-    others = len(cell) - 2 - tainted
+    cell = all_nodes(pipeline)  # kube counts every node, whichever cell decided the pod
+    # Nodes of other pools fail the node selector, or first their cordon or taint
+    # (NodeUnschedulable and TaintToleration run before NodeAffinity in kube's default profile);
+    # reasons sorted as strings, kube 1.34 wording.
+    elsewhere = [node for node in cell if node.labels.get(SUITE_LABEL) != suite]
+    cordoned = sum(1 for node in elsewhere if node.unschedulable)
+    tainted = sum(1 for node in elsewhere if not node.unschedulable
+                  and any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints))
+    others = len(elsewhere) - cordoned - tainted
     reasons = ["2 Insufficient nvidia.com/gpu"]
     if others:
         reasons.append(f"{others} node(s) didn't match Pod's node affinity/selector")
     if tainted:
         reasons.append(f"{tainted} node(s) had untolerated taint(s)")
+    if cordoned:
+        reasons.append(f"{cordoned} node(s) were unschedulable")
     # kube 1.34: a request above a node's allocatable is UnschedulableAndUnresolvable, so
     # preemption is "not helpful" on every node; the PostFilter part (the DRA plugin's, then
     # preemption's) follows the FitError after one space, as kube-scheduler v1.34.10 writes it.
