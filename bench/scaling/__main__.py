@@ -173,8 +173,7 @@ def _trace_main(err: Console, *, trace: Path, scale: float, speed: float, start_
     if through_kafka:
         from .kafka_mode import run_through_kafka
 
-        comparison = run_through_kafka(scene, setup, results["berth"] if "berth" in results else None,
-                                       speed=1.0, err=err, plot_dir=plot_dir)
+        comparison = run_through_kafka(scene, setup, results.get("berth"), err=err, plot_dir=plot_dir)
         document["through_kafka"] = comparison
     if plot_dir is not None:
         from .plots import plot_replicas, plot_ttft

@@ -93,3 +93,24 @@ def plot_ttft(results: dict[str, RunResult], slo_s: float, path: Path, title: st
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
+
+
+def plot_kafka(pure: RunResult, kafka: RunResult, path: Path, tolerance_s: float) -> Path:
+    """The replicas Berth asked for: the pure simulation against the run through Kafka."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(1, 1, figsize=(10, 2.6))
+    t = np.arange(len(pure.second_target)) / 60.0
+    ax.step(t, pure.second_target, where="post", color=COLOURS["berth"], lw=2.2, alpha=0.6, label="pure simulation")
+    tk = np.arange(len(kafka.second_target)) / 60.0
+    ax.step(tk, kafka.second_target, where="post", color=COLOURS["berth (kafka)"], lw=1.1,
+            label="through Kafka (token-lag → decision → binder → cluster-sim)")
+    ax.set_ylabel("replicas asked for")
+    ax.set_xlabel("minute of the run")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Berth's replicas, pure vs through Kafka (tolerance ±{tolerance_s:.0f} s)", fontsize=10, loc="left")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

@@ -38,6 +38,9 @@ import numpy as np
 from .workload import TrafficShape, Workload
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+SHIPPED_TRACE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "azure-llm-2023"
+                 / "AzureLLMInferenceTrace_conv.csv")
+"""The shipped trace: ``<repo>/../shared/data/azure-llm-2023`` (one hour, 19,366 requests)."""
 SHIFT_S = 60.0
 """How far (±) each extra copy of a trace is shifted for ``--scale``: a minute keeps the hour's
 minute-level shape and decorrelates the copies' second-level bursts."""

@@ -24,6 +24,7 @@ from berth.schemas.cells import cell_of_pool
 from berth.schemas.topics import DECISION_INPUTS, LAG_STATE, QUEUE_LAG
 
 from .fold import LagSettings, fold_queue_lag, is_stalled, pool_key
+from .pool_metrics import observe_lag
 
 log = get_logger(__name__)
 
@@ -80,6 +81,7 @@ def create_app(layout: Layout, settings: LagSettings, *, app_options: dict[str, 
                 log.debug("stale observation ignored", pool=key, observed_at=observation.observed_at.isoformat())
                 continue
             pools.put(key, state)
+            observe_lag(state)
             origin = origin_of(record)
             cell = cell_of_pool(state.namespace, state.pool, layout.cells)
             sink.publish(LAG_STATE.name, state, event_id=derived_event_id(CONSUMER, origin, 0))
