@@ -78,6 +78,11 @@ PODS_HANDED_OVER = Counter(
     "Pods a decision cell could not place and handed on to the next cell of their round.",
     ["cell"],
 )
+POOL_DESIRED_REPLICAS = Gauge(
+    "berth_pool_desired_replicas",
+    "Replicas the decision service last asked for an inference pool (its latest ScalePool).",
+    ["namespace", "pool"],
+)
 RECORDS_CONSUMED = Counter(
     "berth_records_consumed_total", "Kafka records consumed.", ["consumer", "topic"]
 )

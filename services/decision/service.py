@@ -29,8 +29,8 @@ from aiokafka.errors import KafkaError
 from berth.bus import EventConsumer, ensure_topics
 from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
-from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, SchedulingMetrics
-from berth.schemas import HandOverPod, InputPosition, SchedulerConfigAnnounced
+from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, POOL_DESIRED_REPLICAS, SchedulingMetrics
+from berth.schemas import HandOverPod, InputPosition, ScalePool, SchedulerConfigAnnounced
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
@@ -211,6 +211,9 @@ class DecisionService:
                                            headers=encoded.headers)
                 if decision.record.outcome == "handed-over":
                     PODS_HANDED_OVER.labels(str(worker.partition)).inc()
+                for command in decision.commands:
+                    if isinstance(command, ScalePool):
+                        POOL_DESIRED_REPLICAS.labels(command.namespace, command.pool).set(command.replicas)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
         worker.decided += len(outputs)
 

@@ -55,7 +55,7 @@ def test_every_metric_the_dashboard_queries_is_on_a_running_service(own_kafka: s
                                                                      monkeypatch: pytest.MonkeyPatch):
     wanted = queried_metrics()
     assert {"scheduler_pending_pods", "scheduler_scheduling_attempt_duration_seconds",
-            "berth_consumer_lag_records", "berth_pool_ready_replicas"} <= wanted, wanted
+            "berth_consumer_lag_records", "berth_pool_ready_replicas", "berth_pool_desired_replicas"} <= wanted, wanted
     monkeypatch.setenv("BERTH_KAFKA_BOOTSTRAP", own_kafka)
     asyncio.run(ensure_topics(BerthSettings().kafka))
     pools = tmp_path / "pools.yaml"
