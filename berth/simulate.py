@@ -1,6 +1,10 @@
-"""``berth simulate FILE [--config FILE]``: schedule a manifest file's pending pods, offline.
+"""``berth simulate [FILE ...] [-f PATH ...] [-R] [--config FILE]``: schedule manifests' pending
+pods, offline.
 
-Reads Namespaces, Nodes, Pods, PriorityClasses, PodGroups, ResourceQuotas, LimitRanges,
+Inputs are read as ``kubectl apply -f`` reads them: files (whatever their names), directories
+(their ``*.yaml``, ``*.yml`` and ``*.json`` files in name order; subdirectories too with ``-R``)
+and ``-`` for standard input, positional ones first, then each ``-f`` in order. All of them
+together are one cluster. Reads Namespaces, Nodes, Pods, PriorityClasses, PodGroups, ResourceQuotas, LimitRanges,
 PodDisruptionBudgets and AgentPools (multi-document YAML, or JSON: one object or a ``v1 List``),
 then does what the cluster and Berth would do:
 
@@ -15,8 +19,9 @@ then does what the cluster and Berth would do:
 
 Output, one JSON object per line: per decided pod ``{"pod", "node", "gpus", "message"}``, plus
 ``"victims"`` when it preempted and ``"group"`` for gang members; last a ``{"summary": ...}``.
-Exit status 0 (whatever was placed), 2 for input Berth cannot accept, with a message on stderr
-naming the object and field.
+Exit status 0 (whatever was placed); 2 for input Berth cannot accept, with a message on stderr
+naming the file, the document and the field; 3 when there is nothing to read (a path that does not
+exist, a directory without manifests, no input at all).
 
 This module is the I/O shell around the pure core: it reads files and the clock (for the
 ``decisions_per_second`` figure only); the decisions themselves are deterministic.
@@ -25,6 +30,7 @@ This module is the I/O shell around the pure core: it reads files and the clock 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -41,6 +47,7 @@ from berth.core.admission import QuotaLedger
 from berth.cells.pool_placement import with_preferences
 from berth.cells.pools import merge_cluster_spec
 from berth.configfiles import load_config
+from berth.core.config import KINDS as CONFIG_KINDS
 from berth.core.config import ConfigError, default_document
 from berth.core.engine import Engine
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
@@ -48,7 +55,8 @@ from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, repli
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 
-__all__ = ["Outcome", "Session", "load_file", "main", "pool_replicas", "run", "simulate"]
+__all__ = ["EXIT_INVALID", "EXIT_NO_INPUT", "Outcome", "Session", "Source", "load_file", "load_sources", "main",
+           "pool_replicas", "run", "simulate"]
 
 
 class InputError(ValueError):
@@ -78,26 +86,154 @@ class Outcome:
 
 # --- reading -------------------------------------------------------------------------------------
 
+STDIN = "-"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+"""The files a directory contributes, as ``kubectl apply -f DIR`` reads them."""
+EXIT_INVALID = 2
+"""Input Berth cannot accept: unparsable YAML or JSON, an invalid object, a bad ``--config``."""
+EXIT_NO_INPUT = 3
+"""Nothing to read: a path that does not exist or cannot be read, a directory without manifests,
+no file given, or stdin named twice."""
+
+
+class NoInputError(InputError):
+    """A path that cannot be read, or nothing to read at all (exit :data:`EXIT_NO_INPUT`)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """The documents of one input (a file, or stdin as ``<stdin>``), in order."""
+
+    name: str
+    documents: tuple[Any, ...]
+
+
+def parse_text(text: str, name: str, *, json_suffix: bool = False) -> list[Any]:
+    """The documents of one input's text: JSON (one object, or a list of them) when the name ends
+    in ``.json`` or the text starts with ``{``/``[``, else multi-document YAML. Errors name the
+    input, the (1-based) document and the line."""
+    if json_suffix or text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{name}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+        return list(data) if isinstance(data, list) else [data]
+    documents: list[Any] = []
+    try:
+        for document in yaml.safe_load_all(text):
+            documents.append(document)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{name}: document {len(documents) + 1}: {where}invalid YAML: {problem}") from None
+    return documents
+
 
 def load_file(path: Path) -> list[Any]:
     """The documents of a YAML (multi-document) or JSON file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
-        return list(data) if isinstance(data, list) else [data]
+        raise NoInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    return parse_text(text, str(path), json_suffix=path.suffix.lower() == ".json")
+
+
+def _directory_files(directory: Path, recursive: bool) -> list[Path]:
+    """A directory's manifest files (by suffix) in lexical order; with ``recursive``, those of its
+    subdirectories too, each where its name sorts (the order of ``kubectl apply -f DIR -R``)."""
     try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{path}: {where}invalid YAML: {problem}") from None
+        entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    except OSError as exc:
+        raise NoInputError(f"{directory}: cannot list: {exc.strerror or exc}") from None
+    files: list[Path] = []
+    for entry in entries:
+        if entry.is_dir():
+            if recursive:
+                files += _directory_files(entry, recursive)
+        elif entry.suffix.lower() in MANIFEST_SUFFIXES:
+            files.append(entry)
+    return files
+
+
+def load_sources(paths: Sequence[Path | str], *, recursive: bool = False,
+                 stdin: Any = None) -> list[Source]:
+    """Every input named on the command line, in order: a file (whatever its name), a directory
+    (its ``*.yaml``, ``*.yml`` and ``*.json`` files, sorted; subdirectories with ``recursive``),
+    or ``-`` for standard input (once)."""
+    if not paths:
+        raise NoInputError("no input: name a file, a directory or - (standard input), e.g. "
+                           "berth simulate -f examples/")
+    sources: list[Source] = []
+    read_stdin = False
+    for raw in paths:
+        if str(raw) == STDIN:
+            if read_stdin:
+                raise NoInputError("standard input (-) can be read only once")
+            read_stdin = True
+            stream = stdin if stdin is not None else sys.stdin
+            sources.append(Source("<stdin>", tuple(parse_text(stream.read(), "<stdin>"))))
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files = _directory_files(path, recursive)
+            if not files:
+                hint = "" if recursive else " (subdirectories are read with -R)"
+                raise NoInputError(f"{path}: no manifests in this directory: no *.yaml, *.yml or *.json file{hint}")
+            sources += [Source(str(file), tuple(load_file(file))) for file in files]
+        elif not path.exists():
+            raise NoInputError(f"{path}: no such file or directory")
+        else:
+            sources.append(Source(str(path), tuple(load_file(path))))
+    return sources
+
+
+def _documents_of(sources: Sequence[Source]) -> tuple[list[Any], list[tuple[str, int]]]:
+    """All documents in order, and where each came from (input name, 1-based document number)."""
+    documents: list[Any] = []
+    origins: list[tuple[str, int]] = []
+    for source in sources:
+        for number, document in enumerate(source.documents, start=1):
+            documents.append(document)
+            origins.append((source.name, number))
+    return documents, origins
+
+
+_DOCUMENT_NUMBER = re.compile(r"document (\d+)")
+
+
+def locate_error(exc: ManifestError, documents: Sequence[Any], origins: Sequence[tuple[str, int]]) -> str:
+    """``exc``'s message with the input it concerns: ``document N`` (numbered across all inputs)
+    becomes ``FILE: document n``; an error naming an object gets the input defining it in front."""
+    message = str(exc)
+    if _DOCUMENT_NUMBER.search(message):
+        def local(match: re.Match[str]) -> str:
+            number = int(match.group(1))
+            if not 1 <= number <= len(origins):
+                return match.group(0)
+            name, index = origins[number - 1]
+            return f"{name}: document {index}"
+        return _DOCUMENT_NUMBER.sub(local, message, count=1)
+    kind, _, ref = exc.ref.partition(" ")
+    namespace, _, name = ref.rpartition("/")
+    for document, (source, index) in zip(documents, origins):
+        for item in _items(document):
+            metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            if (item.get("kind") == kind and metadata.get("name") == name
+                    and (not namespace or (metadata.get("namespace") or "default") == namespace)):
+                return f"{source}: document {index}: {message}"
+    return message
+
+
+def _items(document: Any) -> list[dict[str, Any]]:
+    if not isinstance(document, dict):
+        return []
+    items = document.get("items")
+    if str(document.get("kind", "")).endswith("List") and isinstance(items, list):
+        return [item for item in items if isinstance(item, dict)]
+    return [document]
 
 
 # --- the scheduling session ----------------------------------------------------------------------
@@ -125,7 +261,7 @@ def load_scheduler_config(path: Path | None) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise NoInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         load_config(text)
     except ConfigError as exc:
@@ -301,7 +437,7 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
         if item.pod.node_name:
             if item.pod.node_name not in nodes:
                 raise ManifestError(f"Pod {item.pod.key}", "spec.nodeName",
-                                    f"node {item.pod.node_name!r} is not defined in this file")
+                                    f"node {item.pod.node_name!r} is not defined in the input")
             bound.append(item)
         else:
             pending.append(item)
@@ -342,28 +478,100 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
     return report
 
 
+def without_scheduler_configs(documents: Sequence[Any], origins: Sequence[tuple[str, int]],
+                              warnings: list[str]) -> tuple[list[Any], list[tuple[str, int]]]:
+    """The documents that are not scheduler configurations (a directory such as ``examples/``
+    holds one beside the manifests): those are skipped, with a warning saying to pass them with
+    ``--config``."""
+    kept: list[Any] = []
+    kept_origins: list[tuple[str, int]] = []
+    for document, (name, index) in zip(documents, origins):
+        if isinstance(document, dict) and document.get("kind") in CONFIG_KINDS:
+            warnings.append(f"{name}: document {index}: skipped a {document['kind']} (a scheduler configuration, "
+                            f"not a cluster object): pass it with --config {name}")
+            continue
+        kept.append(document)
+        kept_origins.append((name, index))
+    return kept, kept_origins
+
+
+def _simulate_one(sources: Sequence[Source], config: Path | None, tag: str | None) -> int:
+    """Schedule ``sources`` as one cluster and print the outcomes (each line with ``"file":
+    tag`` when given); returns the exit status, printing the error if any."""
+    documents, origins = _documents_of(sources)
+    warnings: list[str] = []
+    kept, origins = without_scheduler_configs(documents, origins, warnings)
+    if documents and not kept:  # only a scheduler configuration: nothing to schedule, say so only
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        return 0
+    documents = kept
+    try:
+        report = run(documents, config)
+    except NoInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NO_INPUT
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except ManifestError as exc:
+        print(f"error: {locate_error(exc, documents, origins)}", file=sys.stderr)
+        return EXIT_INVALID
+    for warning in (*warnings, *report.warnings):
+        print(f"warning: {warning}", file=sys.stderr)
+    extra = {"file": tag} if tag is not None else {}
+    out = sys.stdout
+    for outcome in report.outcomes:
+        out.write(json.dumps({**outcome.to_json(), **extra}, sort_keys=False) + "\n")
+    out.write(json.dumps({"summary": report.summary(), **extra}) + "\n")
+    out.flush()
+    return 0
+
+
 def simulate(
-    file: Annotated[Path, typer.Argument(help="Manifests: multi-document YAML, or JSON (an object or a v1 List).")],
+    files: Annotated[Optional[list[Path]], typer.Argument(
+        help="Manifests: files (multi-document YAML, or JSON: an object or a v1 List), directories "
+             "or - for standard input; same as -f.", show_default=False)] = None,
+    filename: Annotated[Optional[list[Path]], typer.Option(
+        "--filename", "-f", help="A file, a directory (its *.yaml, *.yml and *.json files, sorted) "
+                                 "or - for standard input; repeatable, read after FILES, in order.",
+        show_default=False)] = None,
+    recursive: Annotated[bool, typer.Option(
+        "--recursive", "-R", help="Read the directories' subdirectories too.")] = False,
+    each: Annotated[bool, typer.Option(
+        "--each", help="Simulate every file as a cluster of its own (as the files in examples/ are); "
+                       "each output line then carries \"file\".")] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="Scheduler configuration "
                                                    "(KubeSchedulerConfiguration keys); default: Berth's profile.")] = None,
 ) -> None:
-    """Schedule the pending pods of a manifest file offline and print one JSON line per outcome."""
+    """Schedule the pending pods of manifest files offline and print one JSON line per outcome.
+
+    All inputs together are one cluster (like one `kubectl apply -f A -f B`): objects of one file
+    may refer to those of another; with --each every file is a cluster of its own. Exit status:
+    0 whatever was placed; 2 for input Berth cannot accept (the message names the file, document
+    and field); 3 when there is nothing to read (a missing path, a directory without manifests).
+    """
     try:
-        report = run(load_file(file), config)
-    except (InputError, ManifestError) as exc:
+        sources = load_sources([*(files or ()), *(filename or ())], recursive=recursive)
+        load_scheduler_config(config)  # a bad --config is reported once, before any output
+    except NoInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    out = sys.stdout
-    for outcome in report.outcomes:
-        out.write(json.dumps(outcome.to_json(), sort_keys=False) + "\n")
-    out.write(json.dumps({"summary": report.summary()}) + "\n")
-    out.flush()
+        raise typer.Exit(EXIT_NO_INPUT) from None
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_INVALID) from None
+    if not each:
+        code = _simulate_one(sources, config, None)
+    else:
+        # Like kubectl: a file that fails does not stop the others; the status reports it.
+        codes = [_simulate_one([source], config, source.name) for source in sources]
+        code = max(codes, default=0)
+    if code:
+        raise typer.Exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m berth.simulate FILE [--config FILE]``."""
+    """``python -m berth.simulate [FILE ...] [-f PATH ...] [-R] [--config FILE]``."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(simulate)
     try:

@@ -116,9 +116,9 @@ def test_json_list_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(("text", "expected"), [
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: train-0}\nspec:\n  containers:\n  - name: c\n"
      "    resources: {requests: {cpu: 2 cores}}\n",
-     "error: Pod default/train-0: spec.containers[0].resources.requests.cpu: '2 cores' is not a Kubernetes quantity"),
+     "Pod default/train-0: spec.containers[0].resources.requests.cpu: '2 cores' is not a Kubernetes quantity"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeName: ghost\n  containers: [{name: c}]\n",
-     "error: Pod default/p: spec.nodeName: node 'ghost' is not defined in this file"),
+     "Pod default/p: spec.nodeName: node 'ghost' is not defined in the input"),
     ("kind: Pod\nmetadata: [oops\n", "invalid YAML"),
 ])
 def test_invalid_input_exits_2_with_the_object_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str],
