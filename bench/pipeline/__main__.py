@@ -236,7 +236,8 @@ def _json_safe(value: Any) -> Any:
 
 
 def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = NODES,
-        seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1) -> dict[str, Any]:
+        seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1,
+        plot: Path | None = None) -> dict[str, Any]:
     from berth.services.audit import db
     from berth.bus import ensure_topics
     from berth_dev.devstack.stack import DevStack
@@ -278,11 +279,22 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
                     steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s, ports)
                 finally:
                     recorder.stop()
+                if plot is not None:
+                    from .plot import plot_timeline
+
+                    offered = [p.uid for p in all_pods[PROBES:] if p.uid in recorder.published]
+                    written = plot_timeline(recorder.published, recorder.placed, offered,
+                                            [(s["started_at"], s["offered_pods_per_s"]) for s in steps], plot,
+                                            f"Berth pipeline, {nodes:,} nodes, {decision_workers} decision "
+                                            f"process(es), {os.cpu_count()} CPUs")
+                    console.print(f"[green]✓[/] wrote {written}")
         finally:
             with console.status("stopping Kafka and Postgres …"):
                 stack.stop()
     sustained = [s for s in steps if s["sustained"]]
     best = max(sustained, key=lambda s: s["achieved_pods_per_s"]) if sustained else None
+    for step in steps:
+        step.pop("started_at", None)  # a monotonic reading: for the plot, meaningless in the JSON
     summary = {
         "pods_per_s": best["achieved_pods_per_s"] if best else 0.0,
         "p50_latency_ms": best["p50_latency_ms"] if best else None,
@@ -338,6 +350,7 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
         offset += len(pods)
         before = _scrape_all(decision_ports)
         cpu_before = _cpu_seconds(ports)
+        started_at = time.monotonic()
         with console.status(f"offering {rate:g} pods/s for {step_s:g} s …"):
             took = asyncio.run(_offer(settings, pods, rate, recorder))
         deadline = time.monotonic() + DRAIN_S
@@ -353,6 +366,7 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
         step["cpu_ms_per_pod"] = {name: round((cpu_after[name] - cpu_before[name]) * 1000 / max(1, len(pods)), 2)
                                   for name in sorted(ports)}
         step["publish_s"] = round(took, 2)
+        step["started_at"] = started_at
         step["inventory_lag_records_after"] = inventory_lag
         step["sustained"] = (step["achieved_pods_per_s"] >= 0.9 * rate and step["p99_latency_ms"] < 1000
                              and step["placed"] == step["pods"])
@@ -398,9 +412,12 @@ def main() -> None:
     parser.add_argument("--decision-workers", type=int, default=1,
                         help="decision processes sharing the cells (default %(default)s; the cells are "
                              "the partitions of berth.scheduler.inputs.v1, so more than that idle)")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="write throughput and latency over time to this PNG (needs matplotlib)")
     args = parser.parse_args()
     rates = tuple(float(r) for r in args.rates.split(","))
-    summary = run(rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers)
+    summary = run(rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers,
+                  plot=args.plot)
     print(json.dumps(summary))
     sys.stdout.flush()
 
