@@ -133,6 +133,10 @@ class BerthSettings(BaseSettings):
     None: not served; 0: a free port, logged at start). See :mod:`berth.health`."""
     scheduler_config: Path | None = None
     """KubeSchedulerConfiguration-style profiles for the decision core; None = built-in default."""
+    snapshot_every: int = Field(default=50_000, ge=0)
+    """The decision service snapshots a cell every this many of its inputs (0: never), so that a
+    cell taken over restores the snapshot and folds only the inputs after it instead of its whole
+    log (``BERTH_SNAPSHOT_EVERY``; see ``services/decision/snapshots.py``)."""
     spot_labels: str = ""
     """Node labels that mark spot capacity beyond the providers' own (see
     :mod:`berth.kube.capacity`): ``KEY=VALUE[|VALUE],...``, e.g. ``example.com/lifecycle=spot``.
