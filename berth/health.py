@@ -4,7 +4,12 @@ Why on the loop: prometheus_client's /metrics answers from a thread of its own, 
 answering while the service's asyncio loop is stuck. :class:`HealthServer` is an aiohttp server on
 the loop that does the work; when that loop is stuck it cannot answer at all, and the probe times
 out (a failure). A heartbeat task also stamps ``time.monotonic()`` every second: ``/livez`` answers
-503 when the last stamp is older than ``stale_after_s`` (a loop blocked often, if not always).
+503 when the last stamp is older than ``stale_after_s``, and also for ``stale_after_s`` after the
+heartbeat found a gap longer than that between two stamps. The second rule is what catches a loop
+that is blocked only intermittently: once the loop runs again, the heartbeat usually stamps before
+a waiting probe is handled, so the probe answered after a long stall still fails. A single stall
+costs one or two failed probes (kubelet restarts after ``failureThreshold`` in a row, 3 by
+default); a loop that keeps stalling fails them all.
 
 ``/readyz`` runs the readiness checks the service registered: async callables returning
 ``(ok, detail)``, each under a timeout, all at once. The body is kube-apiserver's
@@ -101,6 +106,8 @@ class HealthServer:
         self._readiness: list[Probe] = []
         self._liveness: list[Probe] = [Probe("loop", self._loop_check, check_timeout_s)]
         self._beat: float | None = None
+        self._stall: tuple[float, float] | None = None
+        """(longest recent gap between two stamps, when it ended) once a gap exceeded the limit."""
         self._heartbeat: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -128,7 +135,10 @@ class HealthServer:
 
     async def _beat_forever(self) -> None:
         while True:
-            self._beat = self._clock()
+            now = self._clock()
+            if self._beat is not None and now - self._beat > self.stale_after_s:
+                self._stall = (now - self._beat, now)
+            self._beat = now
             await asyncio.sleep(self.heartbeat_s)
 
     async def _loop_check(self) -> tuple[bool, str]:
@@ -136,10 +146,15 @@ class HealthServer:
             return False, "heartbeat not started"
         if self._heartbeat.done():
             return False, "heartbeat task ended"
-        age = self._clock() - self._beat
+        now = self._clock()
+        age = now - self._beat
         if age > self.stale_after_s:
             return False, (f"event loop heartbeat {age:.1f} s old (limit {self.stale_after_s:g} s): "
                            "the loop was blocked")
+        if self._stall is not None and now - self._stall[1] <= self.stale_after_s:
+            gap, ended = self._stall
+            return False, (f"the event loop was blocked for {gap:.1f} s until {now - ended:.1f} s ago "
+                           f"(limit {self.stale_after_s:g} s)")
         return True, f"heartbeat {age:.1f} s ago"
 
     # --- running the checks ---------------------------------------------------------------------

@@ -154,7 +154,10 @@ async def test_a_loop_blocked_longer_than_the_limit_fails_livez_until_the_heartb
     time.sleep(0.4)  # the loop is blocked: no heartbeat can run
     [loop] = await health.livez()  # no await suspended before the check reads the stamp
     assert not loop.ok and "the loop was blocked" in loop.detail
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the heartbeat stamps again, and saw the gap
+    [loop] = await health.livez()
+    assert not loop.ok and re.match(r"the event loop was blocked for 0\.[45] s until 0\.\d s ago", loop.detail), loop
+    await asyncio.sleep(0.25)  # the stall is older than the limit: alive again
     assert all(o.ok for o in await health.livez())
     await health.stop()
 
