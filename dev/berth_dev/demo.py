@@ -11,6 +11,13 @@
 4. When every pod is bound or known unschedulable and the audit has caught up, replay every
    decision from Postgres alone and count mismatches.
 5. Print a summary and, as the very last line, one JSON object; stop everything.
+
+The summary accounts for every pod, each in exactly one row (:func:`pod_fates`): the pods of the
+workload plus the pool replicas the simulated cluster created are placed by Berth (then still
+running, finished, evicted, gone with their node or scaled away), running from the start
+(``spec.nodeName``), unschedulable at the end (grouped by reason), deleted while still pending
+(a pool scaled down), refused by the API server, or — only while the run is going — pending
+without a verdict or not arrived yet. The cluster simulator's ``/status`` ledger is the source.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -31,6 +40,7 @@ from rich.table import Table
 from sqlalchemy import func, select
 
 from berth.bus import ensure_topics
+from berth.core.messages import parse_fit_error
 from berth.services.audit import db
 from berth.services.audit.models import DecisionRow
 from berth.settings import BerthSettings, DatabaseSettings
@@ -131,11 +141,12 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
         with console.status("replaying every decision from Postgres alone …"):
             report = _replay(settings)
         dead_letters = asyncio.run(_count_dead_letters(settings))
-    pods = status["pods"]
+    fates = pod_fates(status["pods"])
     summary = {
-        "pods": pods["workload"] + pods["created"],
-        "placed": pods["bound_total"],
-        "unschedulable": pods["unschedulable"],
+        "pods": fates.total,
+        "placed": fates.counts["placed"],
+        "unschedulable": fates.counts["unschedulable"],
+        "pods_by_fate": fates.counts,
         "decisions_audited": decisions,
         "replay_mismatches": len(report.mismatches),
         "overcommitted_binds": status["overcommitted_binds"],
@@ -143,8 +154,122 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
         "pool_scale_events": status["api"]["scales"],
         "dead_lettered": dead_letters,
     }
-    _print_summary(summary, status, report)
+    _print_summary(summary, status, report, fates)
     return summary
+
+
+# --- what became of every pod ----------------------------------------------------------------------
+
+FATES = {
+    "placed": "placed by Berth",
+    "running_from_start": "running from the start (spec.nodeName, no scheduler)",
+    "unschedulable": "unschedulable at the end",
+    "deleted_while_pending": "deleted while pending, never placed",
+    "refused": "refused by the API server at creation",
+    "undecided": "pending, no verdict yet",
+    "other_scheduler": "pending for another scheduler",
+    "not_arrived": "not arrived yet",
+}
+"""The rows of the pod account: each pod in exactly one."""
+
+PLACED_THEN = {
+    "running": "still running at the end",
+    "finished": "finished (their run time was over)",
+    "evicted": "evicted on Berth's command (preemption, spot drain)",
+    "node removed": "deleted with their node (spot reclaim, node removal)",
+    "scaled down": "removed by a pool scale-down",
+    "deleted": "deleted through the API",
+}
+WITHDRAWN = {
+    "scaled down": "removed by a pool scale-down",
+    "finished": "finished",
+    "evicted": "evicted on Berth's command",
+    "node removed": "deleted with their node",
+    "deleted": "deleted through the API",
+}
+VERDICT = {"unschedulable": "after an unschedulable verdict", "undecided": "before any verdict",
+           "other scheduler": "(another scheduler's)"}
+TOP_REASONS = 5
+
+
+@dataclass(frozen=True)
+class PodFates:
+    """Every pod of the run in exactly one row of ``counts``; ``details`` splits some rows
+    (``placed``, ``unschedulable``, ``deleted_while_pending``) into sub-rows that add up to them."""
+
+    total: int
+    workload: int
+    replicas: int
+    counts: dict[str, int]
+    details: dict[str, list[tuple[str, int]]]
+
+    @property
+    def decidable(self) -> int:
+        """What Berth has to decide now: the pods it placed and the pending pods of its scheduler."""
+        return self.counts["placed"] + self.counts["unschedulable"] + self.counts["undecided"]
+
+    @property
+    def decided(self) -> int:
+        return self.counts["placed"] + self.counts["unschedulable"]
+
+
+def reason_class(message: str) -> str:
+    """A pod's unschedulable message, reduced to a row: for kube's ``0/N nodes are available``
+    the reason most nodes gave (ties by name), for a gang the gang's situation."""
+    parts = parse_fit_error(message)
+    if parts is not None:
+        if parts.reasons:
+            reason, _ = max(parts.reasons.items(), key=lambda item: (item[1], item[0]))
+            return reason
+        return parts.prefilter_message or message
+    histogram = re.match(r"0/\d+ nodes are available: (.+?)\.(?: |$)", message)
+    if histogram is not None:  # kube's wording, written by another hand: read it leniently
+        entries = [re.fullmatch(r"(\d+) (.+)", entry) for entry in histogram.group(1).split(", ")]
+        counted = [(int(entry.group(1)), entry.group(2)) for entry in entries if entry is not None]
+        if counted:
+            return max(counted)[1]
+    if re.match(r"pod group \S+ did not fit as a whole", message):
+        return "gang did not fit as a whole (fewer than minMember placeable)"
+    if re.match(r"pod group \S+ has \d+ pending pods, fewer than minMember", message):
+        return "gang waiting for members (fewer pending than minMember)"
+    if re.match(r'pod group "\S+" not found', message):
+        return "PodGroup not found"
+    return message or "(no message)"
+
+
+def pod_fates(pods: dict[str, Any]) -> PodFates:
+    """The pod account from the cluster simulator's ``/status`` ``pods`` (its ledger)."""
+    ledger = pods["ledger"]
+    pending = ledger["pending"]
+    replicas = ledger["created"] - pods["arrived"]
+    withdrawn = ledger["deleted_while_pending"]
+    counts = {
+        "placed": ledger["placed"],
+        "running_from_start": ledger["created_bound"],
+        "unschedulable": pending["unschedulable"],
+        "deleted_while_pending": sum(sum(by.values()) for by in withdrawn.values()),
+        "refused": pods["refused"],
+        "undecided": pending["undecided"],
+        "other_scheduler": pending["other scheduler"],
+        "not_arrived": pods["workload"] - pods["arrived"] - pods["refused"],
+    }
+    reasons: dict[str, int] = {}
+    for message, count in ledger["unschedulable_reasons"].items():
+        row = reason_class(message)
+        reasons[row] = reasons.get(row, 0) + count
+    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    if len(ranked) > TOP_REASONS:
+        ranked = [*ranked[:TOP_REASONS - 1], ("other reasons", sum(n for _, n in ranked[TOP_REASONS - 1:]))]
+    details = {
+        "placed": [(PLACED_THEN.get(cause, cause), n) for cause, n in
+                   sorted(ledger["placed_then"].items(), key=lambda item: list(PLACED_THEN).index(item[0])
+                          if item[0] in PLACED_THEN else len(PLACED_THEN)) if n],
+        "unschedulable": ranked,
+        "deleted_while_pending": [(f"{WITHDRAWN.get(cause, cause)} {VERDICT.get(stage, stage)}", n)
+                                  for cause, by in sorted(withdrawn.items()) for stage, n in sorted(by.items()) if n],
+    }
+    return PodFates(total=pods["workload"] + replicas, workload=pods["workload"], replicas=replicas,
+                    counts=counts, details=details)
 
 
 def _status(sim_url: str) -> dict[str, Any] | None:
@@ -160,7 +285,7 @@ def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_a
     """Show progress until every pod is decided; inject one malformed record on the way."""
     deadline = time.monotonic() + timeout_s
     injected = False
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
+    columns = (TextColumn("{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         arrived = progress.add_task("pods arrived", total=None, detail="")
@@ -174,12 +299,15 @@ def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_a
                 time.sleep(0.5)
                 continue
             pods = status["pods"]
-            total = pods["workload"] + pods["created"]
-            progress.update(arrived, completed=pods["arrived"] + pods["created"], total=total,
-                            detail=f"sim time {status['sim_seconds']:.0f}s")
-            progress.update(decided, completed=pods["bound_total"] + pods["unschedulable"], total=total,
-                            detail=f"bound {pods['bound']} unschedulable {pods['unschedulable']} "
-                                   f"deleted {pods['deleted']}")
+            fates = pod_fates(pods)
+            # Arrived: the workload's pods (the pools' replicas are created by the cluster itself).
+            progress.update(arrived, completed=pods["arrived"] + pods["refused"], total=pods["workload"],
+                            detail=f"sim {status['sim_seconds']:.0f}s, +{fates.replicas} replicas")
+            # Decided: of what Berth has to decide (the pods it placed and those pending for it),
+            # how many are placed or known unschedulable. Pods deleted while pending leave it.
+            counts = fates.counts
+            progress.update(decided, completed=fates.decided, total=fates.decidable,
+                            detail=f"placed {counts['placed']}, unschedulable {counts['unschedulable']}")
             if not injected and pods["arrived"] >= malformed_at * pods["workload"]:
                 asyncio.run(_publish_malformed())
                 injected = True
@@ -268,15 +396,27 @@ def _replay(settings: BerthSettings) -> Any:
         engine.dispose()
 
 
-def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any) -> None:
+def pod_rows(fates: PodFates) -> list[tuple[str, int, int]]:
+    """The pod account as table rows ``(label, pods, depth)``: depth 0 rows add up to the total
+    (the first row), depth 1 rows to the row above them. Empty rows are left out."""
+    rows = [(f"pods: {fates.workload:,} in the workload + {fates.replicas:,} pool replicas", fates.total, 0)]
+    for key, label in FATES.items():
+        if fates.counts[key]:
+            rows.append((label, fates.counts[key], 1))
+            rows += [(sub, n, 2) for sub, n in fates.details.get(key, [])]
+    return rows
+
+
+def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any, fates: PodFates) -> None:
     table = Table(title="Berth demo", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
-    rows = [
-        ("nodes (GPU nodes carry 8 devices)", status["nodes"]),
-        ("pods in the workload (+ pool replicas)", summary["pods"]),
-        ("placed and bound", summary["placed"]),
-        ("unschedulable (kube-style reason recorded)", summary["unschedulable"]),
+    rows: list[tuple[str, Any]] = [("nodes (GPU nodes carry 8 devices)", status["nodes"])]
+    rows += [(("  " * depth + ("└ " if depth == 2 else "")) + escape(label), f"{count:,}")
+             for label, count, depth in pod_rows(fates)]
+    if sum(fates.counts.values()) != fates.total:
+        rows.append(("[red]pods not accounted for[/]", fates.total - sum(fates.counts.values())))
+    rows += [
         ("spot notices → nodes cordoned", summary["spot_notices"]),
         ("pool scale commands applied", summary["pool_scale_events"]),
         ("decisions in the audit store", summary["decisions_audited"]),

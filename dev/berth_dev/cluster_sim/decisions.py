@@ -65,6 +65,6 @@ class DecisionWatcher:
             return
         self.seen += 1
         if event.outcome in UNDECIDABLE_NOW:
-            self.state.mark_decided(event.subject, unschedulable=True)
+            self.state.mark_decided(event.subject, unschedulable=True, reason=event.message or event.outcome)
         elif event.outcome in ("placed", "preempting"):
             self.state.mark_decided(event.subject, unschedulable=False)

@@ -27,7 +27,7 @@ from berth_dev.workloads import QueueLagSample, SpotNotice, TimedPod, Workload, 
 
 from .clock import SimClock
 from .outbox import EventSink
-from .state import ClusterState, PodRecord
+from .state import FINISHED, ClusterState, PodRecord
 
 log = get_logger(__name__)
 BACKLOG_LIMIT = 5000
@@ -41,6 +41,8 @@ class WorkloadPlayer:
         self.sink = sink
         self.clock = clock
         self.arrived = 0
+        self.refused = 0
+        """Workload pods the API server refused to create."""
         self.spot_notices_sent = 0
         self._heap: list[tuple[float, int, Callable[[], Sequence[Any]], bool]] = []
         self._sequence = itertools.count()
@@ -100,6 +102,7 @@ class WorkloadPlayer:
             result = self.state.create_pod(timed.pod, self.clock.now())
             if not result.ok:
                 log.warning("pod not created", pod=timed.pod.key, reason=result.body.get("message"))
+                self.refused += 1
                 return ()
             self.arrived += 1
             if timed.run_s is not None:
@@ -120,7 +123,7 @@ class WorkloadPlayer:
             current = self.state.pods.get(f"{namespace}/{name}")
             if current is None or current.pod.uid != uid:
                 return ()  # evicted or gone with its node meanwhile
-            return self.state.delete_pod(namespace, name, self.clock.now(), uid=uid).events
+            return self.state.delete_pod(namespace, name, self.clock.now(), uid=uid, cause=FINISHED).events
 
         self._at(self.clock.seconds() + run_s, finish, counted=False)
 

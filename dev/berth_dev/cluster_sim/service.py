@@ -6,7 +6,8 @@ So a binder can connect as soon as the API answers, and no verdict about our pod
 
 ``/status`` (and the JSON summary printed on stdout at exit) report: simulated seconds, whether
 the workload has been fully played, pod counts (arrived of the workload's total, pending, bound,
-unschedulable, undecided, deleted), API counters, overcommitted binds and published events.
+unschedulable, undecided, deleted, refused) with ``ledger``, what became of every pod created
+(:meth:`~.state.ClusterState.ledger`), API counters, overcommitted binds and published events.
 ``all_decided`` is true once the workload is played and no pending pod of Berth's scheduler is
 waiting for a verdict; it is only meaningful with the decision watcher on (without it, a pod
 that cannot be placed stays undecided forever).
@@ -94,10 +95,11 @@ class Simulator:
             "decisions_seen": self.watcher.seen if self.watcher else 0,
             "nodes": counts["nodes"],
             "pods": {"workload": len(self.workload.pods), "arrived": self.player.arrived,
+                     "refused": self.player.refused,
                      "created": counters["pods_created"], "pending": counts["pending"],
                      "bound": counts["bound"], "unschedulable": counts["unschedulable"],
                      "undecided": counts["undecided"], "deleted": counters["pods_deleted"],
-                     "bound_total": counters["pods_bound"]},
+                     "bound_total": counters["pods_bound"], "ledger": self.state.ledger()},
             "api": {k: counters[k] for k in ("bind_conflicts", "evictions", "cordons", "scales")},
             "nodes_removed": counters["nodes_removed"],
             "spot_notices": self.player.spot_notices_sent,

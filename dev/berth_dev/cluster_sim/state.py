@@ -76,6 +76,8 @@ class PodRecord:
     """``namespace/name`` of the AgentPool that owns the pod."""
     index: int | None = None
     """The replica number within its pool."""
+    placed: bool = False
+    """Bound by a binding (a scheduler's decision), not created with ``spec.nodeName``."""
 
 
 @dataclass
@@ -104,6 +106,16 @@ class Counters:
     scales: int = 0
     overcommitted_binds: int = 0
     nodes_removed: int = 0
+    pods_created_bound: int = 0
+    """Pods created with ``spec.nodeName`` (running from the start, no scheduler involved)."""
+
+
+# Why a pod was deleted (the ledger's causes).
+FINISHED = "finished"
+EVICTED = "evicted"
+NODE_REMOVED = "node removed"
+SCALED_DOWN = "scaled down"
+DELETED = "deleted"
 
 
 class ClusterState:
@@ -119,6 +131,10 @@ class ClusterState:
         self.usage: dict[str, NodeUsage] = {}
         self.unschedulable: set[str] = set()
         """UIDs of pending pods whose latest decision said they cannot be placed now."""
+        self.reasons: dict[str, str] = {}
+        """UID → the message of the latest decision that said the pod cannot be placed now."""
+        self.deleted: dict[tuple[str, str], int] = {}
+        """(the pod's stage when deleted, cause) → pods; stages as in :meth:`ledger`."""
         self.counters = Counters()
         self.bound_listeners: list[Callable[[PodRecord], None]] = []
         self.overcommit_listeners: list[Callable[[PodRecord, str], None]] = []
@@ -197,7 +213,7 @@ class ClusterState:
         self.counters.nodes_removed += 1
         events: list[Any] = [NodeRemoved(name=name, observed_at=now)]
         for key in sorted(k for k, r in self.pods.items() if r.pod.node_name == name):
-            events += self._delete(key, now)
+            events += self._delete(key, now, cause=NODE_REMOVED)
         return ApiResult(200, status_body(200, "", f'node "{name}" deleted'), tuple(events))
 
     # -- pods -------------------------------------------------------------------------------------
@@ -215,6 +231,7 @@ class ClusterState:
         self.pods[key] = record
         self.counters.pods_created += 1
         if record.pod.node_name is not None:
+            self.counters.pods_created_bound += 1
             self._charge(record)
         return ApiResult(201, pod_json(record), (self._pod_event(record, now),))
 
@@ -231,10 +248,23 @@ class ClusterState:
             return _error(403, "Forbidden", converted.rejection)
         return self.create_pod(converted.pod, now)
 
-    def _delete(self, key: str, now: datetime, *, replace: bool = True) -> list[Any]:
+    def _stage(self, record: PodRecord) -> str:
+        """Where a pod stands: ``placed`` (bound by a binding), ``created bound``, or pending:
+        ``unschedulable`` (its latest decision said so), ``undecided`` (Berth's, no verdict yet),
+        ``other scheduler``."""
+        if record.pod.node_name is not None:
+            return "placed" if record.placed else "created bound"
+        if record.pod.uid in self.unschedulable:
+            return "unschedulable"
+        return "undecided" if record.pod.scheduler_name == SCHEDULER_NAME else "other scheduler"
+
+    def _delete(self, key: str, now: datetime, *, replace: bool = True, cause: str = DELETED) -> list[Any]:
         """Delete a pod; a pool's pod is replaced (unless the pool itself is shrinking)."""
         record = self.pods.pop(key)
+        stage = (self._stage(record), cause)
+        self.deleted[stage] = self.deleted.get(stage, 0) + 1
         self.unschedulable.discard(record.pod.uid)
+        self.reasons.pop(record.pod.uid, None)
         if record.pod.node_name is not None:
             self._charge(record, sign=-1)
         self.counters.pods_deleted += 1
@@ -244,7 +274,8 @@ class ClusterState:
             events += self._reconcile(self.pools[record.pool], now)
         return events
 
-    def delete_pod(self, namespace: str, name: str, now: datetime, *, uid: str | None = None) -> ApiResult:
+    def delete_pod(self, namespace: str, name: str, now: datetime, *, uid: str | None = None,
+                   cause: str = DELETED) -> ApiResult:
         key = f"{namespace}/{name}"
         record = self.pods.get(key)
         if record is None:
@@ -252,11 +283,11 @@ class ClusterState:
         if uid is not None and uid != record.pod.uid:
             return _precondition_failed("pods", name, uid, record.pod.uid)
         body = pod_json(record)
-        return ApiResult(200, body, tuple(self._delete(key, now)))
+        return ApiResult(200, body, tuple(self._delete(key, now, cause=cause)))
 
     def evict(self, namespace: str, name: str, now: datetime, *, uid: str | None = None) -> ApiResult:
         """The Eviction API: delete the pod gracefully (no disruption budgets in the simulator)."""
-        result = self.delete_pod(namespace, name, now, uid=uid)
+        result = self.delete_pod(namespace, name, now, uid=uid, cause=EVICTED)
         if not result.ok:
             return result
         self.counters.evictions += 1
@@ -299,8 +330,10 @@ class ClusterState:
         pod = record.pod.model_copy(update={"node_name": node, "gpu_devices": devices, "phase": "Running",
                                             "annotations": {**record.pod.annotations, **extra}})
         record.pod = pod
+        record.placed = True
         record.resource_version = self._next_version()
         self.unschedulable.discard(pod.uid)
+        self.reasons.pop(pod.uid, None)
         self.counters.pods_bound += 1
         problem = self._charge(record)
         if problem is not None:
@@ -386,14 +419,15 @@ class ClusterState:
             # ReplicaSet order: unscheduled pods go first, then the newest.
             doomed = sorted(mine, key=lambda kr: (kr[1].pod.node_name is not None, -(kr[1].index or 0)))
             for pod_key, _ in doomed[:len(mine) - record.replicas]:
-                events += self._delete(pod_key, now, replace=False)
+                events += self._delete(pod_key, now, replace=False, cause=SCALED_DOWN)
         return events
 
     # -- decisions --------------------------------------------------------------------------------
 
-    def mark_decided(self, subject: str, unschedulable: bool) -> int:
+    def mark_decided(self, subject: str, unschedulable: bool, reason: str = "") -> int:
         """Record a decision about ``subject`` (``namespace/pod`` or ``namespace/pod-group``):
-        its pending pods are unschedulable now, or no longer. Returns how many pods it named."""
+        its pending pods are unschedulable now (``reason``: the decision's message), or no longer.
+        Returns how many pods it named."""
         namespace, _, name = subject.partition("/")
         record = self.pods.get(subject)
         named = [record] if record is not None else []
@@ -401,9 +435,43 @@ class ClusterState:
         for r in named:
             if unschedulable and r.pod.node_name is None:
                 self.unschedulable.add(r.pod.uid)
+                self.reasons[r.pod.uid] = reason
             else:
                 self.unschedulable.discard(r.pod.uid)
+                self.reasons.pop(r.pod.uid, None)
         return len(named)
+
+    def ledger(self) -> dict[str, Any]:
+        """What became of every pod ever created, each counted once: ``created bound`` (with
+        ``spec.nodeName``), ``placed`` (bound by a binding; split by what happened to it since:
+        ``running`` or deleted — ``finished``, ``evicted``, ``node removed``, ``scaled down``,
+        ``deleted``), pending now (``unschedulable``, ``undecided``, ``other scheduler``), or
+        ``deleted while pending`` (by cause, and whether a verdict had said unschedulable). The
+        numbers add up to ``pods_created``; ``unschedulable_reasons`` counts the pending
+        unschedulable pods by their latest decision's message."""
+        placed_then: dict[str, int] = {}
+        pending: dict[str, int] = {"unschedulable": 0, "undecided": 0, "other scheduler": 0}
+        for record in self.pods.values():
+            stage = self._stage(record)
+            if stage == "placed":
+                placed_then["running"] = placed_then.get("running", 0) + 1
+            elif stage in pending:
+                pending[stage] += 1
+        withdrawn: dict[str, dict[str, int]] = {}
+        for (stage, cause), count in sorted(self.deleted.items()):
+            if stage == "placed":
+                placed_then[cause] = placed_then.get(cause, 0) + count
+            elif stage != "created bound":
+                by_verdict = withdrawn.setdefault(cause, {})
+                by_verdict[stage] = by_verdict.get(stage, 0) + count
+        reasons: dict[str, int] = {}
+        for record in self.pods.values():
+            if record.pod.node_name is None and record.pod.uid in self.unschedulable:
+                reason = self.reasons.get(record.pod.uid, "")
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return {"created": self.counters.pods_created, "created_bound": self.counters.pods_created_bound,
+                "placed": self.counters.pods_bound, "placed_then": placed_then, "pending": pending,
+                "deleted_while_pending": withdrawn, "unschedulable_reasons": reasons}
 
 
 def _precondition_failed(kind: str, name: str, expected: str, actual: str) -> ApiResult:
