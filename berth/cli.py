@@ -302,18 +302,35 @@ def db_current(database_url: DatabaseOption = None) -> None:
 
 @schemas_app.command("export")
 def schemas_export(
+    check: Annotated[bool, typer.Option(
+        "--check", help="Write nothing: exit 1 if a file is stale or the change is not releasable.")] = False,
     allow_breaking: Annotated[bool, typer.Option(
         help="Write even if a change breaks consumers (only with a new topic version).")] = False,
 ) -> None:
-    """Rewrite schemas/jsonschema/*.json from the models, refusing breaking changes."""
-    from berth.schemas import export
+    """Rewrite schemas/jsonschema/*.json from the models, refusing what a deployed consumer or
+    producer of the committed (released) schemas could not read.
+
+    Within a major version a change may only add optional fields, under a raised minor version
+    (the model's ``schema_minor``): consumers ignore unknown fields of a newer minor only.
+    """
+    from berth.schemas import compat, export
 
     committed = export.committed_schemas()
-    problems = [f"{name}: {problem}" for name, schema in export.event_schemas().items()
-                if name in committed for problem in export.breaking_changes(committed[name], schema)]
+    generated = export.event_schemas()
+    problems = compat.check(committed, generated)
+    stale = sorted(name for name, schema in generated.items()
+                   if name not in committed or export.render(schema) != export.render(committed[name]))
     if problems and not allow_breaking:
-        raise fail("breaking change(s) to the event contract:\n  " + "\n  ".join(problems)
-                   + "\nAdd a new event version (and topic) instead, or pass --allow-breaking.", 1)
+        raise fail("change(s) an older consumer or producer of the released schemas cannot survive:\n  "
+                   + "\n  ".join(problems)
+                   + "\nAdd optional fields under a raised schema_minor, or a new event version on a new topic; "
+                   "--allow-breaking writes anyway.", 1)
+    if check:
+        if stale:
+            raise fail(f"{len(stale)} committed schema(s) differ from the models: {', '.join(stale)}; "
+                       "run `berth schemas export` and commit", 1)
+        err.print(f"{len(committed)} committed schema(s) current" + (" (breaking changes allowed)" if problems else ""))
+        return
     written = export.write_schemas()
     err.print(f"{len(written)} schema file(s) updated in {export.SCHEMA_DIR}")
 

@@ -3,6 +3,11 @@
 The ``partitionkey`` extension is the Kafka key. The JSON body carries the event's ``type`` too,
 so a body read from Postgres or a dead-letter record is self-describing; the decoder checks that
 header and body agree.
+
+``dataschema`` names the event's JSON Schema and version (``...<type>.json?version=1.2``, see
+:mod:`.compat`). A consumer reading an event of a newer minor version than its own ignores the
+fields it does not know; at its own or an older version (or none declared) unknown fields are
+refused, as a producer's typo.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from cloudevents.core.bindings.kafka import KafkaMessage, from_binary, to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from pydantic import ValidationError
+from pydantic_core import from_json, to_json
 
 from ._base import event_time
+from .compat import SchemaVersion, dataschema_uri, parse_dataschema, prune_unknown, version_of
 from .topics import Topic
 
 CONTENT_TYPE = "application/json"
@@ -59,6 +66,7 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
         "specversion": "1.0",
         "datacontenttype": CONTENT_TYPE,
         "partitionkey": event.partition_key,
+        "dataschema": dataschema_uri(event),
     }
     subject = getattr(event, "subject", None)
     if subject:
@@ -80,6 +88,10 @@ class DecodedEvent:
     type: str
     subject: str | None
     partition_key: str | None
+    schema_version: SchemaVersion | None = None
+    """The version the producer declared (None: it declared none)."""
+    ignored_fields: tuple[str, ...] = ()
+    """Fields of a newer minor version this consumer does not know, dropped before validation."""
 
 
 def decode(
@@ -106,7 +118,17 @@ def decode(
         raise EnvelopeError(f"event type {event_type!r} does not belong on {topic.name} (expected {known})")
     if not value:
         raise EnvelopeError(f"{event_type}: empty body")
+    declared = None
+    dataschema = cloud_event.get_dataschema()
+    if dataschema is not None:
+        try:
+            declared = parse_dataschema(str(dataschema), event_type)
+        except ValueError as exc:
+            raise EnvelopeError(f"{event_type}: {exc}") from exc
+    ignored: list[str] = []
     try:
+        if declared is not None and declared > version_of(model):
+            value, ignored = _without_unknown_fields(model, value)
         event = model.model_validate_json(value)
     except ValidationError as exc:
         raise EnvelopeError(f"{event_type}: {_describe(exc)}") from exc
@@ -117,7 +139,25 @@ def decode(
         type=event_type,
         subject=cloud_event.get_subject(),
         partition_key=cloud_event.get_extension("partitionkey"),
+        schema_version=declared,
+        ignored_fields=tuple(ignored),
     )
+
+
+_VALIDATION_SCHEMAS: dict[type, dict[str, Any]] = {}
+
+
+def _without_unknown_fields(model: Any, value: bytes) -> tuple[bytes, list[str]]:
+    """The body of a newer minor version without the fields ``model`` does not know (at any depth)."""
+    schema = _VALIDATION_SCHEMAS.get(model)
+    if schema is None:
+        schema = _VALIDATION_SCHEMAS.setdefault(model, model.model_json_schema(mode="validation"))
+    try:
+        parsed = from_json(value)
+    except ValueError:
+        return value, []  # not JSON: validation says so, in its words
+    pruned, dropped = prune_unknown(parsed, schema)
+    return (to_json(pruned, inf_nan_mode="constants") if dropped else value), dropped
 
 
 def _describe(exc: ValidationError) -> str:

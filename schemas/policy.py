@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from ._base import DnsLabel, FrozenModel, NonNegativeInt, Quantities, StrMap, UtcDatetime
 from .cluster import LabelSelector
@@ -120,6 +120,15 @@ class PolicyObserved(FrozenModel):
     agent_pool: AgentPoolInfo | None = None
     namespace_info: NamespaceInfo | None = None
     observed_at: UtcDatetime
+
+    @model_validator(mode="after")
+    def _carries_its_kind(self) -> PolicyObserved:
+        # Without it the event is unusable (no name, no key): refuse it here, at the consumer's
+        # door, rather than let ``obj`` fail in the middle of a service's fold.
+        field = _FIELD_OF_KIND[self.kind]
+        if getattr(self, field) is None:
+            raise ValueError(f"a {self.kind} event must carry {field}")
+        return self
 
     @property
     def obj(self) -> FrozenModel:

@@ -9,7 +9,8 @@ import pytest
 
 from berth.schemas import ALL_TOPICS, PodInfo, topic_for_event
 from berth.schemas.envelope import EnvelopeError, decode, encode
-from berth.schemas.export import SCHEMA_DIR, breaking_changes, committed_schemas, event_schemas, render
+from berth.schemas.compat import check, compare
+from berth.schemas.export import SCHEMA_DIR, committed_schemas, event_schemas, render
 from berth.schemas.quantity import QuantityError, format_canonical, resource_list, to_canonical
 from berth.schemas.samples import T0, one_of_each
 
@@ -26,6 +27,7 @@ def test_every_event_type_round_trips_through_cloudevents_binary_mode(event):
     assert headers["ce_source"] == b"tests"
     assert headers["ce_partitionkey"] == event.partition_key.encode()
     assert headers["content-type"] == b"application/json"
+    assert headers["ce_dataschema"] == f"https://berth.io/schemas/{event.type}.json?version=1.0".encode()
     assert record.key == event.partition_key.encode()
     decoded = decode(topic_for_event(event), record.key, record.value, record.headers)
     assert decoded.event == event
@@ -97,12 +99,8 @@ def test_committed_json_schemas_are_current():
 
 
 def test_no_change_breaks_the_committed_contract():
-    committed = committed_schemas()
-    problems = {name: breaking_changes(committed[name], schema)
-                for name, schema in event_schemas().items() if name in committed}
-    assert not {k: v for k, v in problems.items() if v}
-    removed = sorted(set(committed) - set(event_schemas()))
-    assert not removed, f"event types removed from the contract: {removed}"
+    # What `berth schemas export --check` enforces (see tests/unit/test_schema_evolution.py).
+    assert check(committed_schemas(), event_schemas()) == []
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.stem)
@@ -113,22 +111,26 @@ def test_payloads_written_by_earlier_versions_still_decode(path):
     assert event.type == path.stem
 
 
-def test_breaking_change_checker_finds_each_kind_of_break():
+def test_compatibility_checker_finds_each_kind_of_break():
     old = {"type": "object", "additionalProperties": False, "required": ["a"],
            "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"type": "string"},
                           "c": {"enum": ["x", "y"]}}}
-    assert breaking_changes(old, old) == []
+    assert not compare(old, old).changed
+    added = json.loads(json.dumps(old))
+    added["properties"]["d"] = {"type": "string"}
+    assert compare(old, added).breaking == [] and compare(old, added).added_optional == ["d"]
+    # A widened enum is no longer "compatible": an older consumer refuses the new value.
     widened = json.loads(json.dumps(old))
-    widened["properties"]["d"] = {"type": "string"}
     widened["properties"]["c"]["enum"].append("z")
-    assert breaking_changes(old, widened) == []
+    assert "c: enum now accepts ['z'] (widened" in compare(old, widened).breaking[0]
     broken = json.loads(json.dumps(old))
     del broken["properties"]["b"]
     broken["required"].append("c")
     broken["properties"]["a"] = {"type": "integer", "minimum": 1}
     broken["properties"]["c"] = {"enum": ["x"]}
-    found = "\n".join(breaking_changes(old, broken))
-    for expected in ("b: property removed", "c: newly required", "minimum raised", "enum no longer accepts ['y']"):
+    found = "\n".join(compare(old, broken).breaking)
+    for expected in ("b: field removed", "c: newly required", "a: minimum changed from 0 to 1 (narrowed",
+                     "c: enum no longer accepts ['y']"):
         assert expected in found
 
 
