@@ -78,6 +78,30 @@ class Cell:
         self.drain = spot_drain.DrainState()
         self.decisions_made = 0
 
+    def folded(self) -> dict[str, Any]:
+        """Everything this cell has folded from its inputs (not its configuration, nor its
+        engine's plugins): what a snapshot of the cell keeps. :meth:`restored` continues from
+        it exactly as this cell would."""
+        return {"cluster": self.engine.state, "nodes": self.nodes, "queue": self.queue,
+                "foreign": self.ctx.foreign, "handovers": self.handovers, "gangs": self.gangs,
+                "pools": self.pools, "drain": self.drain, "decisions_made": self.decisions_made}
+
+    @classmethod
+    def restored(cls, cell: int, config: CellConfig, folded: Mapping[str, Any],
+                 scheduler_name: str = SCHEDULER_NAME) -> Cell:
+        """The cell that :meth:`folded` described, configured by ``config`` (the configuration
+        it was folded with: the caller checks that)."""
+        engine = config.engine()
+        engine.adopt(folded["cluster"])
+        restored = cls(cell, config, scheduler_name, engine=engine)
+        restored.nodes, restored.queue = folded["nodes"], folded["queue"]
+        restored.ctx = CellContext(cell, engine, restored.recorder, restored.nodes, restored.queue,
+                                   config.spot_labels, folded["foreign"])
+        restored.handovers, restored.gangs = folded["handovers"], folded["gangs"]
+        restored.pools, restored.drain = folded["pools"], folded["drain"]
+        restored.decisions_made = folded["decisions_made"]
+        return restored
+
     @property
     def cell_name(self) -> str:
         return self.recorder.cell_name

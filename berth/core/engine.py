@@ -140,6 +140,14 @@ class Engine:
         for framework in (*self._scheduler.frameworks.values(), *self._scored.values()):
             framework.observer = observer
 
+    def adopt(self, state: ClusterState) -> None:
+        """Continue from ``state``, a snapshot an engine of the same configuration built (e.g.
+        restored from a pickle, which leaves out the plugins' derived extensions: they are
+        attached again here by replaying its nodes and pods)."""
+        self._state = state
+        for framework in (*self._scheduler.frameworks.values(), *self._scored.values()):
+            framework.prepare(state)
+
     @property
     def state(self) -> ClusterState:
         """The snapshot, to read (counts, GPU inventory, hashes). Commit only through the engine."""

@@ -812,6 +812,16 @@ class ClusterState:
             extension.pod_added(self._slot_by_name.get(placed.node_name), placed)
         self._extensions[extension.KEY] = extension
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickled state keeps: everything but its extensions, which are derived (plugin
+        caches and indexes rebuilt by replaying the nodes and pods when attached again)."""
+        kept = dict(self.__dict__)
+        kept["_extensions"] = {}
+        return kept
+
+    def __setstate__(self, kept: dict[str, Any]) -> None:
+        self.__dict__.update(kept)
+
     def ensure_extension(self, factory: type[StateExtension]) -> StateExtension:
         """The attached extension with ``factory.KEY``, attaching ``factory()`` if missing."""
         existing = self._extensions.get(factory.KEY)

@@ -8,17 +8,20 @@ transaction (a transactional producer per cell, id ``berth-decision-cell-<n>``, 
 a zombie predecessor). A crash aborts the open transaction: nothing of it is visible
 (consumers read committed), and the batch is decided again by whoever takes the cell over.
 
-Taking a cell over means rebuilding its state: the new owner folds the cell's log from the start
-up to the committed offset through the same pure :class:`~berth.cells.Cell`, discarding
-the outputs (they were committed before). Because the cell is deterministic, the rebuilt
-state, including the assumed placements of commands still in flight, is the one the previous
-owner had.
+Taking a cell over means rebuilding its state: the new owner restores the cell's latest snapshot
+(:mod:`.snapshots`, written every ``snapshot_every`` inputs in the transaction that commits the
+offset it covers) and folds the cell's log from there — from the start without one — up to the
+committed offset through the same pure :class:`~berth.cells.Cell`, discarding the outputs (they
+were committed before). Because the cell is deterministic, the rebuilt state, including the
+assumed placements of commands still in flight, is the one the previous owner had.
 """
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -34,6 +37,8 @@ from berth.schemas import HandOverPod, InputPosition, ScalePool, SchedulerConfig
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
+
+from .snapshots import code_fingerprint, decode_cell, encode_cell, ensure_snapshot_topic, latest_snapshot, write_snapshot
 
 log = get_logger(__name__)
 GROUP = "berth-decision"
@@ -53,6 +58,8 @@ class CellWorker:
     producer: AIOKafkaProducer
     announced: bool = False
     decided: int = field(default=0)
+    since_snapshot: int = 0
+    """Inputs folded since the cell's last snapshot (or since the start of its log)."""
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a transaction is open: revocation waits for it instead of closing the producer
     under a batch in flight."""
@@ -62,9 +69,10 @@ class CellWorker:
             await self.producer.stop()
 
 
-async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int) -> int:
-    """Fold the cell's committed inputs ``[0, until)`` into ``cell``; returns how many."""
-    if until <= 0:
+async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int, start: int = 0) -> int:
+    """Fold the cell's committed inputs ``[start, until)`` into ``cell`` (which has folded those
+    before ``start``: a fresh cell for 0, a restored snapshot otherwise); returns how many."""
+    if until <= start:
         return 0
 
     tp = TopicPartition(DECISION_INPUTS.name, partition)
@@ -74,7 +82,10 @@ async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int) 
     folded = 0
     try:
         reader.assign([tp])
-        await reader.seek_to_beginning(tp)
+        if start:
+            reader.seek(tp, start)
+        else:
+            await reader.seek_to_beginning(tp)
         position = await reader.position(tp)
         while position < until:
             batch = await reader.getmany(tp, timeout_ms=1000, max_records=2000)
@@ -103,6 +114,7 @@ class DecisionService:
         self.config = config
         self.workers: dict[int, CellWorker] = {}
         self._queues_reported_at = 0.0
+        self.fingerprint = code_fingerprint() if settings.snapshot_every else ""
         self.scheduling_metrics = SchedulingMetrics()
         """kube-scheduler's metrics, timed by each cell's engine once the cell is rebuilt (a
         rebuild re-decides inputs already decided: those are not attempts)."""
@@ -121,20 +133,35 @@ class DecisionService:
         self.consumer.raw.pause(*new)
         for tp in new:
             committed = await self.consumer.raw.committed(tp) or 0
-            cell = Cell(tp.partition, self.config)
             started = time.monotonic()
-            folded = await rebuild(self.settings.kafka, cell, tp.partition, committed)
+            cell, restored_at = await self._restore(tp.partition, committed)
+            folded = await rebuild(self.settings.kafka, cell, tp.partition, committed, start=restored_at)
             cell.engine.observe(self.scheduling_metrics)
             producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
                                         transactional_id=f"berth-decision-cell-{tp.partition}",
                                         linger_ms=2, retry_backoff_ms=10)
             await producer.start()
-            self.workers[tp.partition] = CellWorker(tp.partition, cell, producer)
+            self.workers[tp.partition] = CellWorker(tp.partition, cell, producer,
+                                                    since_snapshot=committed - restored_at)
             self.consumer.raw.seek(tp, committed)
             self.consumer.raw.resume(tp)
             log.info("cell taken over", cell=tp.partition, committed_offset=committed,
+                     snapshot_offset=restored_at if restored_at else None,
                      inputs_folded=folded, pending=cell.pending_count,
                      rebuild_s=round(time.monotonic() - started, 3))
+
+    async def _restore(self, partition: int, committed: int) -> tuple[Cell, int]:
+        """The cell from its latest usable snapshot and the offset to fold on from, or a fresh
+        cell and 0 (no snapshot, snapshots off, or one this code or configuration cannot use)."""
+        if self.settings.snapshot_every and committed:
+            try:
+                snapshot = await latest_snapshot(self.settings.kafka, partition, self.fingerprint, until=committed)
+                if snapshot is not None:
+                    return decode_cell(snapshot.data, partition, self.config), snapshot.offset
+            except (KafkaError, ValueError, EOFError, pickle.UnpicklingError, zlib.error) as exc:
+                log.warning("cell snapshot not usable; rebuilding the cell from its log",
+                            cell=partition, error=repr(exc))
+        return Cell(partition, self.config), 0
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
         for tp in revoked:
@@ -145,6 +172,8 @@ class DecisionService:
 
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_topics(self.settings.kafka)
+        if self.settings.snapshot_every:
+            await ensure_snapshot_topic(self.settings.kafka, DECISION_INPUTS.partitions)
         await self.consumer.start()
         try:
             while not stop.is_set():
@@ -214,8 +243,22 @@ class DecisionService:
                 for command in decision.commands:
                     if isinstance(command, ScalePool):
                         POOL_DESIRED_REPLICAS.labels(command.namespace, command.pool).set(command.replicas)
+            worker.since_snapshot += len(records)
+            every = self.settings.snapshot_every
+            if every and worker.since_snapshot >= every:
+                await self._snapshot(worker, records[-1].offset + 1)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
         worker.decided += len(outputs)
+
+    async def _snapshot(self, worker: CellWorker, offset: int) -> None:
+        """Snapshot the cell as of ``offset`` in the open transaction, which commits that offset:
+        both become visible together, or neither."""
+        started = time.monotonic()
+        data = encode_cell(worker.cell)
+        chunks = await write_snapshot(worker.producer, worker.partition, offset, data, self.fingerprint)
+        worker.since_snapshot = 0
+        log.info("cell snapshot written", cell=worker.partition, offset=offset, bytes=len(data), chunks=chunks,
+                 seconds=round(time.monotonic() - started, 3))
 
     async def _announce(self, worker: CellWorker) -> None:
         config = worker.cell.config
