@@ -1,9 +1,15 @@
-"""A real single-node Apache Kafka broker (KRaft, broker+controller) run straight from its jars.
+"""Real Apache Kafka brokers (KRaft, broker+controller) run straight from their jars.
 
 No Docker and no Kafka shell scripts: we format the storage with ``kafka.tools.StorageTool`` and
-start ``kafka.Kafka`` with a classpath from :mod:`berth_dev.devstack.cache`. Everything the broker
+start ``kafka.Kafka`` with a classpath from :mod:`berth_dev.devstack.cache`. Everything a broker
 writes (data, its log4j log, the JVM's own output) lives in one temporary directory that is
 removed on :meth:`KafkaProcess.stop`.
+
+:class:`KafkaProcess` is one broker (by default a single-node cluster of its own);
+:class:`KafkaCluster` is three of them forming one KRaft quorum (replication factor 3,
+``min.insync.replicas=2``), with the fault helpers the reliability tests use: kill -9 a broker,
+restart it on its own data, a rolling restart, "who leads this partition", "are all replicas in
+sync".
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -63,12 +70,21 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str:
-    """The broker configuration: one node that is its own controller, on 127.0.0.1 only."""
+def server_properties(*, port: int, controller_port: int, log_dirs: Path, node_id: int = 1,
+                      quorum_voters: str | None = None, cluster_size: int = 1) -> str:
+    """A broker's configuration, on 127.0.0.1 only: every node is broker and controller.
+
+    ``cluster_size`` 1 (default): one node that is its own controller, every replication factor 1.
+    ``cluster_size`` 3 (:class:`KafkaCluster`): ``quorum_voters`` names the three controllers;
+    topics (the internal ones included) get 3 replicas and ``min.insync.replicas=2``, so an
+    ``acks=all`` write survives the loss of any one broker and is refused, not lost, with two down.
+    """
+    replication = min(3, cluster_size)
+    min_insync = 2 if replication >= 3 else 1
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": quorum_voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -76,13 +92,15 @@ def server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(log_dirs),
         "num.partitions": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
+        "default.replication.factor": str(replication),
+        "min.insync.replicas": str(min_insync),
         "auto.create.topics.enable": "true",
-        # Internal topics must fit on one broker.
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        # Internal topics must fit on the brokers there are (one, in a single-node cluster).
+        "offsets.topic.replication.factor": str(replication),
+        "transaction.state.log.replication.factor": str(replication),
+        "transaction.state.log.min.isr": str(min_insync),
+        # Never elect an out-of-sync replica: that would drop acknowledged records.
+        "unclean.leader.election.enable": "false",
         # The first consumer group otherwise waits 3 s for more members, in every test.
         "group.initial.rebalance.delay.ms": "0",
         # The defaults (50 partitions each) make the first consumer group or transaction
@@ -200,6 +218,12 @@ class KafkaProcess:
         startup_timeout: float = 90.0,
         stop_grace: float = 20.0,
         detached: bool = False,
+        node_id: int = 1,
+        cluster_id: str | None = None,
+        port: int | None = None,
+        controller_port: int | None = None,
+        quorum_voters: str | None = None,
+        cluster_size: int = 1,
     ) -> None:
         self.version = version
         self.heap_options = tuple(heap_options)
@@ -207,8 +231,13 @@ class KafkaProcess:
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         self.detached = detached
-        self.port: int | None = None
-        self.controller_port: int | None = None
+        # Members of a KafkaCluster get these from it; a lone broker picks its own.
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.quorum_voters = quorum_voters
+        self.cluster_size = cluster_size
+        self.port: int | None = port
+        self.controller_port: int | None = controller_port
         self.data_dir: Path | None = None
         self.pid: int | None = None
         self._popen: subprocess.Popen[bytes] | None = None
@@ -261,11 +290,12 @@ class KafkaProcess:
             procs.register_for_exit(self)
 
     def _launch(self, java: str, libs: Path, data_dir: Path) -> None:
-        self.port, self.controller_port = procs.free_ports(2)
+        if self.port is None or self.controller_port is None:
+            self.port, self.controller_port = procs.free_ports(2)
         config = data_dir / "server.properties"
-        config.write_text(
-            server_properties(port=self.port, controller_port=self.controller_port, log_dirs=data_dir / "data")
-        )
+        config.write_text(server_properties(
+            port=self.port, controller_port=self.controller_port, log_dirs=data_dir / "data",
+            node_id=self.node_id, quorum_voters=self.quorum_voters, cluster_size=self.cluster_size))
         (data_dir / "logs").mkdir()
         log4j = data_dir / "log4j.properties"
         log4j.write_text(log4j_properties(data_dir / "logs" / "server.log"))
@@ -275,20 +305,54 @@ class KafkaProcess:
         common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
         procs.run_checked(
             [java, *_SHORT_RUN_JVM_OPTIONS, *common, f"-Dlog4j.configuration=file:{storage_tool_log4j}",
-             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(config)],
+             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", self.cluster_id or new_cluster_id(),
+             "-c", str(config)],
             what="format Kafka storage",
             hint=f"Is the jar cache complete? Delete {libs.parent} to fetch it again.",
             cwd=data_dir,
         )
+        self._spawn(java, libs, data_dir)
+
+    def _spawn(self, java: str, libs: Path, data_dir: Path) -> None:
+        """Start the JVM on the formatted storage and configuration in ``data_dir``."""
+        common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
         self._popen = procs.spawn(
-            [java, *self.heap_options, *common, f"-Dlog4j.configuration=file:{log4j}",
-             *self.extra_jvm_options, "-cp", classpath, "kafka.Kafka", str(config)],
+            [java, *self.heap_options, *common, f"-Dlog4j.configuration=file:{data_dir / 'log4j.properties'}",
+             *self.extra_jvm_options, "-cp", f"{libs}/*", "kafka.Kafka", str(data_dir / "server.properties")],
             log_path=data_dir / "kafka.out",
             cwd=data_dir,
             detached=self.detached,
         )
         self.pid = self._popen.pid
         procs.write_owner(data_dir, owner_pid=None if self.detached else os.getpid(), service_pid=self.pid)
+
+    # -- faults (the data directory stays: the broker comes back on its own log) ------------------
+
+    def kill(self) -> None:
+        """SIGKILL the broker (kill -9: no controlled shutdown, nothing flushed); keep its data."""
+        if self.pid is not None:
+            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=10.0,
+                            first_signal=signal.SIGKILL)
+        self.pid = None
+        self._popen = None
+
+    def shutdown(self) -> None:
+        """Controlled shutdown (SIGTERM: leadership moves away first); keep its data."""
+        if self.pid is not None:
+            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=self.stop_grace)
+        self.pid = None
+        self._popen = None
+
+    def restart(self, *, wait: bool = True) -> None:
+        """Start a broker stopped by :meth:`kill` or :meth:`shutdown` again, on the same ports and
+        data; with ``wait``, return once it answers metadata requests."""
+        if self.pid is not None:
+            raise DevStackError(f"broker {self.node_id} is still running (pid {self.pid})")
+        if self.data_dir is None:
+            raise DevStackError("this broker was never started (or was stopped for good): nothing to restart")
+        self._spawn(find_java(), ensure_kafka_jars(self.version), self.data_dir)
+        if wait:
+            self.wait_until_ready()
 
     def wait_until_ready(self) -> None:
         """Block until a Kafka client gets metadata listing the broker.
@@ -382,3 +446,223 @@ class KafkaProcess:
 
     def __repr__(self) -> str:
         return f"KafkaProcess(pid={self.pid}, port={self.port}, data_dir={self.data_dir})"
+
+
+#: A cluster member's heap: three JVMs share a small machine (a lone broker gets 768 MB).
+CLUSTER_HEAP_OPTIONS: tuple[str, ...] = ("-Xms128m", "-Xmx512m")
+
+
+class KafkaCluster:
+    """Three Kafka 3.9 brokers forming one KRaft quorum (each is broker and controller).
+
+    Topics get replication factor 3 and ``min.insync.replicas=2`` by default (also the internal
+    offsets and transaction-state topics), so the cluster keeps taking ``acks=all`` writes with
+    any one broker down. Use as a context manager, or :meth:`start` / :meth:`stop`::
+
+        with KafkaCluster() as cluster:
+            os.environ["BERTH_KAFKA_BOOTSTRAP"] = cluster.bootstrap_servers
+            cluster.kill(cluster.busiest_leader(["berth.scheduler.inputs.v1"]))
+
+    Contract: :meth:`start` returns once every broker answers and the metadata lists all of them;
+    on failure every broker is stopped. The fault helpers (:meth:`kill`, :meth:`restart`,
+    :meth:`rolling_restart`) keep each broker's data directory, as a real restart would;
+    :meth:`stop` removes everything. Never detached: the JVMs die with this process.
+    """
+
+    def __init__(self, *, size: int = 3, heap_options: Sequence[str] = CLUSTER_HEAP_OPTIONS,
+                 startup_timeout: float = 120.0, stop_grace: float = 30.0) -> None:
+        if size < 1:
+            raise DevStackError("a Kafka cluster needs at least one broker")
+        self.size = size
+        self.heap_options = tuple(heap_options)
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.brokers: dict[int, KafkaProcess] = {}
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every broker, comma-separated: clients find the cluster while any one of them is up."""
+        if not self.brokers:
+            raise DevStackError("the Kafka cluster is not started: call start() first")
+        return ",".join(broker.bootstrap_servers for broker in self.brokers.values())
+
+    def start(self) -> KafkaCluster:
+        self.launch()
+        self.wait_until_ready()
+        return self
+
+    def launch(self) -> None:
+        """Format and spawn every broker without waiting (pair with :meth:`wait_until_ready`)."""
+        if self.brokers:
+            raise DevStackError("this Kafka cluster is already started")
+        ports = procs.free_ports(2 * self.size)
+        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(self.size))
+        cluster_id = new_cluster_id()
+        self.brokers = {
+            i + 1: KafkaProcess(node_id=i + 1, cluster_id=cluster_id, port=ports[2 * i],
+                                controller_port=ports[2 * i + 1], quorum_voters=voters, cluster_size=self.size,
+                                heap_options=self.heap_options, startup_timeout=self.startup_timeout,
+                                stop_grace=self.stop_grace)
+            for i in range(self.size)}
+        try:
+            # All at once: a controller quorum forms only when a majority of the voters runs.
+            for broker in self.brokers.values():
+                broker.launch()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_until_ready(self) -> None:
+        """Block until every broker answers and the metadata lists all of them (else stop all)."""
+        try:
+            for broker in self.brokers.values():
+                broker.wait_until_ready()
+            self.wait_for_brokers(timeout=self.startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def is_alive(self) -> bool:
+        return bool(self.brokers) and all(broker.is_alive() for broker in self.brokers.values())
+
+    def stop(self) -> None:
+        """Stop every broker and delete their directories (each stop is attempted). The data is
+        thrown away, so the brokers are killed: a controlled shutdown of the last members waits
+        for a quorum that is already gone."""
+        errors: list[BaseException] = []
+        for broker in self.brokers.values():
+            try:
+                broker.kill()
+                broker.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others, then raise the first
+                errors.append(exc)
+        self.brokers = {}
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- what the cluster looks like --------------------------------------------------------------
+
+    def _live_bootstrap(self) -> str:
+        live = [broker.bootstrap_servers for broker in self.brokers.values() if broker.is_alive()]
+        if not live:
+            raise DevStackError("no broker of the cluster is running")
+        return ",".join(live)
+
+    def metadata(self, topics: Sequence[str] | None = None, *, timeout: float = 10.0) -> dict[str, Any]:
+        """``{"brokers": [node ids], "partitions": {(topic, partition): {"leader", "replicas", "isr"}}}``
+        from a live broker's metadata (``topics`` None: every topic)."""
+        return _run_sync(_cluster_metadata(self._live_bootstrap(), list(topics) if topics else None, timeout))
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        """Node id of the broker leading ``topic``/``partition`` now (-1 while none does)."""
+        return self.metadata([topic])["partitions"][(topic, partition)]["leader"]
+
+    def busiest_leader(self, topics: Sequence[str]) -> int:
+        """Node id of the broker leading the most records of ``topics`` (end offsets summed over
+        the partitions it leads): the one whose loss hurts the running pipeline most."""
+        return _run_sync(_busiest_leader(self._live_bootstrap(), list(topics)))
+
+    def under_replicated(self, topics: Sequence[str] | None = None) -> list[tuple[str, int]]:
+        """Partitions whose in-sync replicas are fewer than their replicas."""
+        partitions = self.metadata(topics)["partitions"]
+        return sorted(tp for tp, info in partitions.items() if len(info["isr"]) < len(info["replicas"]))
+
+    def wait_for_brokers(self, *, timeout: float = 60.0) -> None:
+        """Until the metadata lists every broker (a restarted one has registered again)."""
+        self._wait(lambda: len(self.metadata()["brokers"]) == self.size, "every broker registered", timeout)
+
+    def wait_in_sync(self, topics: Sequence[str] | None = None, *, timeout: float = 120.0) -> None:
+        """Until no partition is under-replicated (a restarted broker has caught up)."""
+        self._wait(lambda: not self.under_replicated(topics), "every partition's replicas in sync", timeout)
+
+    def _wait(self, check: Any, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while True:
+            try:
+                with _quiet_logger("aiokafka"):
+                    if check():
+                        return
+            except Exception as exc:  # noqa: BLE001 - metadata errors while brokers move: retry
+                last = exc
+            if time.monotonic() >= deadline:
+                raise DevStackError(f"Kafka cluster: {what} not within {timeout:.0f} s (last error: {last!r}; "
+                                    f"under-replicated: {self._safe_under_replicated()})")
+            time.sleep(0.5)  # poll interval
+
+    def _safe_under_replicated(self) -> object:
+        try:
+            return self.under_replicated()
+        except Exception as exc:  # noqa: BLE001 - only for the error message
+            return repr(exc)
+
+    # -- faults ------------------------------------------------------------------------------------
+
+    def kill(self, node_id: int) -> None:
+        """kill -9 broker ``node_id`` (its data stays for :meth:`restart`)."""
+        self.brokers[node_id].kill()
+
+    def restart(self, node_id: int, *, timeout: float = 120.0) -> None:
+        """Start a killed or shut-down broker again; return once it is registered in the cluster."""
+        self.brokers[node_id].restart()
+        self.wait_for_brokers(timeout=timeout)
+
+    def rolling_restart(self, *, in_sync_timeout: float = 120.0,
+                        on_restarted: Any = None) -> list[int]:
+        """Restart each broker in turn, as an operator would: controlled shutdown, start, wait until
+        every partition is in sync again before the next one. ``on_restarted(node_id)`` runs after
+        each. Returns the order."""
+        order = sorted(self.brokers)
+        for node_id in order:
+            self.wait_in_sync(timeout=in_sync_timeout)
+            self.brokers[node_id].shutdown()
+            self.restart(node_id)
+            if on_restarted is not None:
+                on_restarted(node_id)
+        self.wait_in_sync(timeout=in_sync_timeout)
+        return order
+
+
+async def _cluster_metadata(bootstrap: str, topics: list[str] | None, timeout: float) -> dict[str, Any]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000),
+                                client_id="berth-devstack-cluster")
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
+        described = await asyncio.wait_for(admin.describe_topics(topics), timeout)
+    finally:
+        await admin.close()
+    partitions = {
+        (entry["topic"], part["partition"]): {"leader": part["leader"], "replicas": list(part["replicas"]),
+                                              "isr": list(part["isr"])}
+        for entry in described for part in entry["partitions"]}
+    return {"brokers": sorted(broker["node_id"] for broker in cluster["brokers"]), "partitions": partitions}
+
+
+async def _busiest_leader(bootstrap: str, topics: list[str]) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    metadata = await _cluster_metadata(bootstrap, topics, 10.0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id="berth-devstack-cluster",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, partition) for topic, partition in metadata["partitions"]]
+        ends = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+    load: dict[int, int] = {}
+    for (topic, partition), info in metadata["partitions"].items():
+        load[info["leader"]] = load.get(info["leader"], 0) + ends.get(TopicPartition(topic, partition), 0)
+    load.pop(-1, None)
+    if not load:
+        raise DevStackError(f"no partition of {topics} has a leader")
+    return max(sorted(load), key=lambda node: load[node])

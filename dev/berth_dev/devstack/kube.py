@@ -406,6 +406,10 @@ class KubeControlPlane:
         tokens = self.data_dir / "tokens.csv"
         with open(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
             handle.writelines(user.csv_line() for user in self.users.values())
+        self._spawn_apiserver(apiserver)
+
+    def _spawn_apiserver(self, apiserver: Path) -> None:
+        assert self.data_dir is not None
         self._apiserver_popen = procs.spawn(
             [str(apiserver), *self.apiserver_args()],
             log_path=self.data_dir / "kube-apiserver.log", cwd=self.data_dir, detached=self.detached,
@@ -413,6 +417,22 @@ class KubeControlPlane:
         self.apiserver_pid = self._apiserver_popen.pid
         procs.write_owner(self.data_dir, owner_pid=None if self.detached else os.getpid(),
                           service_pid=self.apiserver_pid)
+
+    def restart_apiserver(self, *, down_s: float = 0.0, kill: bool = False) -> None:
+        """Restart kube-apiserver as an upgrade or a crash would: stop it (SIGTERM, or SIGKILL with
+        ``kill``), stay down ``down_s`` seconds, start it again on the same port, certificates and
+        etcd (so every object and resourceVersion is kept), and return once it is ready again.
+        Clients see their watches end and their requests refused while it is down."""
+        if self.apiserver_pid is None or self.data_dir is None or self.binaries is None:
+            raise DevStackError("the control plane is not running: call start() first")
+        procs.terminate(self.apiserver_pid, popen=self._apiserver_popen, cmdline_contains=self._marker(),
+                        grace=self.stop_grace, first_signal=signal.SIGKILL if kill else signal.SIGTERM)
+        self.apiserver_pid = None
+        self._apiserver_popen = None
+        if down_s > 0:
+            time.sleep(down_s)
+        self._spawn_apiserver(self.binaries.kube_apiserver)
+        self.wait_until_ready()
 
     def wait_until_ready(self) -> None:
         """Block until ``/readyz`` is ok and the Python client lists namespaces (``default`` among them).

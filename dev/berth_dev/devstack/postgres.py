@@ -186,6 +186,11 @@ class PostgresProcess:
             cwd=self.base_dir,
         )
         (self.port,) = procs.free_ports(1)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Start the postmaster on the initialised cluster, on :attr:`port`."""
+        assert self.base_dir is not None and self.pg_bin is not None
         settings = [arg for key, value in self.server_settings.items() for arg in ("-c", f"{key}={value}")]
         self._popen = procs.spawn(
             [str(self.pg_bin / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
@@ -284,6 +289,30 @@ class PostgresProcess:
         if self.base_dir is not None:
             procs.remove_dir(self.base_dir)
             self.base_dir = None
+
+    # -- faults (the cluster, its data and its port stay) ------------------------------------------
+
+    def stop_server(self) -> None:
+        """Stop the server as an outage would (fast shutdown: clients' connections are cut) but keep
+        its data and port; :meth:`start_server` brings the same database back."""
+        if self.pid is not None and self.is_alive():
+            self._pg_ctl_stop()
+            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir),
+                            grace=2.0, first_signal=signal.SIGINT)
+        self.pid = None
+        self._popen = None
+
+    def start_server(self) -> None:
+        """Start a server stopped by :meth:`stop_server` again, on the same port; return once it
+        accepts connections."""
+        if self.pid is not None:
+            raise DevStackError(f"Postgres is still running (pid {self.pid})")
+        if self.base_dir is None or self.port is None:
+            raise DevStackError("this Postgres was never started (or was stopped for good): nothing to start")
+        self._run_as = self._run_as or server_account()
+        self.pg_bin = self.pg_bin or find_pg_bin()
+        self._spawn()
+        self.wait_until_ready()
 
     def _pg_ctl_stop(self) -> None:
         pg_bin = self.pg_bin or find_pg_bin()

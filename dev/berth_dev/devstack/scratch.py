@@ -10,8 +10,12 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-__all__ = ["empty_kafka", "scratch_database"]
+if TYPE_CHECKING:
+    from berth_dev.devstack.kafka import KafkaCluster
+
+__all__ = ["empty_kafka", "empty_kafka_cluster", "scratch_database"]
 
 
 @contextlib.contextmanager
@@ -26,6 +30,20 @@ def empty_kafka() -> Iterator[str]:
         ensure_kafka_jars(quiet=True)
     with KafkaProcess() as kafka:
         yield kafka.bootstrap_servers
+
+
+@contextlib.contextmanager
+def empty_kafka_cluster(size: int = 3) -> Iterator[KafkaCluster]:
+    """A three-broker KRaft cluster of its own (replication factor 3, ``min.insync.replicas=2``),
+    empty, stopped afterwards; yields the :class:`~berth_dev.devstack.kafka.KafkaCluster` so the
+    caller can kill and restart brokers (``.bootstrap_servers`` lists all of them)."""
+    from berth_dev.devstack.cache import ensure_kafka_jars, kafka_jars_present
+    from berth_dev.devstack.kafka import KafkaCluster
+
+    if not kafka_jars_present():
+        ensure_kafka_jars(quiet=True)
+    with KafkaCluster(size=size) as cluster:
+        yield cluster
 
 
 @contextlib.contextmanager
