@@ -36,7 +36,9 @@ class KafkaSettings(BaseModel):
     ssl_keyfile: Path | None = None
     client_id: str = "berth"
     replication_factor: int = Field(default=1, ge=1)
-    """Replication of topics Berth creates; 1 for a single dev broker, 3 in production."""
+    """Replication of topics Berth creates: 3 in production (with ``min.insync.replicas=2``).
+    Capped at the number of brokers the cluster has, so 3 also works against a single dev broker
+    (see :mod:`berth.bus.topics_admin`). faust's own assignor topic takes it as given."""
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:

@@ -52,6 +52,10 @@ def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
         # faust sends its buffer one record at a time; a few ms of linger lets aiokafka batch
         # them (measured ~1.6x events/s on the token-lag service, as EventProducer's 5 ms).
         "producer_linger": 0.005,
+        # A record counts as sent once every in-sync replica has it (-1 = "all"; faust's default
+        # too, written out because docs/reliability.md relies on it): with min.insync.replicas=2
+        # the loss of the leader loses nothing acknowledged.
+        "producer_acks": -1,
     }
     client = kafka.client_options()  # builds the SSL context once, with the CA and client cert
     context = client.get("ssl_context")

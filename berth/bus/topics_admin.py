@@ -1,4 +1,10 @@
-"""Creating Berth's topics with their partition counts and retention policies."""
+"""Creating Berth's topics with their partition counts, retention policies and replication.
+
+Replication is the one the cluster allows: ``KafkaSettings.replication_factor``, capped at the
+number of brokers the cluster has (a single dev broker gets 1 however the setting reads). Topics
+replicated three times or more get ``min.insync.replicas=2``, so that an ``acks=all`` write (every
+Berth producer's) is on two brokers before it is acknowledged and survives the loss of one.
+"""
 
 from __future__ import annotations
 
@@ -27,21 +33,36 @@ class TopicSpec:
     compacted: bool = False
 
 
+def replication_for(configured: int, brokers: int) -> tuple[int, int]:
+    """(replication factor, ``min.insync.replicas``) of a new topic: ``configured`` capped at the
+    number of ``brokers``; 2 in-sync replicas from 3 replicas up (one broker may be lost without
+    refusing writes or losing acknowledged ones), else 1."""
+    replication = max(1, min(configured, brokers))
+    return replication, (2 if replication >= 3 else 1)
+
+
 async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]) -> list[str]:
-    """Create those of ``specs`` that do not exist (replication from ``kafka``); returns the
-    names created. Idempotent, and safe against another process creating them at the same time."""
+    """Create those of ``specs`` that do not exist, with the replication the cluster allows (see
+    the module docstring); returns the names created. Idempotent, and safe against another
+    process creating them at the same time."""
     admin = AIOKafkaAdminClient(**kafka.client_options())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         wanted = [spec for spec in specs if spec.name not in existing]
-        created = []
+        created: list[str] = []
+        if not wanted:
+            return created
+        brokers = len((await admin.describe_cluster())["brokers"])
+        replication, min_insync = replication_for(kafka.replication_factor, brokers)
         for spec in wanted:  # one by one: a batch fails whole when one topic already exists
+            configs = {"min.insync.replicas": str(min_insync)}
+            if spec.compacted:
+                configs["cleanup.policy"] = "compact"
             try:
                 await admin.create_topics([NewTopic(
                     name=spec.name, num_partitions=spec.partitions,
-                    replication_factor=kafka.replication_factor,
-                    topic_configs={"cleanup.policy": "compact"} if spec.compacted else {})])
+                    replication_factor=replication, topic_configs=configs)])
                 created.append(spec.name)
             except TopicAlreadyExistsError:
                 pass  # another process won the race; the topic exists, which is all we need
