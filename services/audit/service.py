@@ -1,14 +1,31 @@
 """The audit service's loop: Kafka → Postgres, exactly once in effect.
 
 Positions live in Postgres (written with the rows), so on start the consumer seeks to them; Kafka
-offsets are committed too, but only as a hint for lag dashboards.
+offsets are committed too, but only as a hint for lag dashboards (committed after the rows, so
+never ahead of them).
+
+Postgres may go away (a restart, a fail-over, a network cut). Decisions do not wait for it: Kafka
+is the log, and the audit only follows. While the database is unreachable the service keeps the
+batch it holds, logs one warning (``audit database unreachable``), sets
+``berth_audit_database_up`` to 0, and retries the same batch with exponential backoff and jitter
+(``berth_audit_write_retries_total`` counts the retries), reading nothing further from Kafka. When
+a write succeeds again it logs ``audit database back`` (how long it was away, how many retries)
+and catches up from where it was. Because the rows and the positions are written in one
+transaction, a write cut by the outage either happened whole or not at all, and the retry writes
+each decision exactly once. Errors that are not about reaching the database are not retried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
+
+import sqlalchemy.exc
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from prometheus_client import Counter, Gauge
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
 
 from berth.bus import EventConsumer, ensure_topics
 from berth.lifecycle import stop_on_signals
@@ -17,10 +34,106 @@ from berth.settings import BerthSettings
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 
 from .db import make_engine, upgrade
-from .store import CONSUMER, AuditRecord, AuditStore
+from .store import CONSUMER, AuditRecord, AuditStore, WriteReport
 
 log = get_logger(__name__)
 AUDITED_TOPICS = (DECISION_INPUTS, DECISIONS, COMMANDS, RESULTS)
+
+DATABASE_UP = Gauge(
+    "berth_audit_database_up",
+    "1 while the audit store's writes succeed, 0 while Postgres is unreachable and the held batch "
+    "is retried (decisions keep flowing on Kafka meanwhile).",
+)
+WRITE_RETRIES = Counter(
+    "berth_audit_write_retries_total",
+    "Audit batch writes retried because Postgres was unreachable (each batch is written once).",
+)
+MAX_BACKOFF_S = 10.0
+"""Longest wait between two attempts while Postgres is away (the first waits ~0.5 s)."""
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """True for errors that say Postgres cannot be reached now (refused, cut, shutting down), as
+    opposed to errors in what was written, which retrying would not cure."""
+    if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+        return True
+    return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+
+class DatabaseOutage:
+    """Keeps the log to one line when Postgres goes away and one when it is back, and the
+    ``berth_audit_database_up`` gauge in step."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.retries = 0
+        DATABASE_UP.set(1)
+
+    def failed(self, exc: BaseException, retry_in_s: float) -> None:
+        WRITE_RETRIES.inc()
+        self.retries += 1
+        if self.since is None:
+            self.since = time.monotonic()
+            DATABASE_UP.set(0)
+            log.warning("audit database unreachable; decisions keep flowing on Kafka, the held batch is "
+                        "retried with backoff until Postgres answers", error=_short(exc),
+                        retry_in_s=round(retry_in_s, 2))
+        else:
+            log.debug("audit database still unreachable", error=_short(exc), attempt=self.retries,
+                      retry_in_s=round(retry_in_s, 2))
+
+    def succeeded(self) -> None:
+        if self.since is not None:
+            log.warning("audit database back; catching up", down_s=round(time.monotonic() - self.since, 1),
+                        retries=self.retries)
+            self.since = None
+            self.retries = 0
+            DATABASE_UP.set(1)
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of a database error (SQLAlchemy appends the statement and a link)."""
+    original = getattr(exc, "orig", None) or exc
+    return f"{type(original).__name__}: {str(original).strip().splitlines()[0] if str(original).strip() else ''}"[:300]
+
+
+async def write_with_backoff(store: AuditStore, batch: Sequence[AuditRecord], outage: DatabaseOutage,
+                             stop: asyncio.Event) -> WriteReport | None:
+    """Write ``batch``, retrying while Postgres is unreachable (see the module docstring).
+    Returns None if ``stop`` is set while waiting: the batch is then unwritten, and re-read from
+    the stored positions on the next start."""
+
+    async def sleep(seconds: float) -> None:
+        # Wake up early on shutdown; Kafka heartbeats go on in the consumer's own task.
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        outage.failed(exc or RuntimeError("unknown"), state.upcoming_sleep)
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(database_unreachable),
+        wait=wait_exponential(multiplier=0.5, max=MAX_BACKOFF_S) + wait_random(0, 0.5),
+        stop=lambda state: stop.is_set(),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    try:
+        async for attempt in retrying:
+            with attempt:
+                report = await asyncio.to_thread(store.write_batch, batch)
+    except Exception as exc:
+        if stop.is_set() and database_unreachable(exc):
+            log.warning("stopping with an unwritten batch; it is read again on the next start",
+                        records=len(batch), error=_short(exc))
+            return None
+        raise
+    outage.succeeded()
+    return report
 
 
 async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = None,
@@ -38,13 +151,23 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
         # Synchronous seeks only: awaiting the fetcher (seek_to_beginning) inside the rebalance
         # callback stalls the join until the member is expired. Offset 0 of a partition whose
         # head was deleted by retention resets to the earliest offset (auto_offset_reset).
-        positions = await asyncio.to_thread(store.positions)
+        try:
+            positions = await asyncio.to_thread(store.positions)
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise
+            # Kafka's committed offsets are never ahead of the stored positions (committed after
+            # the rows), and writes skip rows they already hold: starting there is safe.
+            log.warning("audit database unreachable while partitions were assigned; resuming from "
+                        "Kafka's committed offsets", error=_short(exc))
+            return
         for tp in assigned:
             consumer.raw.seek(tp, positions.get((tp.topic, tp.partition), 0))
 
     consumer = EventConsumer(settings.kafka, AUDITED_TOPICS, group_id=CONSUMER, name="audit",
                              on_assign=seek_to_stored_positions)
     await consumer.start()
+    outage = DatabaseOutage()
     try:
         while not stop.is_set():
             # Whole fetches only: stopping half-way through one skipped the rest of it, because
@@ -53,7 +176,10 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
             if not polled:
                 continue
             batch = [AuditRecord(item.topic, item.partition, item.offset, item.event) for item in polled]
-            report = await asyncio.to_thread(store.write_batch, batch)
+            written = await write_with_backoff(store, batch, outage, stop)
+            if written is None:
+                break
+            report = written
             log.info("audit batch written", inputs=report.inputs, decisions=report.decisions,
                      commands=report.commands, results=report.results,
                      determinism_errors=len(report.determinism_errors))
