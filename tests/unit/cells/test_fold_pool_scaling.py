@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from berth.cells.pool_scaling import (
     PoolState,
@@ -129,11 +130,11 @@ def test_on_agent_pool_not_scalable_and_not_in_the_file_is_not_scaled():
     assert KEY not in state.pools
 
 
-def test_on_agent_pool_without_its_object_changes_nothing():
-    ctx = context()
-    state = pools_state(policy())
-    assert on_agent_pool(state, ctx, agent_pool(None), position(1), T0, ()) == []
-    assert state.pools == {KEY: policy()}
+def test_an_agent_pool_event_without_its_object_never_reaches_the_fold():
+    # The contract refuses it at the consumer's door (it goes to the dead-letter topic), so the
+    # fold never sees a PolicyObserved of kind AgentPool without its AgentPool.
+    with pytest.raises(ValidationError, match="must carry agent_pool"):
+        agent_pool(None)
 
 
 @pytest.mark.parametrize(("file_policy", "suffix"), [

@@ -23,7 +23,9 @@ from berth.schemas.samples import T0
 
 def lag(tokens: int, rate: float = 1000, seconds: float = 0, ready: int | None = None) -> PoolLagState:
     return PoolLagState(pool="p", namespace="ns", tokens_in_queue=tokens, token_rate=rate, smoothed_token_rate=rate,
-                        expected_ttft_ms=tokens / rate * 1000 if rate else None, ready_replicas=ready,
+                        # Capped as token-lag caps it (a tiny rate would give an infinite wait).
+                        expected_ttft_ms=min(tokens / rate * 1000, 3_600_000.0) if rate else None,
+                        ready_replicas=ready,
                         updated_at=T0 + timedelta(seconds=seconds))
 
 
