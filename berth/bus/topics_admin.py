@@ -8,14 +8,19 @@ Berth producer's) is on two brokers before it is acknowledged and survives the l
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from berth.logs import get_logger
 from berth.schemas import ALL_TOPICS, Topic
 from berth.settings import KafkaSettings
+
+log = get_logger(__name__)
 
 
 async def ensure_topics(kafka: KafkaSettings, topics: Iterable[Topic] = ALL_TOPICS) -> list[str]:
@@ -41,6 +46,18 @@ def replication_for(configured: int, brokers: int) -> tuple[int, int]:
     return replication, (2 if replication >= 3 else 1)
 
 
+async def _live_brokers(admin: AIOKafkaAdminClient, *, wanted: int, patience_s: float = 15.0) -> int:
+    """How many brokers the cluster has; when fewer than ``wanted``, ask again for up to
+    ``patience_s`` seconds (metadata lists live brokers only: one restarting, or fenced for a
+    missed heartbeat, comes back) before settling for fewer replicas."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        brokers = len((await admin.describe_cluster())["brokers"])
+        if brokers >= wanted or time.monotonic() >= deadline:
+            return brokers
+        await asyncio.sleep(0.5)
+
+
 async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]) -> list[str]:
     """Create those of ``specs`` that do not exist, with the replication the cluster allows (see
     the module docstring); returns the names created. Idempotent, and safe against another
@@ -53,8 +70,11 @@ async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]
         created: list[str] = []
         if not wanted:
             return created
-        brokers = len((await admin.describe_cluster())["brokers"])
+        brokers = await _live_brokers(admin, wanted=kafka.replication_factor)
         replication, min_insync = replication_for(kafka.replication_factor, brokers)
+        if replication < kafka.replication_factor:
+            log.warning("fewer brokers than the configured replication factor; new topics get fewer replicas",
+                        configured=kafka.replication_factor, brokers=brokers, replication=replication)
         for spec in wanted:  # one by one: a batch fails whole when one topic already exists
             configs = {"min.insync.replicas": str(min_insync)}
             if spec.compacted:
