@@ -6,6 +6,7 @@ Accepted document (``apiVersion: berth.io/v1alpha1``, ``kind: BerthSchedulerConf
     profiles:
       - schedulerName: berth
         keepTopScores: 10            # Berth: feasible nodes whose scores a decision keeps
+        percentageOfNodesToScore: 30 # kube's; overrides the top-level one (see below)
         plugins:
           multiPoint: {enabled: [{name: ..., weight: ...}], disabled: [{name: ...}]}
           preFilter | filter | postFilter | preScore | score | reserve | permit: {enabled, disabled}
@@ -20,6 +21,16 @@ place (new weight), other enabled plugins are appended; then ``multiPoint`` plug
 into every extension point their class implements, unless disabled there, with plugins configured
 explicitly at a point first. Validation errors name the path, e.g.
 ``profiles[0].plugins.score.enabled[2].name: unknown plugin 'Foo'; known: ...``.
+
+``percentageOfNodesToScore`` (top level, and per profile where it wins, as in kube) bounds how many
+feasible nodes a cycle looks for before it scores them, with kube-scheduler v1.34's arithmetic
+(:func:`nodes_to_find`). One difference on purpose: **unset means every node** (kube's default,
+unset or 0, is its adaptive percentage); only an explicit value turns sampling on, and ``0`` then
+asks for kube's adaptive percentage. Which nodes are sampled is deterministic, see
+:mod:`berth.core.filtering`.
+
+Plugin names kube-scheduler has removed (``NodeResourcesMostAllocated``, ``RequestedToCapacityRatio``,
+...) are refused with the v1.34 configuration that replaced them (:data:`LEGACY_PLUGINS`).
 
 The resolved configuration has a content hash (sha256 of its canonical JSON), used as its
 version: two documents that resolve to the same plugins, weights and args have the same hash.
@@ -44,10 +55,12 @@ from berth.core.registry import REGISTRY
 __all__ = [
     "API_VERSIONS",
     "DEFAULT_PROFILE",
+    "LEGACY_PLUGINS",
     "ConfigError",
     "ResolvedProfile",
     "SchedulerConfig",
     "default_config",
+    "nodes_to_find",
     "parse_config",
 ]
 
@@ -72,8 +85,41 @@ _IGNORED_TOP_LEVEL = frozenset({
     "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
     "metricsBindAddress", "enableProfiling", "enableContentionProfiling",
     "podInitialBackoffSeconds", "podMaxBackoffSeconds", "delayCacheUntilActive",
-    "percentageOfNodesToScore",
 })
+MIN_FEASIBLE_NODES_TO_FIND = 100
+"""kube-scheduler's ``minFeasibleNodesToFind``: below this many nodes every node is evaluated,
+and a percentage never asks for fewer."""
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+"""kube-scheduler's ``minFeasibleNodesPercentageToFind``: the floor of the adaptive percentage."""
+
+_NODE_RESOURCES_FIT_STRATEGY = ("NodeResourcesFit with pluginConfig args "
+                                "scoringStrategy: {{type: {kind}, resources: [{{name: cpu, weight: 1}}, "
+                                "{{name: memory, weight: 1}}]{extra}}}")
+LEGACY_PLUGINS: Mapping[str, str] = MappingProxyType({
+    # Removed in kube-scheduler v1.23 (config v1beta2): the strategies became NodeResourcesFit's.
+    "NodeResourcesMostAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="MostAllocated", extra=""),
+    "NodeResourcesLeastAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="LeastAllocated",
+                                                                       extra=""),
+    "RequestedToCapacityRatio": _NODE_RESOURCES_FIT_STRATEGY.format(
+        kind="RequestedToCapacityRatio",
+        extra=", requestedToCapacityRatio: {shape: [{utilization: 0, score: 0}, "
+              "{utilization: 100, score: 10}]}"),
+    "NodeResourceLimits": "nothing: it was removed in v1.19; NodeResourcesFit filters and scores "
+                          "requests",
+    # Removed in v1.23 / v1.24 / v1.27.
+    "NodeLabel": "NodeAffinity with pluginConfig args addedAffinity (a node affinity every pod "
+                 "of the profile gets)",
+    "ServiceAffinity": "InterPodAffinity (pod affinity on the service's pod labels)",
+    "NodePreferAvoidPods": "nothing: it was removed in v1.24; use taints (TaintToleration)",
+    "SelectorSpread": "PodTopologySpread with pluginConfig args defaultingType: System",
+    "DefaultPodTopologySpread": "PodTopologySpread with pluginConfig args defaultingType: System",
+    # Per-cloud volume limits, merged into NodeVolumeLimits (v1.21, removed v1.27/v1.31).
+    "EBSLimits": "NodeVolumeLimits",
+    "GCEPDLimits": "NodeVolumeLimits",
+    "AzureDiskLimits": "NodeVolumeLimits",
+    "CinderLimits": "NodeVolumeLimits",
+})
+"""Plugins kube-scheduler removed → what a v1.34 configuration writes instead."""
 
 
 class ConfigError(ValueError):
@@ -122,7 +168,7 @@ class ProfileDoc(_Doc):
     plugins: PluginsDoc | None = None
     pluginConfig: tuple[PluginConfigDoc, ...] = ()  # noqa: N815
     keepTopScores: int = Field(default=10, ge=0, le=MAX_KEEP_TOP_SCORES)  # noqa: N815
-    percentageOfNodesToScore: int | None = None  # noqa: N815 - accepted, ignored (we score all)
+    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)  # noqa: N815
 
 
 class ConfigDoc(_Doc):
@@ -130,6 +176,7 @@ class ConfigDoc(_Doc):
     apiVersion: Literal["berth.io/v1alpha1", "kubescheduler.config.k8s.io/v1"]  # noqa: N815
     kind: Literal["BerthSchedulerConfiguration", "KubeSchedulerConfiguration"]
     profiles: tuple[ProfileDoc, ...] = (ProfileDoc(),)
+    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)  # noqa: N815
 
 
 # --- the resolved configuration ---------------------------------------------------------------
@@ -147,6 +194,8 @@ class ResolvedProfile:
     weights: Mapping[str, int]
     args: Mapping[str, PluginArgs]
     keep_top_scores: int
+    percentage_of_nodes_to_score: int | None = None
+    """The profile's, else the top-level one; None: every node (Berth's default)."""
 
     def plugin_names(self) -> tuple[str, ...]:
         """Every plugin the profile uses, in first-use order."""
@@ -157,9 +206,12 @@ class ResolvedProfile:
         return tuple(seen)
 
     def to_dict(self) -> dict[str, Any]:
+        sampling = ({} if self.percentage_of_nodes_to_score is None else
+                    {"percentageOfNodesToScore": self.percentage_of_nodes_to_score})
         return {
             "schedulerName": self.scheduler_name,
             "keepTopScores": self.keep_top_scores,
+            **sampling,  # absent when unset: hashes of existing configurations do not change
             "plugins": {point: [{"name": name, **({"weight": self.weights[name]}
                                                   if point == "score" else {})}
                                 for name in self.points.get(point, ())]
@@ -233,7 +285,7 @@ def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) 
     if not isinstance(data, Mapping):
         raise ConfigError(["(document): expected a mapping with apiVersion, kind and profiles"])
     errors: list[str] = []
-    for key in sorted(set(data) - {"apiVersion", "kind", "profiles"}):
+    for key in sorted(set(data) - {"apiVersion", "kind", "profiles", "percentageOfNodesToScore"}):
         if key == "extenders":
             errors.append("extenders: scheduler extenders are not supported; write a plugin")
         elif key not in _IGNORED_TOP_LEVEL:
@@ -263,7 +315,8 @@ def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) 
         if profile.schedulerName in seen_names:
             errors.append(f"{where}.schedulerName: duplicate profile {profile.schedulerName!r}")
         seen_names.add(profile.schedulerName)
-        resolved = _resolve_profile(profile, base, registry, where, errors)
+        resolved = _resolve_profile(profile, base, registry, where, errors,
+                                    document.percentageOfNodesToScore)
         if resolved is not None:
             profiles.append(resolved)
     if errors:
@@ -311,7 +364,8 @@ def _merge_set(default: PluginSetDoc, custom: PluginSetDoc) -> PluginSetDoc:
 
 
 def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, type[Plugin]],
-                     where: str, errors: list[str]) -> ResolvedProfile | None:
+                     where: str, errors: list[str],
+                     percentage: int | None = None) -> ResolvedProfile | None:
     """One profile merged onto the built-in one and validated; None (with ``errors`` extended)
     when it is invalid."""
     start = len(errors)
@@ -342,7 +396,24 @@ def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, ty
         weights=weights,
         args={name: args[name] for name in used if name in args},
         keep_top_scores=profile.keepTopScores,
+        percentage_of_nodes_to_score=(profile.percentageOfNodesToScore
+                                      if profile.percentageOfNodesToScore is not None
+                                      else percentage),
     )
+
+
+def nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
+    """How many feasible nodes a cycle looks for among ``num_all_nodes`` candidates: kube-scheduler
+    v1.34's ``numFeasibleNodesToFind`` (pkg/scheduler/schedule_one.go) — every node below
+    :data:`MIN_FEASIBLE_NODES_TO_FIND`; a percentage of 0 means the adaptive
+    ``50 - numAllNodes/125`` (at least :data:`MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND`); never fewer
+    than :data:`MIN_FEASIBLE_NODES_TO_FIND`. Berth's one difference: ``None`` (unset) means every
+    node, where kube would use its adaptive percentage."""
+    if percentage is None or num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    if percentage == 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin]], where: str,
@@ -358,7 +429,7 @@ def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin
                 if entry.name == "*" and kind == "disabled":
                     continue
                 if entry.name not in registry:
-                    errors.append(f"{path}.name: unknown plugin {entry.name!r}; known: {known}")
+                    errors.append(f"{path}.name: {_unknown_plugin(entry.name, known)}")
                     continue
                 if kind == "enabled" and point != "multiPoint":
                     base_class = EXTENSION_POINTS[point]
@@ -368,6 +439,16 @@ def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin
                 if entry.weight is not None and not 0 <= entry.weight <= MAX_WEIGHT:
                     errors.append(f"{path}.weight: must be between 0 and {MAX_WEIGHT}, "
                                   f"got {entry.weight}")
+
+
+def _unknown_plugin(name: str, known: str) -> str:
+    """The error for a plugin name the registry does not have, naming the v1.34 replacement of a
+    plugin kube-scheduler removed."""
+    replacement = LEGACY_PLUGINS.get(name)
+    if replacement is not None:
+        return (f"plugin {name!r} was removed from kube-scheduler; its v1.34 equivalent is "
+                f"{replacement} (Berth's plugins: {known})")
+    return f"unknown plugin {name!r}; known: {known}"
 
 
 def _point_order(point: str, base_class: type[Plugin], merged: Mapping[str, PluginSetDoc],
@@ -428,7 +509,7 @@ def _plugin_args(profile: ProfileDoc, used: Mapping[str, None], base: _Base,
     for index, entry in enumerate(profile.pluginConfig):
         path = f"{where}.pluginConfig[{index}]"
         if entry.name not in registry:
-            errors.append(f"{path}.name: unknown plugin {entry.name!r}; known: {known}")
+            errors.append(f"{path}.name: {_unknown_plugin(entry.name, known)}")
         elif entry.name in config_by_name:
             errors.append(f"{path}.name: duplicate pluginConfig for {entry.name!r}")
         else:

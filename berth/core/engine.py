@@ -199,28 +199,33 @@ class Engine:
     # -- the commit path ------------------------------------------------------------------------
 
     def schedule(self, pod: PodInfo, *, preempt: bool = True, profile: str | None = None,
-                 extra_scores: Sequence[tuple[str, int]] = ()) -> Outcome:
+                 extra_scores: Sequence[tuple[str, int]] = (),
+                 max_nodes_to_score: int | None = None) -> Outcome:
         """One scheduling cycle for ``pod``, committed: a fitting pod is assumed on its node.
 
         ``preempt``: when no node fits and the profile's PostFilter nominates one, continue with
         :meth:`preempt`; with ``False`` (a cell that may still hand the pod to another cell) the
         pod is left unplaced and nothing is removed. ``extra_scores`` adds Score plugins
         (name, weight) for this pod, e.g. a pool's ``(("NodeCost", 2),)``; such a cycle never
-        preempts (its caller falls back to a plain one)."""
+        preempts (its caller falls back to a plain one). ``max_nodes_to_score``: the cycle stops
+        filtering after that many feasible nodes (a pool's ``fastScheduling.maxNodesToScore``,
+        see :mod:`berth.core.filtering`); None: the profile's ``percentageOfNodesToScore``."""
         observer = self._observer
         if observer is None:
-            return self._schedule(pod, preempt, profile, extra_scores)
+            return self._schedule(pod, preempt, profile, extra_scores, max_nodes_to_score)
         started = observer.clock()
-        outcome = self._schedule(pod, preempt, profile, extra_scores)
+        outcome = self._schedule(pod, preempt, profile, extra_scores, max_nodes_to_score)
         observer.attempt(pod.uid, _attempt_result(outcome), profile or self.profile, observer.clock() - started)
         return outcome
 
     def _schedule(self, pod: PodInfo, preempt: bool, profile: str | None,
-                  extra_scores: Sequence[tuple[str, int]]) -> Outcome:
+                  extra_scores: Sequence[tuple[str, int]], max_nodes_to_score: int | None = None) -> Outcome:
         if extra_scores:
-            decision = self._scored_framework(profile or self.profile, tuple(extra_scores)).schedule(pod, self._state)
+            decision = self._scored_framework(profile or self.profile, tuple(extra_scores)).schedule(
+                pod, self._state, max_nodes_to_score=max_nodes_to_score)
             return self._conclude(pod, decision)
-        decision = self._scheduler.schedule(pod, self._state, profile or self.profile)
+        decision = self._scheduler.schedule(pod, self._state, profile or self.profile,
+                                            max_nodes_to_score=max_nodes_to_score)
         if decision.status == "preempting" and preempt:
             return self._preempt(pod, decision, profile or self.profile)
         return self._conclude(pod, decision)

@@ -9,6 +9,19 @@ Plugins that declare a filter signature
 (:meth:`~berth.core.framework.FilterPlugin.filter_signature`) are memoised per node
 (:mod:`berth.core.memo`): only candidates changed since their verdict was recorded for an equal
 signature are judged again.
+
+**Sampling** (``percentageOfNodesToScore``, a pool's ``fastScheduling.maxNodesToScore``; see
+:class:`Sampling`): like kube-scheduler, a cycle may stop filtering once it has found enough
+feasible nodes, and only those are scored. kube visits the nodes from a start index that rotates
+from cycle to cycle (it depends on every earlier cycle of the process, so a decision cannot be
+replayed from its inputs). Berth starts at ``blake2b64(pod UID) mod n`` in the candidates' name
+order and wraps around: which nodes are evaluated is a pure function of the pod UID, the node set
+and the limit, so replaying a decision re-evaluates exactly the same nodes, and different pods
+still start at different places (no hot spot at the first names). Nodes are filtered in chunks of
+visit order (the first as large as the limit, then doubling) so that the vectorised plugins stay
+vectorised; the feasible nodes beyond the limit-th in visit order, and every node after it, count
+as not evaluated (no status, as in kube's diagnosis). When no node is feasible every node has been
+evaluated, so an unschedulable pod's diagnosis (and preemption) is the same as without sampling.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core import messages
+from berth.core.config import nodes_to_find
 from berth.core.framework import (
     Code,
     CycleContext,
@@ -29,9 +43,44 @@ from berth.core.framework import (
     PreFilterPlugin,
     Status,
 )
+from berth.core.hashing import name_hash64
 from berth.core.memo import NodeMemo, StatusTable, candidate_mask, stale_nodes
 
-__all__ = ["Feasibility", "ProfileFilters"]
+__all__ = ["Feasibility", "ProfileFilters", "Sampling"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How many feasible nodes a cycle looks for (see the module docstring).
+
+    ``percentage``: the profile's ``percentageOfNodesToScore`` (None: every node; 0: kube's
+    adaptive percentage), applied with kube's arithmetic
+    (:func:`berth.core.config.nodes_to_find`) to the candidates left after PreFilter;
+    ``max_nodes``: an absolute cap on top (a pool's ``fastScheduling.maxNodesToScore``; no
+    100-node floor); ``scoring``: False when the profile has no Score plugin, where kube looks
+    for a single feasible node once sampling is on."""
+
+    percentage: int | None = None
+    max_nodes: int | None = None
+    scoring: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.percentage is not None or self.max_nodes is not None
+
+    def limit(self, candidates: int) -> int:
+        """Feasible nodes to find among ``candidates``."""
+        if not self.active:
+            return candidates
+        if not self.scoring:
+            return 1
+        found = nodes_to_find(self.percentage, candidates)
+        if self.max_nodes is not None:
+            found = min(found, max(1, self.max_nodes))
+        return found
+
+
+EVERY_NODE = Sampling()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +105,11 @@ class ProfileFilters:
         self.config_hash = config_hash
         self.profile = profile
 
-    def find_feasible(self, cycle: CycleContext, only: Sequence[str] | None) -> Feasibility:
+    def find_feasible(self, cycle: CycleContext, only: Sequence[str] | None,
+                      sampling: Sampling = EVERY_NODE) -> Feasibility:
         """PreFilter + Filter for the cycle's pod over every node of its state, or only over the
-        nodes named in ``only`` (others are ignored, not reported)."""
+        nodes named in ``only`` (others are ignored, not reported); with an active ``sampling``,
+        only until enough feasible nodes are found (see the module docstring)."""
         state = cycle.state
         all_nodes = state.order()
         if only is not None:
@@ -84,8 +135,41 @@ class ProfileFilters:
             codes[~inside] = table.intern(absent)
             positions = positions[inside]
         candidates = all_nodes if restrict is None else all_nodes[positions]
-        feasible = self._filter(cycle, candidates, positions, codes, table)
-        return Feasibility(feasible, Diagnosis(all_nodes, codes, tuple(table.statuses)))
+        limit = sampling.limit(int(candidates.size))
+        if limit >= candidates.size:
+            feasible = self._filter(cycle, candidates, positions, codes, table)
+            return Feasibility(feasible, Diagnosis(all_nodes, codes, tuple(table.statuses)))
+        found = self._filter_sampled(cycle, candidates, positions, codes, table, limit)
+        statuses = _compact(codes, table.statuses)
+        return Feasibility(all_nodes[found], Diagnosis(all_nodes, codes, statuses))
+
+    def _filter_sampled(self, cycle: CycleContext, candidates: NodeArray,
+                        positions: npt.NDArray[np.intp], codes: npt.NDArray[np.int32],
+                        table: StatusTable, limit: int) -> npt.NDArray[np.intp]:
+        """Filter ``candidates`` in visit order (from the pod's start, wrapping) until ``limit``
+        are feasible; returns the feasible nodes' positions in ``codes`` (name order). Nodes
+        after the ``limit``-th feasible one in visit order are left unevaluated (code -1)."""
+        total = int(candidates.size)
+        start = name_hash64(cycle.pod.uid) % total
+        visit = np.roll(np.arange(total), -start)
+        found: list[npt.NDArray[np.intp]] = []
+        count = visited = 0
+        chunk = limit
+        while visited < total and count < limit:
+            local = visit[visited: visited + chunk]
+            visited += int(local.size)
+            chunk = visited
+            chunk_positions = positions[local]
+            passed = self._filter(cycle, candidates[local], chunk_positions, codes, table)
+            feasible_local = np.flatnonzero(np.isin(candidates[local], passed))
+            need = limit - count
+            if feasible_local.size > need:
+                cut = int(feasible_local[need - 1])
+                codes[chunk_positions[cut + 1:]] = -1  # not evaluated
+                feasible_local = feasible_local[:need]
+            found.append(chunk_positions[feasible_local])
+            count += int(feasible_local.size)
+        return np.sort(np.concatenate(found)) if found else positions[:0]
 
     def _pre_filter(self, cycle: CycleContext
                     ) -> tuple[Status | None, frozenset[str] | None, set[str]]:
@@ -187,6 +271,20 @@ class ProfileFilters:
         if candidates.size == state.node_count and state.order_is_identity():
             return entry.codes[: candidates.size].copy(), entry.statuses  # slots 0..n-1
         return entry.codes.take(candidates), entry.statuses
+
+
+def _compact(codes: npt.NDArray[np.int32], statuses: Sequence[Status]) -> tuple[Status, ...]:
+    """Drop the statuses no node has any more (their nodes were left unevaluated), renumbering
+    ``codes`` in place, the order of the others kept."""
+    used = np.zeros(len(statuses) + 1, dtype=bool)
+    used[codes] = True  # index -1 marks the trailing slot
+    used = used[:-1]
+    if used.all():
+        return tuple(statuses)
+    mapping = np.full(len(statuses) + 1, -1, dtype=np.int32)
+    mapping[:-1][used] = np.arange(int(used.sum()), dtype=np.int32)
+    codes[:] = mapping[codes]
+    return tuple(s for s, keep in zip(statuses, used.tolist()) if keep)
 
 
 def _codes_by_first_use(codes: npt.NDArray[np.integer], count: int) -> list[int]:

@@ -7,10 +7,15 @@ A cycle's parts are in their own modules: :mod:`~berth.core.filtering` (PreFilte
 :mod:`~berth.core.ranking` (selection); Reserve, Permit and PostFilter run here.
 
 Selection differs from kube-scheduler on purpose, so that a decision is a pure function of the
-pod, the snapshot and the configuration (replayable, auditable): every node is evaluated (no
-``percentageOfNodesToScore``, no rotating start index), and among the nodes with the highest
-total score the one with the lowest tie-break key wins — a hash of (pod UID, node name), see
-:func:`berth.core.hashing.tie_break_keys` — instead of a random pick.
+pod, the snapshot and the configuration (replayable, auditable): by default every node is
+evaluated (kube's default is an adaptive ``percentageOfNodesToScore``; Berth's is all nodes, for
+decision quality), and among the nodes with the highest total score the one with the lowest
+tie-break key wins — a hash of (pod UID, node name), see
+:func:`berth.core.hashing.tie_break_keys` — instead of a random pick. An explicit
+``percentageOfNodesToScore`` (or a per-cycle ``max_nodes_to_score``, a pool's
+``fastScheduling.maxNodesToScore``) turns sampling on, with kube's arithmetic but a start derived
+from the pod UID instead of kube's rotating start index, so it stays replayable
+(:mod:`berth.core.filtering`).
 
 The cycle never mutates the state. The caller commits a placed (or held) decision with
 ``state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)``.
@@ -26,7 +31,7 @@ import numpy as np
 from berth.core import messages
 from berth.core.config import DEFAULT_PROFILE, SchedulerConfig
 from berth.core.decision import Decision, NodeScore, RejectionGroup, pack_node_groups
-from berth.core.filtering import Feasibility, ProfileFilters
+from berth.core.filtering import Feasibility, ProfileFilters, Sampling
 from berth.core.framework import (
     MAX_NODE_SCORE,
     Code,
@@ -106,6 +111,9 @@ class Framework:
                                       self.config_hash, self.name)
         self.scorer = ProfileScorer(self.pre_score_plugins, self.score_plugins, self.weights,
                                     self.config_hash, self.name)
+        self.sampling = Sampling(resolved.percentage_of_nodes_to_score, None,
+                                 bool(self.score_plugins))
+        """How many feasible nodes a cycle looks for (every node unless configured)."""
         self.observer: CycleObserver | None = None
         """Times the cycles of :meth:`schedule` (:mod:`berth.core.observe`); None: not timed."""
 
@@ -116,9 +124,12 @@ class Framework:
         for factory in self._extension_factories:
             state.ensure_extension(factory)
 
-    def schedule(self, pod: PodInfo, state: ClusterState) -> Decision:
+    def schedule(self, pod: PodInfo, state: ClusterState, *,
+                 max_nodes_to_score: int | None = None) -> Decision:
         """One scheduling cycle for ``pod`` on ``state`` → a sealed :class:`Decision`.
-        The state is not modified (extensions may be attached on first use)."""
+        The state is not modified (extensions may be attached on first use).
+        ``max_nodes_to_score``: stop filtering after that many feasible nodes (a pool's
+        ``fastScheduling.maxNodesToScore``), on top of the profile's percentage."""
         self.prepare(state)
         timer = NOT_TIMED if self.observer is None else CycleTimer(self.observer, self.name)
         cycle = CycleContext(pod, state, self.name, self, timer)
@@ -134,7 +145,10 @@ class Framework:
             # kube-scheduler's ErrNoNodesAvailable: no FitError, no preemption attempt.
             return Decision(status="unschedulable", message=messages.NO_NODES_TO_SCHEDULE, nodes_total=0,
                             feasible_nodes=0, **base).sealed()
-        feasibility = self.filters.find_feasible(cycle, None)
+        sampling = self.sampling
+        if max_nodes_to_score is not None:
+            sampling = Sampling(sampling.percentage, max_nodes_to_score, sampling.scoring)
+        feasibility = self.filters.find_feasible(cycle, None, sampling)
         diagnosis = feasibility.diagnosis
         rejections, node_groups, width = _summarise(diagnosis)
         summary = {"nodes_total": int(diagnosis.nodes.size),
@@ -303,7 +317,8 @@ class Scheduler:
     def config_hash(self) -> str:
         return self.config.hash
 
-    def schedule(self, pod: PodInfo, state: ClusterState, profile: str | None = None) -> Decision:
+    def schedule(self, pod: PodInfo, state: ClusterState, profile: str | None = None, *,
+                 max_nodes_to_score: int | None = None) -> Decision:
         framework = self.frameworks.get(profile or pod.scheduler_name)
         if framework is None:
             known = ", ".join(sorted(self.frameworks))
@@ -313,4 +328,4 @@ class Scheduler:
                                         f"(profiles: {known})",
                 pod_hash=sha256_hex(canonical_json(pod)), snapshot_hash=state.snapshot_hash(),
                 config_hash=self.config.hash).sealed()
-        return framework.schedule(pod, state)
+        return framework.schedule(pod, state, max_nodes_to_score=max_nodes_to_score)

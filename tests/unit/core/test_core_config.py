@@ -46,11 +46,25 @@ def test_kube_api_version_and_ignored_kube_fields_are_accepted() -> None:
         apiVersion: kubescheduler.config.k8s.io/v1
         kind: KubeSchedulerConfiguration
         parallelism: 16
-        percentageOfNodesToScore: 50
         profiles:
           - schedulerName: berth
         """))
     assert config.hash == default_config().hash
+
+
+def test_percentage_of_nodes_to_score_is_resolved_per_profile() -> None:
+    # Acted on (tests/unit/core/test_nodes_to_score.py): it changes the configuration's hash.
+    config = load_config(textwrap.dedent("""\
+        apiVersion: kubescheduler.config.k8s.io/v1
+        kind: KubeSchedulerConfiguration
+        percentageOfNodesToScore: 50
+        profiles:
+          - schedulerName: berth
+          - schedulerName: other
+            percentageOfNodesToScore: 0
+        """))
+    assert [p.percentage_of_nodes_to_score for p in config.profiles] == [50, 0]
+    assert config.hash != default_config().hash
 
 
 def test_score_weight_override_replaces_the_default_in_place() -> None:
