@@ -5,6 +5,7 @@ Progress goes to stderr; a table and, as the very last line, one JSON object go 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -159,6 +160,9 @@ def main(
              "(cpu, gpushare, multigpu, gpuspec) for all of its; all")] = "default",
     plot_dir: Annotated[Path | None, typer.Option(
         help="Write one PNG per variant there: allocation against arrived demand per policy")] = None,
+    runs_jsonl: Annotated[Path | None, typer.Option(
+        help="Append every finished run (policy, variant, seed, figures, curve) to this JSON-lines file "
+             "as it ends; `python -m bench.gpu_trace.plot` re-plots from such files")] = None,
 ) -> None:
     """Reproduce the ATC'23 FGD allocation figures and measure Berth's policy beside them."""
     policy_names = parse_policies(policies)
@@ -184,6 +188,9 @@ def main(
         task = progress.add_task("", total=len(variant_names) * len(policy_names) * len(seed_list))
 
         def on_done(summary: RunSummary) -> None:
+            if runs_jsonl is not None:
+                with runs_jsonl.open("a") as out:
+                    out.write(json.dumps(dataclasses.asdict(summary)) + "\n")
             progress.update(
                 task,
                 advance=1,

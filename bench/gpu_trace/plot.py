@@ -9,6 +9,8 @@ where the policies separate.
 
 from __future__ import annotations
 
+import argparse
+import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,3 +88,36 @@ def plot_variants(results: Sequence[RunSummary], policies: Sequence[str], varian
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def load_runs(paths: Sequence[Path]) -> list[RunSummary]:
+    """Runs written by ``python -m bench.gpu_trace --runs-jsonl``; a later line for the same
+    (variant, policy, seed) replaces an earlier one."""
+    runs: dict[tuple[str, str, int], RunSummary] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                row["curve"] = tuple(float("nan") if v is None else v for v in row.get("curve", ()))
+                summary = RunSummary(**row)
+                runs[(summary.variant, summary.policy, summary.seed)] = summary
+    return list(runs.values())
+
+
+def main() -> None:
+    """``python -m bench.gpu_trace.plot RUNS.jsonl... --out DIR``: one PNG per variant."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--policies", help="comma-separated, in legend order (default: all in the files)")
+    parser.add_argument("--demand", type=float, default=1.3)
+    args = parser.parse_args()
+    runs = load_runs(args.runs)
+    policies = args.policies.split(",") if args.policies else list(dict.fromkeys(r.policy for r in runs))
+    variants = [v for v in VARIANTS if any(r.variant == v for r in runs)]
+    for path in plot_variants(runs, policies, variants, args.out, args.demand):
+        print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,10 @@ are scored MostAllocated on nvidia.com/gpu (bin-packing), other pods LeastAlloca
 cpu/memory as in kube.
 
 Berth part, after kube's: GPU devices must fit (GpuDeviceFit: whole devices, shares, MIG,
-locality); among fitting nodes fill partly used GPUs first (GpuBinPack) and prefer compact
+locality); among fitting nodes fill partly used GPUs first (GpuBinPack, which in a cluster with
+GPUs also packs pods that ask for no GPU - nodes without GPUs first, then the GPU nodes whose CPU
+and memory are most used - instead of letting LeastAllocated spread them over every GPU node's
+CPU headroom; bench/gpu_trace/README.md has the figures) and prefer compact
 NUMA/NVLink sets (GpuTopologyFitness), nodes with the pod's model cached (ModelCache) or its
 data nearby (DataLocality); preempt lower-priority pods when nothing fits (DefaultPreemption).
 DynamicResources only says, as kube's does before preemption, that there are no claims to

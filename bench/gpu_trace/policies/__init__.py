@@ -6,7 +6,13 @@ from bench.gpu_trace.policies.base import Policy
 from bench.gpu_trace.policies.berth import BerthFGD, BerthFillMeasure, BerthPaperMeasure
 from bench.gpu_trace.policies.best_fit import BestFit
 from bench.gpu_trace.policies.dot_product import DotProduct
-from bench.gpu_trace.policies.engine import BerthEngine
+from bench.gpu_trace.policies.engine import (
+    BerthEngine,
+    BerthEngineNoFragmentation,
+    BerthEngineNoLeastAllocated,
+    BerthEngineNoSpread,
+    BerthEngineSpreadCpuPods,
+)
 from bench.gpu_trace.policies.fgd import FGD
 from bench.gpu_trace.policies.gpu_clustering import GpuClustering
 from bench.gpu_trace.policies.gpu_packing import GpuPacking
@@ -25,6 +31,10 @@ REGISTRY: dict[str, type[Policy]] = {
         RandomFit,
         BerthPaperMeasure,
         BerthFillMeasure,
+        BerthEngineNoSpread,
+        BerthEngineNoLeastAllocated,
+        BerthEngineNoFragmentation,
+        BerthEngineSpreadCpuPods,
     )
 }
 DEFAULT_POLICIES = ("berth-engine", "berth", "fgd", "bestfit", "gpupacking", "gpuclustering", "dotprod", "random")

@@ -144,3 +144,43 @@ class BerthEngine(Policy):
     def score_rows(self, state: ClusterState, rows: IntArray, shape: int,
                    request: PodRequest) -> tuple[IntArray, IntArray]:
         raise NotImplementedError("berth-engine places pods through the engine (see run)")
+
+
+def _without_scores(*names: str) -> dict[str, Any]:
+    """The default document with the Score extension of ``names`` disabled (kube's
+    ``plugins.score.disabled``); their filters still run."""
+    document = default_document()
+    profile = document["profiles"][0]
+    profile["plugins"]["score"] = {"disabled": [{"name": n} for n in names]}
+    return document
+
+
+class BerthEngineNoSpread(BerthEngine):
+    """Ablation: the default profile without kube's spreading scores (NodeResourcesFit's
+    LeastAllocated and NodeResourcesBalancedAllocation)."""
+
+    name = "berth-engine-no-spread"
+    config = _without_scores("NodeResourcesFit", "NodeResourcesBalancedAllocation")
+
+
+class BerthEngineNoLeastAllocated(BerthEngine):
+    """Ablation: the default profile without NodeResourcesFit's score."""
+
+    name = "berth-engine-no-fit-score"
+    config = _without_scores("NodeResourcesFit")
+
+
+class BerthEngineNoFragmentation(BerthEngine):
+    """Ablation: the default profile without GpuFragmentation's score."""
+
+    name = "berth-engine-no-frag"
+    config = _without_scores("GpuFragmentation")
+
+
+class BerthEngineSpreadCpuPods(BerthEngine):
+    """Ablation: the default profile with GpuBinPack's ``packPodsWithoutGpu`` off, so pods without
+    GPUs are spread by NodeResourcesFit's LeastAllocated as in kube (the profile before it)."""
+
+    name = "berth-engine-spread-cpu-pods"
+    config = default_document()
+    config["profiles"][0]["pluginConfig"].append({"name": "GpuBinPack", "args": {"packPodsWithoutGpu": False}})

@@ -8,7 +8,9 @@ These plugins add what counts cannot say — which devices:
   pair linked); a share (``gpu-fraction`` / ``gpu-memory``) packs onto ONE device with room, the
   most used one that fits; MIG resources take free slices of their profile. Reserve names the
   devices, which become part of the decision.
-- :class:`GpuBinPack` (Score): fill partly used GPUs and nodes before touching fresh ones.
+- :class:`GpuBinPack` (Score): fill partly used GPUs and nodes before touching fresh ones; in a
+  cluster with GPUs, pods without GPUs go to nodes without GPUs first and are otherwise packed
+  onto the GPU nodes whose CPU and memory are most used.
 - :class:`GpuTopologyFitness` (Score): for multi-GPU pods, prefer nodes whose best free set is
   on one NUMA node and fully NVLinked.
 - :class:`GpuAvailability` (Score): keep GPUs available — CPU-only pods prefer nodes without
@@ -27,6 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from berth.core import messages
 from berth.core.framework import (
@@ -35,6 +38,7 @@ from berth.core.framework import (
     FilterPlugin,
     FilterResult,
     NodeArray,
+    PluginArgs,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -45,11 +49,14 @@ from berth.core.framework import (
 )
 from berth.core.plugins.gpu_extension import GpuDeviceExtension, gpu_inventory
 from berth.core.plugins.gpu_fragmentation import DEVICE_HINT, GpuFragmentation
+from berth.core.plugins._allocation import requested_and_allocatable
 from berth.core.plugins.gpu_inventory import MILLI, GpuMisfit, GpuRequest
+from berth.core.plugins.node_resources_fit import ResourceSpec, ScoringStrategy, resource_scores
 
 __all__ = [
     "GpuAvailability",
     "GpuBinPack",
+    "GpuBinPackArgs",
     "GpuDeviceExtension",
     "GpuDeviceFit",
     "GpuFragmentation",
@@ -127,16 +134,64 @@ class _GpuScore(PreScorePlugin, ScorePlugin):
         return Status.success() if _request(cycle).wants_gpu else Status.skip()
 
 
+_NO_GPU = "GpuBinPack/no-gpu"
+"""Cycle data: set when GpuBinPack scores a pod that asks for no GPU (see :class:`GpuBinPack`)."""
+
+NO_GPU_PACKING = ScoringStrategy(type="MostAllocated",
+                                 resources=(ResourceSpec(name="cpu"), ResourceSpec(name="memory")))
+"""How GpuBinPack packs pods without GPUs onto GPU nodes: kube's MostAllocated over the resources
+(and weights) of kube's default NodeResourcesFit scoring, cpu and memory 1:1."""
+
+
+class GpuBinPackArgs(PluginArgs):
+    """``pluginConfig`` args of GpuBinPack."""
+
+    pack_pods_without_gpu: bool = Field(
+        default=True, alias="packPodsWithoutGpu",
+        description="In a cluster with GPUs, also bin-pack pods that ask for no GPU (see GpuBinPack)")
+
+
 class GpuBinPack(_GpuScore):
     """Bin-pack GPU pods: more of the node's GPU capacity in use afterwards scores higher, and a
     share scores higher on a node whose chosen device is already partly used (so fewer devices
-    and nodes end up partly used). MIG pods: fuller MIG capacity of their profile scores higher."""
+    and nodes end up partly used). MIG pods: fuller MIG capacity of their profile scores higher.
+
+    Pods that ask for no GPU, in a cluster that has GPUs, are bin-packed too: a node without GPUs
+    scores 100 (whatever CPU or memory the pod takes there can never strand a GPU), a GPU node
+    kube's MostAllocated over cpu and memory (:data:`NO_GPU_PACKING`). Why: NodeResourcesFit's
+    LeastAllocated spreads such pods, so every GPU node loses a little of the CPU (and memory)
+    its idle GPUs need; their GPU pods then stop fitting on CPU long before the GPUs are used.
+    Packing keeps the headroom of GPU nodes whole, as bin-packing GPU pods keeps GPUs whole;
+    GpuFragmentation (weight 10 against this plugin's 2) still keeps them off nodes where the
+    CPU they take would strand GPUs. In a cluster without GPUs the plugin skips every pod."""
 
     NAME: ClassVar[str] = "GpuBinPack"
+    Args = GpuBinPackArgs
+
+    def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
+        if _request(cycle).wants_gpu:
+            return Status.success()
+        if self.args.pack_pods_without_gpu and gpu_inventory(cycle.state).node_total.any():  # type: ignore[attr-defined]
+            cycle.data[_NO_GPU] = True
+            return Status.success()
+        return Status.skip()
+
+    def score_signature(self, cycle: CycleContext) -> tuple[object, ...] | None:
+        # A pod without GPUs: the raw score depends on the pod's requests and the node's row
+        # (its requested and allocatable cpu/memory, whether it has GPUs) only.
+        if cycle.data.get(_NO_GPU):
+            return (_NO_GPU, tuple(sorted(cycle.pod.requests.items())))
+        return None
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         # Computed over every slot, then one take: cheaper than gathering each operand.
         inv = gpu_inventory(cycle.state)
+        if cycle.data.get(_NO_GPU):
+            columns = requested_and_allocatable(cycle.state, cycle.pod, nodes,
+                                                [r.name for r in NO_GPU_PACKING.resources],
+                                                use_requested=False)
+            packed = resource_scores(NO_GPU_PACKING, columns, len(nodes))
+            return np.where(inv.node_total[np.asarray(nodes, dtype=np.intp)] == 0, MAX_NODE_SCORE, packed)
         request = _request(cycle)
         if request.whole:
             need = request.whole * MILLI
