@@ -37,6 +37,10 @@ bench-engine: $(STAMP)  ## placement engine throughput (SchedulingBasic shape an
 	$(BIN)/python -m bench.engine --case scheduling-basic
 	$(BIN)/python -m bench.engine --case gpu-mixed
 
+.PHONY: bench-kube-perf
+bench-kube-perf: $(STAMP)  ## kube-scheduler's scheduler_perf (built from the Go proxy, 10+ min first time) vs the engine, same shapes
+	$(BIN)/python -m bench.engine.kube_perf --repeat 3
+
 bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/BestFit/Random
 	$(BIN)/python -m bench.gpu_trace
 

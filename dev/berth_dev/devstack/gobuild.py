@@ -368,15 +368,131 @@ def _run_go(argv: list[str], *, cwd: Path, env: dict[str, str], what: str, quiet
         console.print(f"[green]✓[/green] {escape(what)} ({elapsed:.0f} s, {packages} packages compiled)")
 
 
+# ------------------------------------------------------------------------------------------------
+# kube-scheduler's own benchmark (test/integration/scheduler_perf), as test binaries
+# ------------------------------------------------------------------------------------------------
+
+#: The scheduler_perf topics built as test binaries (``<topic>.test``): ``misc`` holds
+#: SchedulingBasic, ``affinity`` the (node/pod) affinity cases.
+SCHEDULER_PERF_PACKAGE = f"{KUBERNETES_MODULE}/test/integration/scheduler_perf"
+SCHEDULER_PERF_TOPICS = ("misc", "affinity")
+
+#: Shown before the test binaries are built (measured on this shared 2-core machine).
+SCHEDULER_PERF_BUILD_NOTE = (
+    "The first build compiles kube-scheduler's integration benchmark (scheduler_perf: an in-process "
+    "kube-apiserver, the scheduler and the test framework, ~2,500 packages) from the Go module proxy: "
+    "10-25 minutes on a busy 2-core machine; later runs reuse the cached test binaries."
+)
+
+
+@dataclass(frozen=True)
+class SchedulerPerfBinaries:
+    """``<topic>.test`` binaries and the source directory each must run in (its config's home)."""
+
+    binaries: dict[str, Path]
+    source_dirs: dict[str, Path]
+    etcd: Path
+    kubernetes_version: str = KUBERNETES_VERSION
+
+
+def scheduler_perf_home(version: str = KUBERNETES_VERSION) -> Path:
+    return cache_dir() / f"kube-perf-{version}"
+
+
+def scheduler_perf_wrapper_go_mod(version: str, staging: Sequence[str], go_directive: str) -> str:
+    """The kubernetes wrapper module under its own name (same requirement and staging replaces)."""
+    return kubernetes_wrapper_go_mod(version, staging, go_directive).replace(
+        "to build kube-apiserver and kube-scheduler", "to build scheduler_perf test binaries").replace(
+        "module berth.local/kubernetes-build", "module berth.local/kube-perf-build")
+
+
+def _scheduler_perf_source_dirs(version: str) -> dict[str, Path]:
+    """Where the module cache holds each topic's package (performance-config.yaml, ../templates)."""
+    modcache = os.environ.get("GOMODCACHE", "").strip()
+    if not modcache:
+        go = shutil.which("go")
+        if go is not None:
+            modcache = subprocess.run([go, "env", "GOMODCACHE"], check=False, capture_output=True,
+                                      text=True).stdout.strip()
+    root = Path(modcache or Path.home() / "go" / "pkg" / "mod") / f"{KUBERNETES_MODULE}@{version}"
+    return {topic: root / "test" / "integration" / "scheduler_perf" / topic for topic in SCHEDULER_PERF_TOPICS}
+
+
+def scheduler_perf_binaries_present(version: str = KUBERNETES_VERSION) -> bool:
+    return (scheduler_perf_home(version) / COMPLETE_MARKER).exists()
+
+
+def ensure_scheduler_perf_binaries(
+    kubernetes_version: str = KUBERNETES_VERSION,
+    etcd_version: str = ETCD_VERSION,
+    *,
+    quiet: bool = False,
+    force: bool = False,
+) -> SchedulerPerfBinaries:
+    """Build (once, cached under ``.cache/kube-perf-<version>/bin``) the scheduler_perf test binaries.
+
+    Uses the same wrapper-module recipe as kube-apiserver/kube-scheduler (staging replaces read
+    from kubernetes' go.mod), then ``go test -c`` for each topic. etcd (which the integration
+    framework starts itself, found through PATH) comes from :func:`ensure_kubernetes_binaries`'s
+    cache. Raises :class:`DevStackError` with Go's output when the build fails.
+    """
+    home = scheduler_perf_home(kubernetes_version)
+    etcd = etcd_home(etcd_version) / "bin" / "etcd"
+    if not (etcd_home(etcd_version) / COMPLETE_MARKER).exists():
+        etcd = ensure_kubernetes_binaries(kubernetes_version, etcd_version, quiet=quiet).etcd
+    if force or not scheduler_perf_binaries_present(kubernetes_version):
+        go = shutil.which("go")
+        if go is None:
+            raise DevStackError(f"go not found: scheduler_perf is built from source. {GO_HINT}")
+        if not quiet:
+            console.print(f"[yellow]Building kube-scheduler's scheduler_perf benchmark.[/yellow] "
+                          f"{SCHEDULER_PERF_BUILD_NOTE}")
+        _locked_build(home, force=force, quiet=quiet,
+                      build=lambda where: _build_scheduler_perf(go, kubernetes_version, where, quiet=quiet))
+    bin_dir = home / "bin"
+    return SchedulerPerfBinaries(
+        binaries={topic: bin_dir / f"{topic}.test" for topic in SCHEDULER_PERF_TOPICS},
+        source_dirs=_scheduler_perf_source_dirs(kubernetes_version), etcd=etcd,
+        kubernetes_version=kubernetes_version)
+
+
+def _build_scheduler_perf(go: str, version: str, home: Path, *, quiet: bool) -> None:
+    env = _go_env(go)
+    info = _module_info(go, KUBERNETES_MODULE, version, env)
+    kube_go_mod = Path(str(info["GoMod"])).read_text()
+    staging = staging_modules(kube_go_mod)
+    if not staging:
+        raise DevStackError(f"found no k8s.io/* v0.0.0 requirements in {info['GoMod']}; has the layout changed?")
+    module = home / "module"
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "go.mod").write_text(
+        scheduler_perf_wrapper_go_mod(version, staging, _go_directive(kube_go_mod, "1.25.0")))
+    bin_dir = home / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    # First the shared library package with `go build -v` (the only way to see per-package
+    # progress), then `go test -c` links each topic's test binary from the warm build cache.
+    _run_go([go, "build", "-trimpath", SCHEDULER_PERF_PACKAGE], cwd=module, env=env,
+            what=f"compile scheduler_perf {version} and its dependencies", quiet=quiet)
+    _run_go([go, "test", "-c", "-vet=off", "-trimpath", "-o", f"{bin_dir}{os.sep}",
+             *(f"{SCHEDULER_PERF_PACKAGE}/{topic}" for topic in SCHEDULER_PERF_TOPICS)],
+            cwd=module, env=env, what=f"link the scheduler_perf test binaries {version}", quiet=quiet)
+    _finish(home, [bin_dir / f"{topic}.test" for topic in SCHEDULER_PERF_TOPICS], version)
+
+
 __all__ = [
     "COLD_BUILD_NOTE",
     "ETCD_VERSION",
     "KUBERNETES_VERSION",
+    "SCHEDULER_PERF_TOPICS",
     "KubeBinaries",
+    "SchedulerPerfBinaries",
     "ensure_kubernetes_binaries",
+    "ensure_scheduler_perf_binaries",
     "etcd_home",
     "kubernetes_binaries_present",
     "kubernetes_home",
+    "scheduler_perf_binaries_present",
+    "scheduler_perf_home",
     "staging_modules",
     "staging_version",
 ]
