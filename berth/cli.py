@@ -1,7 +1,9 @@
 """The ``berth`` command line: one entry point for services, tools and the local stack.
 
-Each sub-app lives beside the code it drives; this module only wires them together and turns
-expected failures into messages that say what to do (exit 2 for bad input, 1 for failures).
+Each sub-app lives beside the code it drives; this module wires them together and makes every
+command fail the same way (see :class:`BerthGroup`): one line on stderr saying what failed and
+what to do, an exit status per class of failure (:data:`EXIT_CODES`, listed in ``berth --help``),
+and a traceback only with ``--debug``.
 The commands of the development tooling (``berth dev``, ``berth demo``, ``berth cluster-sim``)
 come from the berth-dev distribution through entry points (:mod:`berth.plugins`); without it they
 say how to install it.
@@ -11,22 +13,323 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
+import traceback
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Optional
 
 import typer
+import typer.core
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from berth.plugins import CLI_PLUGINS, INSTALL_DEV_TOOLING, load_plugin, plugin_names
 
+# --- exit statuses ----------------------------------------------------------------------------
+
+EXIT_FAILURE = 1
+"""The command ran and reports a negative result (stale schemas, replay mismatches, nothing explained)."""
+EXIT_USAGE = 2
+"""Bad command line or bad input: an unknown option, a file whose content Berth cannot accept."""
+EXIT_NOT_FOUND = 3
+"""Nothing to read: a file or directory that does not exist (``berth simulate``'s 3 too)."""
+EXIT_SETTINGS = 4
+"""Settings invalid: a ``BERTH_*`` variable, the ``BERTH_CONFIG`` file, a kubeconfig."""
+EXIT_UNAVAILABLE = 69
+"""A service Berth needs is unreachable or refused: Kafka, Postgres, the Kubernetes API server
+(sysexits ``EX_UNAVAILABLE``)."""
+EXIT_SOFTWARE = 70
+"""A bug: an error Berth does not know (sysexits ``EX_SOFTWARE``); ``--debug`` shows the traceback."""
+EXIT_NOPERM = 77
+"""Refused for lack of permission: authentication or authorisation failed, a file not readable
+(sysexits ``EX_NOPERM``)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C)."""
+
+EXIT_CODES = {
+    0: "success",
+    EXIT_FAILURE: "the command's own negative result (stale schemas, replay mismatches, ...)",
+    EXIT_USAGE: "usage error or bad input (options, file contents)",
+    EXIT_NOT_FOUND: "not found (no such file or directory, nothing to read)",
+    EXIT_SETTINGS: "settings invalid (BERTH_* variables, BERTH_CONFIG, kubeconfig)",
+    EXIT_UNAVAILABLE: "a service is unreachable: Kafka, Postgres or the Kubernetes API server",
+    EXIT_SOFTWARE: "internal error (a bug: rerun with --debug and report it)",
+    EXIT_NOPERM: "permission denied (authentication, authorisation, file permissions)",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+EPILOG = ("[b]Exit status[/b] (errors are one line on stderr; --debug or BERTH_DEBUG=1 adds the traceback):\n"
+          + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items()))
+
+
+class BerthGroup(typer.core.TyperGroup):
+    """The root command: runs the sub-command and turns what escapes it into one line on stderr
+    and the exit status of its class (:func:`describe_failure`). Usage errors and the commands'
+    own exits pass through as they are."""
+
+    argv: Sequence[str] = ()
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        BerthGroup.argv = tuple(args)  # for the failure messages: which --kafka, --database-url
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:  # every failure of every command, in one place
+            module = type(exc).__module__
+            if module.startswith("typer."):  # typer's click: usage errors, Exit, Abort
+                raise
+            if module.startswith("click."):  # the click package's (a plugin built on it)
+                raise _from_click(exc) from exc
+            return self._fail(ctx, exc)
+
+    def _fail(self, ctx: Any, exc: Exception) -> Any:
+        code, message = describe_failure(exc, self.argv)
+        if ctx.params.get("debug") or _truthy(os.environ.get("BERTH_DEBUG")):
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        raise typer.Exit(code)
+
+
+def _from_click(exc: Exception) -> Exception:
+    """The click package's exception as typer's click handles it: shown, then its exit status."""
+    show = getattr(exc, "show", None)
+    if show is not None:
+        show()
+    code = getattr(exc, "exit_code", None)
+    return typer.Exit(code if isinstance(code, int) else EXIT_FAILURE)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, outermost first."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup) and current.exceptions:
+            yield from _chain(current.exceptions[0])
+        current = current.__cause__ or current.__context__
+
+
+def _one_line(text: object, limit: int = 400) -> str:
+    """A message on one line: its lines joined, sqlalchemy's background links dropped."""
+    lines = [line.strip() for line in str(text).splitlines()]
+    lines = [line for line in lines if line and not line.startswith("(Background on this error")]
+    joined = "; ".join(lines) or "no details"
+    return joined if len(joined) <= limit else joined[: limit - 1] + "…"
+
+
+def _reason(exc: BaseException) -> str:
+    text = _one_line(exc)
+    name = type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (the last one given)."""
+    value = None
+    for index, arg in enumerate(argv):
+        if arg == name and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _settings_or_none() -> Any:
+    try:
+        from berth.settings import load_settings
+
+        return load_settings()
+    except Exception:  # the settings are what failed, or not loadable: say what we can
+        return None
+
+
+def _kafka_target(argv: Sequence[str]) -> tuple[str, str]:
+    """(bootstrap servers, where they came from) for the command that failed."""
+    given = _option(argv, "--kafka")
+    if given:
+        return given, "--kafka"
+    settings = _settings_or_none()
+    bootstrap = settings.kafka.bootstrap if settings is not None else os.environ.get("BERTH_KAFKA_BOOTSTRAP", "?")
+    for variable in ("BERTH_KAFKA_BOOTSTRAP", "BERTH_KAFKA__BOOTSTRAP"):
+        if os.environ.get(variable):
+            return bootstrap, variable
+    return bootstrap, "default; set BERTH_KAFKA_BOOTSTRAP"
+
+
+def _database_target(argv: Sequence[str]) -> tuple[str, str]:
+    from berth.settings import redact_url
+
+    given = _option(argv, "--database-url")
+    if given:
+        return redact_url(given), "--database-url"
+    settings = _settings_or_none()
+    url = settings.database.redacted_url() if settings is not None else "?"
+    for variable in ("BERTH_DATABASE_URL", "BERTH_DATABASE__URL"):
+        if os.environ.get(variable):
+            return url, variable
+    return url, "default; set BERTH_DATABASE_URL"
+
+
+def _from_settings_module(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while loading Berth's settings (environment, BERTH_CONFIG)."""
+    import berth.settings
+
+    settings_file = os.path.normcase(berth.settings.__file__)
+    for link in _chain(exc):
+        if isinstance(link, ValidationError) and link.title in ("BerthSettings", "KafkaSettings",
+                                                                "DatabaseSettings"):
+            return True
+        for frame, _ in traceback.walk_tb(link.__traceback__):
+            if os.path.normcase(frame.f_code.co_filename) == settings_file:
+                return True
+    return False
+
+
+def _settings_problems(exc: ValidationError) -> str:
+    """Each problem under the variable that sets it: ``BERTH_LOG_LEVEL='loud': Input should be ...``."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        if exc.title in ("KafkaSettings", "DatabaseSettings"):
+            loc.insert(0, exc.title.removesuffix("Settings").lower())
+        variable = "BERTH_" + "__".join(loc).upper() if loc else "settings"
+        given = error.get("input")
+        shown = "" if not loc or isinstance(given, dict) or given is None else f"={given!r}"
+        if any(secret in variable for secret in ("PASSWORD", "URL", "SECRET")):
+            shown = ""
+        problems.append(f"{variable}{shown}: {_one_line(error['msg'])}")
+    return "; ".join(problems)
+
+
+def _isinstance(exc: BaseException, module: str, names: tuple[str, ...]) -> bool:
+    """``isinstance(exc, module.name)`` for any of ``names``, without importing ``module`` when
+    the command never did (a library that is not loaded raised nothing)."""
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return False
+    classes = tuple(getattr(loaded, name) for name in names if hasattr(loaded, name))
+    return bool(classes) and isinstance(exc, classes)
+
+
+_KAFKA_AUTH = ("AuthenticationFailedError", "SaslAuthenticationFailed", "TopicAuthorizationFailedError",
+               "GroupAuthorizationFailedError", "ClusterAuthorizationFailedError",
+               "TransactionalIdAuthorizationFailed", "UnsupportedSaslMechanismError",
+               "AuthenticationMethodNotSupported", "IllegalSaslStateError")
+_START_KAFKA = "start it with `berth dev up` (or `make up`)"
+
+
+def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int, str]:
+    """The exit status and the one-line message for a failure that escaped a command: what
+    failed, where, and what to do. The classes are checked on the whole chain of causes (a
+    service's StartupError over aiokafka's error, SQLAlchemy's over psycopg's)."""
+    chain = list(_chain(exc))
+
+    def find(module: str, *names: str) -> BaseException | None:
+        return next((link for link in chain if _isinstance(link, module, names)), None)
+
+    # Settings first: a bad BERTH_CONFIG is a FileNotFoundError or a YAML error too.
+    if _from_settings_module(exc):
+        invalid = next((link for link in chain if isinstance(link, ValidationError)), None)
+        if invalid is None:
+            return EXIT_SETTINGS, f"invalid settings: {_one_line(exc)}"
+        return EXIT_SETTINGS, (f"invalid settings: {_settings_problems(invalid)}; fix the environment "
+                               "variable or the BERTH_CONFIG file's key")
+
+    kafka = find("aiokafka.errors", "KafkaError")
+    if kafka is not None or find("berth.bus.streams", "StartupError") is not None:
+        bootstrap, source = _kafka_target(argv)
+        if kafka is not None and _isinstance(kafka, "aiokafka.errors", _KAFKA_AUTH):
+            return EXIT_NOPERM, (f"Kafka at {bootstrap} refused Berth's credentials or access: {_reason(kafka)}; "
+                                 "check BERTH_KAFKA__SASL_* and the ACLs")
+        if kafka is None or _isinstance(kafka, "aiokafka.errors", ("KafkaConnectionError", "NoBrokersAvailable",
+                                                                   "KafkaTimeoutError", "RequestTimedOutError")):
+            cause = _reason(kafka) if kafka is not None else _one_line(exc)
+            if "Unable to bootstrap" in cause:  # aiokafka's says which addresses, not why
+                cause = "no broker answered (connection refused, host unknown or unreachable)"
+            return EXIT_UNAVAILABLE, (f"cannot reach Kafka at {bootstrap} ({source}): {cause}; "
+                                      f"{_START_KAFKA} or set BERTH_KAFKA_BOOTSTRAP")
+        return EXIT_UNAVAILABLE, f"Kafka at {bootstrap} ({source}) failed the request: {_reason(kafka)}"
+
+    database = find("sqlalchemy.exc", "DBAPIError") or find("psycopg", "Error")
+    if database is not None:
+        url, source = _database_target(argv)
+        text = _one_line(getattr(database, "orig", None) or database)
+        if "authentication failed" in text or "permission denied" in text:
+            return EXIT_NOPERM, (f"the audit database at {url} ({source}) refused Berth: {text}; "
+                                 "check the user and password in BERTH_DATABASE_URL")
+        if find("sqlalchemy.exc", "OperationalError", "InterfaceError") or find("psycopg", "OperationalError"):
+            return EXIT_UNAVAILABLE, (f"cannot reach the audit database at {url} ({source}): {text}; "
+                                      "start it with `berth dev up` (or `make up`) or set BERTH_DATABASE_URL")
+        if "does not exist" in text and ("relation" in text or "table" in text):
+            return EXIT_UNAVAILABLE, (f"the audit database at {url} has no audit tables ({text}); "
+                                      "run `berth db upgrade`")
+        return EXIT_UNAVAILABLE, f"the audit database at {url} ({source}) failed the request: {text}"
+    database_url = find("sqlalchemy.exc", "ArgumentError", "NoSuchModuleError")
+    if database_url is not None:
+        url, source = _database_target(argv)
+        return EXIT_SETTINGS, (f"the database URL {url} ({source}) is not usable: {_one_line(database_url)}; "
+                               "use e.g. postgresql+psycopg://USER:PASSWORD@HOST:5432/berth")
+
+    api = find("kubernetes.client.exceptions", "ApiException")
+    if api is not None:
+        status = getattr(api, "status", 0) or 0
+        what = f"the Kubernetes API server answered {status} {getattr(api, 'reason', '') or ''}".rstrip()
+        if status in (401, 403):
+            return EXIT_NOPERM, f"{what}: check the kubeconfig's credentials and Berth's RBAC (deploy/)"
+        if status == 404:
+            return EXIT_NOT_FOUND, f"{what}: {_one_line(getattr(api, 'body', '') or api)}"
+        return EXIT_UNAVAILABLE, f"{what}: {_one_line(getattr(api, 'body', '') or api, 200)}"
+    unreachable = find("urllib3.exceptions", "HTTPError")
+    if unreachable is not None:
+        pool = getattr(unreachable, "pool", None)
+        where = f"{pool.host}:{pool.port}" if pool is not None else "its address"
+        reason = getattr(unreachable, "reason", None) or unreachable
+        return EXIT_UNAVAILABLE, (f"cannot reach the Kubernetes API server at {where}: {_reason(reason)}; "
+                                  "check the kubeconfig (--kubeconfig, KUBECONFIG) and that the cluster runs")
+    kubeconfig = find("kubernetes.config.config_exception", "ConfigException")
+    if kubeconfig is not None:
+        return EXIT_SETTINGS, (f"cannot load a Kubernetes configuration: {_one_line(kubeconfig)}; pass "
+                               "--kubeconfig (and --context), set KUBECONFIG, or run in a pod with a ServiceAccount")
+
+    for link in chain:
+        if isinstance(link, (FileNotFoundError, NotADirectoryError)):
+            name = link.filename if link.filename is not None else _one_line(link)
+            return EXIT_NOT_FOUND, f"no such file or directory: {name}"
+        if isinstance(link, PermissionError):
+            return EXIT_NOPERM, f"permission denied: {link.filename or _one_line(link)}"
+        if isinstance(link, IsADirectoryError):
+            return EXIT_USAGE, f"{link.filename}: is a directory, a file is expected"
+        if _isinstance(link, "yaml", ("YAMLError",)):
+            return EXIT_USAGE, f"not valid YAML: {_one_line(link)}"
+        if isinstance(link, (json.JSONDecodeError, UnicodeDecodeError)):
+            return EXIT_USAGE, f"not valid {'JSON' if isinstance(link, json.JSONDecodeError) else 'text'}: {_one_line(link)}"
+        if isinstance(link, ValidationError):
+            return EXIT_USAGE, f"invalid input ({link.title}): {_validation_message(link)}"
+    for link in chain:
+        if isinstance(link, (ConnectionError, TimeoutError)) or _isinstance(link, "socket", ("gaierror",)):
+            return EXIT_UNAVAILABLE, f"cannot connect: {_reason(link)}; is the service it needs running?"
+    return EXIT_SOFTWARE, (f"internal error: {_reason(exc)}; rerun with --debug for the traceback and "
+                           "report it")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 app = typer.Typer(
     name="berth",
+    cls=BerthGroup,
     help="Berth: an event-sourced, GPU-aware scheduler for Kubernetes on Kafka.",
+    epilog=EPILOG,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 publish_app = typer.Typer(help="Publish events to Berth (for gateways, model servers, cloud hooks).",
@@ -34,6 +337,7 @@ publish_app = typer.Typer(help="Publish events to Berth (for gateways, model ser
 db_app = typer.Typer(help="Manage the audit store's schema (Alembic migrations).", no_args_is_help=True)
 schemas_app = typer.Typer(help="The event contract's JSON Schemas.", no_args_is_help=True)
 topics_app = typer.Typer(help="Berth's Kafka topics.", no_args_is_help=True)
+config_app = typer.Typer(help="Berth's settings as a process sees them.", no_args_is_help=True)
 
 DEV_TOOLING_COMMANDS = ("dev", "demo", "cluster-sim")
 """Commands the development tooling (berth-dev) provides, in the order of ``berth --help``."""
@@ -61,6 +365,7 @@ app.add_typer(publish_app, name="publish")
 app.add_typer(db_app, name="db")
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
+app.add_typer(config_app, name="config")
 
 err = Console(stderr=True)
 
@@ -76,18 +381,81 @@ DatabaseOption = Annotated[
 ]
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
 def _settings(kafka: str | None = None, database_url: str | None = None) -> Any:
+    """The settings with the command line's overrides; invalid ones fail as settings (exit 4)."""
     from berth.settings import load_settings
 
+    return load_settings(kafka=kafka, database_url=database_url)
+
+
+# --- the root command: --version, --debug, logging ------------------------------------------------
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
     try:
-        return load_settings(kafka=kafka, database_url=database_url)
-    except ValidationError as exc:
-        raise fail(f"invalid settings: {_validation_message(exc)}", 2) from exc
+        return distribution_version("berth")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        from berth import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"berth {_version()}")
+        raise typer.Exit()
+
+
+LOG_FORMATS = ("json", "console")
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print Berth's version (of the installed distribution) and exit.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="On failure, print the traceback before the one-line error; log everything "
+                        "at debug level (also BERTH_DEBUG=1).")] = False,
+    log_format: Annotated[Optional[str], typer.Option(
+        "--log-format", show_default=False, metavar="json|console",
+        help="Log lines as JSON objects (default) or for people (console); sets BERTH_LOG_FORMAT for "
+             "the services this command runs.")] = None,
+    log_level: Annotated[Optional[str], typer.Option(
+        "--log-level", show_default=False, metavar="debug|info|warning|error",
+        help="Level of Berth's own log records; sets BERTH_LOG_LEVEL.")] = None,
+) -> None:
+    """Berth: an event-sourced, GPU-aware scheduler for Kubernetes on Kafka."""
+    from berth.logs import configure_logging
+
+    if log_format is not None:
+        if log_format not in LOG_FORMATS:
+            raise typer.BadParameter(f"{log_format!r}: choose json or console", param_hint="--log-format")
+        os.environ["BERTH_LOG_FORMAT"] = log_format
+    if log_level is not None:
+        if log_level not in ("debug", "info", "warning", "error"):
+            raise typer.BadParameter(f"{log_level!r}: choose debug, info, warning or error",
+                                     param_hint="--log-level")
+        os.environ["BERTH_LOG_LEVEL"] = log_level
+    debug = debug or _truthy(os.environ.get("BERTH_DEBUG"))
+    if debug:
+        os.environ["BERTH_DEBUG"] = "1"
+        os.environ["BERTH_LOG_LEVEL"] = "debug"
+    fmt = os.environ.get("BERTH_LOG_FORMAT", "json")
+    level = os.environ.get("BERTH_LOG_LEVEL", "warning")
+    # One-shot commands: the libraries' records stay quiet (the one-line error says what failed);
+    # a service's `run` configures logging again with its settings and its name.
+    configure_logging("debug" if debug else (level if level in ("info", "warning", "error") else "warning"),
+                      fmt if fmt in LOG_FORMATS else "json",
+                      library_level="debug" if debug else "critical")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -118,12 +486,8 @@ def _publish(kafka: str | None, build: Any) -> None:
     try:
         event = build()
     except ValidationError as exc:
-        raise fail(f"refused: {_validation_message(exc)}", 2) from exc
-    try:
-        publish_sync(settings.kafka, event, source="berth-cli")
-    except Exception as exc:  # connection problems: say where we tried
-        raise fail(f"could not publish to Kafka at {settings.kafka.bootstrap}: {exc}. "
-                   "Is it running? (`berth dev up` starts one locally)") from exc
+        raise fail(f"refused: {_validation_message(exc)}", EXIT_USAGE) from exc
+    publish_sync(settings.kafka, event, source="berth-cli")  # unreachable Kafka: BerthGroup says so
     print(event.model_dump_json())
 
 
@@ -190,7 +554,8 @@ def publish_gpu_telemetry(
             samples.append(GpuDeviceSample(index=int(parts[0]), utilization_pct=float(parts[1]),
                                            memory_used_mib=int(parts[2]), healthy=len(parts) == 3))
         except (ValueError, ValidationError) as exc:
-            raise fail(f"--device {spec!r}: {exc}", 2) from exc
+            detail = _validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise fail(f"--device {spec!r}: {detail}", EXIT_USAGE) from exc
     _publish(kafka, lambda: GpuTelemetry(node=node, devices=tuple(samples),
                                          sampled_at=datetime.now(timezone.utc)))
 
@@ -223,6 +588,58 @@ def topics_list() -> None:
     for topic in ALL_TOPICS:
         table.add_row(topic.name, topic.key, str(topic.partitions), "\n".join(sorted(topic.event_types)))
     Console().print(table)
+
+
+# --- config ------------------------------------------------------------------------------------
+
+
+def effective_settings() -> dict[str, Any]:
+    """Every BerthSettings field as this process resolves it (defaults, BERTH_CONFIG, environment),
+    secrets masked: SecretStr fields as ``***``, passwords inside URLs as ``user:***@``."""
+    from pydantic import SecretStr
+
+    from berth.settings import BerthSettings, load_settings, redact_url
+
+    settings = load_settings()
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            secret = value.get_secret_value()
+            return redact_url(secret) if "://" in secret else "***"
+        if hasattr(value, "model_fields"):
+            return {name: plain(getattr(value, name)) for name in type(value).model_fields}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, str):
+            return redact_url(value) if "://" in value and "@" in value else value
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        return str(value)
+
+    shown = plain(settings)
+    assert set(shown) == set(BerthSettings.model_fields)
+    return shown
+
+
+@config_app.command("show")
+def config_show(
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="yaml|json", help="yaml (default) or json.")] = "yaml",
+) -> None:
+    """Print the effective settings: every field, from the defaults, the BERTH_CONFIG file and the
+    BERTH_* environment merged (the environment wins), secrets masked."""
+    if output not in ("yaml", "json"):
+        raise typer.BadParameter(f"{output!r}: choose yaml or json", param_hint="--output")
+    shown = effective_settings()
+    if output == "json":
+        print(json.dumps(shown, indent=2))
+        return
+    import yaml
+
+    source = os.environ.get("BERTH_CONFIG")
+    print(f"# effective settings: defaults < {'BERTH_CONFIG=' + source if source else 'no BERTH_CONFIG file'}"
+          " < BERTH_* environment")
+    print(yaml.safe_dump(shown, sort_keys=False, default_flow_style=False), end="")
 
 
 @app.command("tail")
@@ -340,10 +757,8 @@ _add_plugin_command("demo")
 
 @app.command("version")
 def version() -> None:
-    """Print Berth's version."""
-    from berth import __version__
-
-    print(__version__)
+    """Print Berth's version (also `berth --version`)."""
+    print(_version())
 
 
 SERVICES = {
@@ -390,5 +805,9 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+        print("interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,15 @@
 """Structured logs (structlog): JSON lines for services, readable console output for people.
 
+One pipeline for every record of the process: Berth's own (structlog) and every library's
+(aiokafka, faust, mode, SQLAlchemy, Alembic, kubernetes, urllib3, asyncio, Python warnings) go
+through the stdlib root logger to one handler whose :class:`structlog.stdlib.ProcessorFormatter`
+renders them alike: ``timestamp``, ``level``, ``logger``, ``event``, the ``service`` and whatever
+context is bound (``cell``, ``trace_id``: see :func:`log_context`), as one JSON object per line
+(``BERTH_LOG_FORMAT=json``, the default) or as a console line (``console``, for people).
+
 A redaction processor masks anything that looks like a secret before it is rendered, so a
-password passed by mistake as a log field never reaches the output.
+password passed by mistake as a log field (or inside a URL in a library's message) never reaches
+the output.
 """
 
 from __future__ import annotations
@@ -9,6 +17,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -16,42 +26,108 @@ import structlog
 _SECRET_KEYS = re.compile(r"(password|secret|token|sasl_plain|credential)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
 
+LIBRARY_LOGGERS = ("aiokafka", "kafka", "faust", "mode", "sqlalchemy", "alembic", "kubernetes", "urllib3",
+                   "asyncio", "psycopg", "py.warnings", "rocksdict", "venusian", "croniter", "yarl",
+                   "aiohttp", "opentracing", "httpx", "httpcore")
+"""Loggers of the libraries Berth runs on: they get ``library_level`` (see :func:`configure_logging`)."""
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+_service: str | None = None
+
 
 def _redact(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     for key, value in list(event_dict.items()):
-        if _SECRET_KEYS.search(key):
+        if _SECRET_KEYS.search(key) and key != "event":
             event_dict[key] = "***"
         elif isinstance(value, str) and "://" in value:
             event_dict[key] = _URL_PASSWORD.sub(r"\1***@", value)
     return event_dict
 
 
-def configure_logging(level: str = "info", fmt: str = "json", service: str | None = None) -> None:
-    """Configure structlog once per process. Logs go to stderr; stdout stays for results."""
+def _add_service(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """The process's service on every record, threads' included (contextvars do not reach the
+    threads of a library's pool)."""
+    if _service is not None:
+        event_dict.setdefault("service", _service)
+    return event_dict
+
+
+def _level_number(name: str) -> int:
+    return logging.getLevelNamesMapping()[name.upper()]
+
+
+class _BerthHandler(logging.StreamHandler):  # type: ignore[type-arg]  # StreamHandler is generic in typeshed only
+    """The one handler of the root logger (replaced, never stacked, when logging is configured again)."""
+
+
+def configure_logging(level: str = "info", fmt: str = "json", service: str | None = None, *,
+                      library_level: str | None = None) -> None:
+    """Route every record of the process through one structlog pipeline to stderr (stdout stays
+    for results). Safe to call again: the second call replaces the first's handler.
+
+    ``level`` filters Berth's own records; ``library_level`` the libraries' (default: ``warning``,
+    or ``level`` when that is higher; everything with ``debug``), so that aiokafka's and faust's
+    chatter stays out of a service's log unless asked for.
+    """
+    global _service
+    if service is not None:
+        _service = service
+    if library_level is None:
+        library_level = "debug" if level == "debug" else max(level, "warning", key=_level_number)
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=True)
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
-    processors: list[Any] = [
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
+        _add_service,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.stdlib.PositionalArgumentsFormatter(),
         _redact,
-        structlog.processors.format_exc_info,
-        renderer,
     ]
     structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        # Not cached: a module's logger made before the service configured logging (the CLI
+        # configures it once for every command, the service again) follows the newest set-up.
+        cache_logger_on_first_use=False,
     )
-    if service:
-        structlog.contextvars.bind_contextvars(service=service)
-    # aiokafka and faust log through stdlib logging; keep them quiet unless debugging.
-    logging.basicConfig(level=logging.WARNING if level != "debug" else logging.DEBUG, stream=sys.stderr)
+    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    if fmt == "json":
+        final.append(structlog.processors.format_exc_info)
+    final.append(renderer)
+    handler = _BerthHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final))
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        # Ours from an earlier call, and logging.basicConfig's (a library's or a tool's); test
+        # runners' capturing handlers stay.
+        if isinstance(existing, _BerthHandler) or type(existing) is logging.StreamHandler:
+            root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(min(_level_number(level), _level_number(library_level)))
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        library.setLevel(_level_number(library_level))
+        for existing in list(library.handlers):  # e.g. a library that set up its own StreamHandler
+            if type(existing) is logging.StreamHandler:
+                library.removeHandler(existing)
+        library.propagate = True
+    logging.captureWarnings(True)  # warnings.warn (ResourceWarning, deprecations) as records too
 
 
 def get_logger(name: str | None = None) -> Any:
     return structlog.get_logger(name)
+
+
+@contextmanager
+def log_context(**ids: Any) -> Iterator[None]:
+    """Bind ``cell=``, ``trace_id=`` (any ids) to every record logged inside, libraries' included,
+    in this task and the tasks it starts: ``with log_context(cell=3): ...``."""
+    with structlog.contextvars.bound_contextvars(**{k: v for k, v in ids.items() if v is not None}):
+        yield

@@ -9,6 +9,7 @@ crash replays what was not yet handled instead of losing it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -70,8 +71,8 @@ class EventConsumer:
         self._name = name
         self._kafka = kafka
         self._listener = _Listener(on_assign, on_revoke) if (on_assign or on_revoke) else None
-        self._consumer = AIOKafkaConsumer(
-            **kafka.client_options(),
+        self._options: dict[str, Any] = dict(
+            kafka.client_options(),
             group_id=group_id,
             enable_auto_commit=auto_commit,
             auto_offset_reset=auto_offset_reset,
@@ -79,24 +80,39 @@ class EventConsumer:
             max_poll_records=max_poll_records,
             **consumer_options,
         )
+        self._consumer: AIOKafkaConsumer | None = None
+        """Made at :meth:`start` (or first use of :attr:`raw`): a consumer that is never started
+        holds no client that could be left unclosed."""
         self._dead_letters = EventProducer(kafka, source=f"berth/{name}")
         self.dead_lettered = 0
 
     @property
     def raw(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(**self._options)
         return self._consumer
 
     async def start(self) -> None:
-        await self._dead_letters.start()
-        await self._consumer.start()
-        if self._listener is not None:
-            self._consumer.subscribe(list(self._topics), listener=self._listener)
-        else:
-            self._consumer.subscribe(list(self._topics))
+        """Connect; when that fails (Kafka unreachable), both clients are closed before the error
+        propagates, so no ``Unclosed AIOKafkaConsumer``/``AIOKafkaProducer`` is left behind."""
+        try:
+            await self._dead_letters.start()
+            await self.raw.start()
+            if self._listener is not None:
+                self.raw.subscribe(list(self._topics), listener=self._listener)
+            else:
+                self.raw.subscribe(list(self._topics))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
 
     async def stop(self) -> None:
+        """Leave the group and close both clients. Idempotent, and safe on a consumer that never
+        started (a service stopped by a failure before it got that far)."""
         try:
-            await self._consumer.stop()
+            if self._consumer is not None:
+                await self._consumer.stop()
         finally:
             await self._dead_letters.stop()
 
@@ -113,7 +129,7 @@ class EventConsumer:
         What a fetch returns is consumed as a whole: the consumer's position is already past
         it. Loops that batch work should take whole polls, never stop half-way through one.
         """
-        fetched = await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        fetched = await self.raw.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         accepted: list[ConsumedEvent] = []
         for partition in sorted(fetched, key=lambda tp: (tp.topic, tp.partition)):
             for record in fetched[partition]:
@@ -131,7 +147,7 @@ class EventConsumer:
         that stop for good, wrong for anything that batches and carries on — use :meth:`poll`.
         """
         while True:
-            batches = await self._consumer.getmany(
+            batches = await self.raw.getmany(
                 timeout_ms=int((idle_timeout_s or 1.0) * 1000), max_records=None
             )
             if not batches:
@@ -164,9 +180,9 @@ class EventConsumer:
     async def commit(self, upto: dict[tuple[str, int], int] | None = None) -> None:
         """Commit consumed positions (all consumed so far, or ``{(topic, partition): next_offset}``)."""
         if upto is None:
-            await self._consumer.commit()
+            await self.raw.commit()
         else:
-            await self._consumer.commit({TopicPartition(t, p): o for (t, p), o in upto.items()})
+            await self.raw.commit({TopicPartition(t, p): o for (t, p), o in upto.items()})
 
 
 async def read_matching(

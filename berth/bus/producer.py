@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -29,26 +30,38 @@ class EventProducer:
         transactional_id: str | None = None,
     ) -> None:
         self._source = source
-        options = kafka.client_options()
-        self._producer = AIOKafkaProducer(
-            **options,
+        self._options: dict[str, Any] = dict(
+            kafka.client_options(),
             enable_idempotence=True,
             acks="all",
             linger_ms=linger_ms,
             compression_type=None,
             transactional_id=transactional_id,
         )
+        self._producer: AIOKafkaProducer | None = None
+        """Made at :meth:`start` (or first use of :attr:`raw`): a producer that is never started
+        holds no client that could be left unclosed."""
 
     @property
     def raw(self) -> AIOKafkaProducer:
         """The underlying aiokafka producer (for transactions and offset commits)."""
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(**self._options)
         return self._producer
 
     async def start(self) -> None:
-        await self._producer.start()
+        """Connect; when that fails (Kafka unreachable), the client is closed before the error
+        propagates, so no ``Unclosed AIOKafkaProducer`` is left behind."""
+        try:
+            await self.raw.start()
+        except BaseException:
+            await _quietly(self.raw.stop())
+            raise
 
     async def stop(self) -> None:
-        await self._producer.stop()
+        """Flush and close. Idempotent, and safe on a producer that never started."""
+        if self._producer is not None:
+            await self._producer.stop()
 
     async def __aenter__(self) -> EventProducer:
         await self.start()
@@ -61,7 +74,7 @@ class EventProducer:
         """Queue one event; returns a future resolved when the broker has it."""
         target = topic or topic_for_event(event).name
         record = encode(event, source=self._source, event_id=event_id)
-        future = await self._producer.send(target, value=record.value, key=record.key, headers=record.headers)
+        future = await self.raw.send(target, value=record.value, key=record.key, headers=record.headers)
         EVENTS_PUBLISHED.labels(target, event.type).inc()
         return future
 
@@ -75,3 +88,9 @@ class EventProducer:
         for future in futures:
             await future
         return len(futures)
+
+
+async def _quietly(closing: Awaitable[Any]) -> None:
+    """Close a client after a failure, without hiding that failure behind one of closing's."""
+    with contextlib.suppress(Exception):
+        await closing

@@ -57,7 +57,7 @@ def run(
     _check_backend_options(backend, sim_url, kubeconfig, context)
 
     from berth.health import HealthServer, serving
-    from berth.lifecycle import stop_on_signals
+    from berth.lifecycle import closing_kafka_clients, stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
     from berth.settings import load_settings
@@ -80,7 +80,8 @@ def run(
         service = BinderService(settings, binder, max_in_flight=max_in_flight, group=group,
                                 report_unschedulable=reports)
         health = register(HealthServer("binder"), service)
-        async with serving(health, health_port if health_port is not None else settings.health_port):
+        async with closing_kafka_clients(service), \
+                serving(health, health_port if health_port is not None else settings.health_port):
             await service.run(stop_on_signals())
 
     asyncio.run(main())

@@ -30,7 +30,7 @@ def run(
     """Consume the cells' inputs, decide, and emit commands and decision records."""
     from berth.configfiles import load_cell_config
     from berth.health import HealthServer, serving
-    from berth.lifecycle import stop_on_signals
+    from berth.lifecycle import closing_kafka_clients, stop_on_signals
     from berth.logs import configure_logging
     from berth.metrics import serve_metrics
 
@@ -45,7 +45,8 @@ def run(
     async def main() -> None:
         service = DecisionService(settings, cell_config)
         health = register(HealthServer("decision"), service)
-        async with serving(health, health_port if health_port is not None else settings.health_port):
+        async with closing_kafka_clients(service), \
+                serving(health, health_port if health_port is not None else settings.health_port):
             await service.run(stop_on_signals())
 
     asyncio.run(main())

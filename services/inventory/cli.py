@@ -31,7 +31,7 @@ def run(
     """Consume pods, nodes, policies, GPU telemetry, spot notices and the cells' hand-overs; publish
     node inventories (berth.inventory.state.v1) and each cell's inputs (berth.scheduler.inputs.v1).
     Stops on SIGTERM."""
-    from berth.bus.streams import StartupError, serve
+    from berth.bus.streams import serve
     from berth.logs import configure_logging
     from berth.settings import load_settings
 
@@ -46,10 +46,7 @@ def run(
         serve_health(app, health_port if health_port is not None else settings.health_port)
         return app
 
-    try:
-        serve("inventory", build, kafka=settings.kafka, topics=LAYOUT_TOPICS,
-              log_level=settings.log_level, data_dir=data_dir, store=store,
-              metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
-    except StartupError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    # Kafka unreachable: serve raises StartupError, which `berth` reports in one line (exit 69).
+    serve("inventory", build, kafka=settings.kafka, topics=LAYOUT_TOPICS,
+          log_level=settings.log_level, data_dir=data_dir, store=store,
+          metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)

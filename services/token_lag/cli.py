@@ -39,7 +39,7 @@ def run(
 ) -> None:
     """Consume berth.inference.queue.v1; publish each pool's lag state to
     berth.inference.lag-state.v1 and to its cell of berth.scheduler.inputs.v1. Stops on SIGTERM."""
-    from berth.bus.streams import StartupError, serve
+    from berth.bus.streams import serve
     from berth.logs import configure_logging, get_logger
     from berth.schemas.topics import DECISION_INPUTS, QUEUE_LAG
     from berth.settings import load_settings
@@ -67,10 +67,7 @@ def run(
         serve_health(app, health_port if health_port is not None else settings.health_port)
         return app
 
-    try:
-        serve("token-lag", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, QUEUE_LAG.name],
-              log_level=settings.log_level, data_dir=data_dir, store=store,
-              metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
-    except StartupError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    # Kafka unreachable: serve raises StartupError, which `berth` reports in one line (exit 69).
+    serve("token-lag", build, kafka=settings.kafka, topics=[DECISION_INPUTS.name, QUEUE_LAG.name],
+          log_level=settings.log_level, data_dir=data_dir, store=store,
+          metrics_port=metrics_port if metrics_port is not None else settings.metrics_port)
