@@ -15,7 +15,13 @@ The cell asks the placement engine about a replica *as the pool's policy sees it
 - cache and data preferences (:func:`with_preferences`): ``cacheAware`` names the pool's model
   and ``dataLocality.vectorStoreAffinity`` the pods holding its data, in the annotations the
   profile's ModelCache and DataLocality plugins score (``berth.io/model``,
-  ``berth.io/data-locality``), unless the replica already sets them.
+  ``berth.io/data-locality``), unless the replica already sets them;
+- fast scheduling (:func:`max_nodes_to_score`): ``scheduling.fastScheduling.maxNodesToScore``
+  (when ``enabled``) is the per-cycle cap ``Engine.schedule(..., max_nodes_to_score=...)`` takes
+  (:mod:`berth.core.filtering`: the cycle stops filtering after that many feasible nodes, from a
+  start derived from the pod UID). It is read only once the AgentPool schema keeps the block
+  (``schemas/agentpool.py`` ignores unknown ``scheduling`` keys today) and ``place_replica``
+  passes it on.
 
 What a replica costs (:func:`replica_cost_per_hour`) is its share of its node's price: its GPUs
 over the node's GPUs (a fraction counts as that share of one GPU), or for CPU-only replicas its
@@ -107,6 +113,16 @@ def score_terms(policy: PoolPolicy | None) -> tuple[tuple[str, int], ...]:
     if policy.carbon is not None:
         terms.append(("CarbonIntensity", CARBON_SCORE_WEIGHT))
     return tuple(terms)
+
+
+def max_nodes_to_score(policy: PoolPolicy | None) -> int | None:
+    """A pool's ``fastScheduling.maxNodesToScore`` when enabled, else None (every node, or the
+    profile's ``percentageOfNodesToScore``)."""
+    fast = getattr(policy.scheduling, "fast_scheduling", None) if policy is not None else None
+    if fast is None or not getattr(fast, "enabled", True):
+        return None
+    limit = getattr(fast, "max_nodes_to_score", None)
+    return int(limit) if limit else None
 
 
 def preferred_regions(policy: PoolPolicy | None) -> tuple[str, ...]:

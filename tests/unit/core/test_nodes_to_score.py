@@ -153,3 +153,24 @@ def test_unset_keeps_the_configuration_hash() -> None:
     assert _framework().config_hash == parse_config(default_document()).hash
     assert _framework(50).config_hash != _framework().config_hash
     assert _framework(50).config_hash == _framework(50, top_level=False).config_hash
+
+
+def test_pool_fast_scheduling_reads_max_nodes_to_score() -> None:
+    from types import SimpleNamespace
+
+    from berth.cells.pool_placement import max_nodes_to_score
+
+    def pool(**fast: object) -> SimpleNamespace:
+        block = SimpleNamespace(**fast) if fast else None
+        return SimpleNamespace(scheduling=SimpleNamespace(fast_scheduling=block))
+
+    assert max_nodes_to_score(None) is None
+    assert max_nodes_to_score(pool()) is None
+    assert max_nodes_to_score(pool(enabled=True, max_nodes_to_score=50)) == 50
+    assert max_nodes_to_score(pool(enabled=False, max_nodes_to_score=50)) is None
+    # Today's AgentPool schema drops the block: no pool caps its cycles yet.
+    from berth.cells.pools import PoolPolicy
+
+    assert max_nodes_to_score(PoolPolicy.model_validate(
+        {"model": "m", "ttftSloMs": 500, "tokensPerSecondPerReplica": 100,
+         "scheduling": {"fastScheduling": {"enabled": True, "maxNodesToScore": 50}}})) is None
