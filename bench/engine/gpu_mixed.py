@@ -107,8 +107,11 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str, Any]:
-    """Build the case, schedule every pod once in queue order, and return the figures."""
+def run(nodes: int = NODES, pods: int = PODS, progress: bool = True,
+        percentage_of_nodes_to_score: int | None = None) -> dict[str, Any]:
+    """Build the case, schedule every pod once in queue order, and return the figures.
+    ``percentage_of_nodes_to_score``: the default profile with that top-level
+    ``percentageOfNodesToScore`` (None: unset, every node evaluated, Berth's default)."""
     import numpy as np
 
     from berth.simulate import Session  # the same loop as `berth simulate`
@@ -118,7 +121,13 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
             print(text, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    session = Session.of(build_nodes(nodes), [], config=None)
+    config = None
+    if percentage_of_nodes_to_score is not None:
+        from berth.core.config import default_document
+
+        config = default_document()
+        config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
+    session = Session.of(build_nodes(nodes), [], config=config)
     pending = build_pods(pods)
     say(f"{nodes} nodes and {pods} pods built in {time.perf_counter() - started:.2f}s")
     durations = np.empty(len(pending), dtype=np.int64)
@@ -140,6 +149,8 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True) -> dict[str
     cpu_seconds = time.process_time() - cpu_begin
     return {
         "case": "gpu-mixed",
+        **({} if percentage_of_nodes_to_score is None
+           else {"percentage_of_nodes_to_score": percentage_of_nodes_to_score}),
         "nodes": nodes,
         "pods": pods,
         "placed": placed,
