@@ -525,6 +525,11 @@ class KafkaCluster:
     def is_alive(self) -> bool:
         return bool(self.brokers) and all(broker.is_alive() for broker in self.brokers.values())
 
+    def to_state(self) -> dict[str, Any]:
+        """What the cluster runs (for reports; a cluster is never detached)."""
+        return {"bootstrap_servers": self.bootstrap_servers if self.brokers else None,
+                "brokers": {node_id: broker.to_state() for node_id, broker in self.brokers.items()}}
+
     def stop(self) -> None:
         """Stop every broker and delete their directories (each stop is attempted). The data is
         thrown away, so the brokers are killed: a controlled shutdown of the last members waits

@@ -33,7 +33,7 @@ from rich.console import Console
 from berth_dev.devstack import procs
 from berth_dev.devstack.cache import repo_root
 from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
-from berth_dev.devstack.kafka import KafkaProcess
+from berth_dev.devstack.kafka import KafkaCluster, KafkaProcess
 from berth_dev.devstack.kube import KubeControlPlane
 from berth_dev.devstack.postgres import PostgresProcess
 from berth_dev.devstack.procs import DevStackError
@@ -82,7 +82,8 @@ def service_args(kubeconfig: Path, work: Path) -> dict[str, list[str]]:
 
 class DevStack:
     """Kafka and Postgres (and, with ``with_kubernetes``, etcd + kube-apiserver) started together;
-    all stop together.
+    all stop together. ``kafka_brokers=3``: a three-broker KRaft cluster
+    (:class:`~berth_dev.devstack.kafka.KafkaCluster`, in-process only) instead of one broker.
 
     :meth:`start` boots Postgres (and the control plane) while the Kafka JVM warms up, so the
     stack is ready in about the time its slowest member needs. If one fails, all are stopped
@@ -92,8 +93,11 @@ class DevStack:
 
     def __init__(self, *, detached: bool = False, with_kubernetes: bool = False,
                  kafka: KafkaProcess | None = None, postgres: PostgresProcess | None = None,
-                 kube: KubeControlPlane | None = None) -> None:
-        self.kafka = kafka or KafkaProcess(detached=detached)
+                 kube: KubeControlPlane | None = None, kafka_brokers: int = 1) -> None:
+        if kafka_brokers > 1 and (detached or kafka is not None):
+            raise DevStackError("a several-broker Kafka runs in-process only (not detached, not given)")
+        self.kafka: KafkaProcess | KafkaCluster = (
+            KafkaCluster(size=kafka_brokers) if kafka_brokers > 1 else kafka or KafkaProcess(detached=detached))
         self.postgres = postgres or PostgresProcess(detached=detached)
         self.kube = kube or (KubeControlPlane(detached=detached) if with_kubernetes else None)
 
