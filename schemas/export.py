@@ -1,11 +1,8 @@
 """JSON Schema for every event type, committed under ``schemas/jsonschema/``.
 
-Non-Python producers validate against these files; the tests fail when they are stale or when a
-change would break consumers of the committed version. ``berth schemas export`` rewrites them.
-
-Backward compatible here means: every payload valid under the committed schema is still valid
-under the new one. The check is conservative (structural): no property removed, no property
-newly required, no type narrowed, no enum value or const changed, nothing newly forbidden.
+Non-Python producers validate against these files; the tests fail when they are stale.
+``berth schemas export`` rewrites them after :mod:`.compat` has checked that the change is one
+that deployed consumers can read (``--check`` only checks).
 """
 
 from __future__ import annotations
@@ -52,75 +49,3 @@ def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
             path.write_text(text)
             written.append(path)
     return written
-
-
-def breaking_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Why ``new`` would reject something ``old`` accepted; empty when compatible."""
-    problems: list[str] = []
-    _compare(old, new, old.get("$defs", {}), new.get("$defs", {}), "", problems)
-    return problems
-
-
-def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    ref = node.get("$ref")
-    if ref and ref.startswith("#/$defs/"):
-        return defs.get(ref.removeprefix("#/$defs/"), {})
-    return node
-
-
-def _types(node: dict[str, Any]) -> set[str]:
-    if "type" in node:
-        kinds = node["type"]
-        return set(kinds) if isinstance(kinds, list) else {kinds}
-    if "anyOf" in node:
-        found: set[str] = set()
-        for option in node["anyOf"]:
-            found |= _types(option) or {"$ref"}
-        return found
-    return set()
-
-
-def _compare(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    old_defs: dict[str, Any],
-    new_defs: dict[str, Any],
-    path: str,
-    problems: list[str],
-    depth: int = 0,
-) -> None:
-    if depth > 12:
-        return
-    old, new = _resolve(old, old_defs), _resolve(new, new_defs)
-    where = path or "(root)"
-    old_types, new_types = _types(old), _types(new)
-    if old_types and new_types and not old_types <= new_types and "$ref" not in new_types:
-        problems.append(f"{where}: type narrowed from {sorted(old_types)} to {sorted(new_types)}")
-    if "const" in old and new.get("const", old["const"]) != old["const"]:
-        problems.append(f"{where}: const changed from {old['const']!r} to {new.get('const')!r}")
-    if "enum" in new:
-        lost = [value for value in old.get("enum", []) if value not in new["enum"]]
-        if lost or "enum" not in old:
-            problems.append(f"{where}: enum no longer accepts {lost or 'values it accepted'}")
-    old_props, new_props = old.get("properties", {}), new.get("properties", {})
-    for name in sorted(old_props):
-        if name not in new_props and new.get("additionalProperties") is False:
-            problems.append(f"{where}.{name}: property removed")
-        elif name in new_props:
-            _compare(old_props[name], new_props[name], old_defs, new_defs, f"{path}.{name}",
-                     problems, depth + 1)
-    newly_required = sorted(set(new.get("required", [])) - set(old.get("required", [])))
-    for name in newly_required:
-        problems.append(f"{where}.{name}: newly required")
-    if old.get("additionalProperties") is not False and new.get("additionalProperties") is False:
-        problems.append(f"{where}: additional properties newly forbidden")
-    if "items" in old and "items" in new and isinstance(old["items"], dict):
-        _compare(old["items"], new["items"], old_defs, new_defs, f"{path}[]", problems, depth + 1)
-    for bound in ("minimum", "exclusiveMinimum", "minLength", "minItems"):
-        if bound in new and new[bound] > old.get(bound, float("-inf")):
-            problems.append(f"{where}: {bound} raised to {new[bound]}")
-    for bound in ("maximum", "exclusiveMaximum", "maxLength", "maxItems"):
-        if bound in new and new[bound] < old.get(bound, float("inf")):
-            problems.append(f"{where}: {bound} lowered to {new[bound]}")
-    if "pattern" in new and new["pattern"] != old.get("pattern"):
-        problems.append(f"{where}: pattern changed to {new['pattern']!r}")
