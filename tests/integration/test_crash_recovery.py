@@ -12,20 +12,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from berth.bus import ensure_topics
 from berth.services.audit import db
-from berth.services.audit.models import DecisionRow
 from berth.settings import BerthSettings
 from berth_dev.demo import _kafka_counts, _replay, _status, _wait_for_audit
 from berth_dev.devstack.procs import free_ports
 from berth_dev.supervisor import ServiceFailed, Supervisor
+from tests.faults_kit import check_invariants, placements
 
 pytestmark = pytest.mark.integration
 
@@ -33,24 +31,6 @@ MAX_PODS = 300
 SPEED = "40"
 KILL_AT = 1 / 3
 RUN_TIMEOUT_S = 150.0
-
-
-async def _placements(settings: BerthSettings) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-    """(pod UIDs of each PlacePods command, statuses reported for each command id) from Kafka."""
-    from berth.bus import EventConsumer
-    from berth.schemas.scheduler import CommandResult, PlacePods
-    from berth.schemas.topics import COMMANDS, RESULTS
-
-    commands: dict[str, list[str]] = {}
-    statuses: dict[str, set[str]] = defaultdict(set)
-    async with EventConsumer(settings.kafka, [COMMANDS, RESULTS], group_id=None, name="crash-test") as consumer:
-        async for item in consumer.events(idle_timeout_s=2):
-            event = item.event
-            if isinstance(event, PlacePods):
-                commands[event.command_id] = [p.pod_uid for p in event.placements]
-            elif isinstance(event, CommandResult):
-                statuses[event.command_id].add(event.status)
-    return commands, statuses
 
 
 def _run(services: Supervisor, sim_url: str, victim: str) -> dict[str, Any]:
@@ -115,38 +95,13 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
         services.services["binder"].stop()
         services.services["cluster-sim"].stop()
         audited = _wait_for_audit(settings, timeout_s=60)
-        _, kafka_decisions = asyncio.run(_kafka_counts(settings))
+        kafka_inputs, kafka_decisions = asyncio.run(_kafka_counts(settings))
         report = _replay(settings)
-        commands, statuses = asyncio.run(_placements(settings))
+        commands, statuses = asyncio.run(placements(settings))
     assert all(not service.is_alive() for service in services.services.values())
 
-    # (1) No pod placed twice: the simulator saw no overcommitted bind, no pod UID was bound by
-    # two different applied PlacePods commands, and the simulator's bind count equals the number
-    # of distinct pods those applied commands bound (each bind counted once).
-    pods = status["pods"]
-    assert status["overcommitted_binds"] == 0
-    applied_by_pod: dict[str, set[str]] = defaultdict(set)
-    for command_id, uids in commands.items():
-        if "applied" in statuses.get(command_id, ()):
-            for uid in uids:
-                applied_by_pod[uid].add(command_id)
-    placed_twice = {uid: ids for uid, ids in applied_by_pod.items() if len(ids) > 1}
-    assert not placed_twice, f"pods bound by more than one applied command: {placed_twice}"
-    assert pods["bound_total"] == len(applied_by_pod), (pods, len(applied_by_pod))
-    assert pods["bound_total"] >= MAX_PODS // 2, pods
-    assert pods["undecided"] == 0
-
-    # (2) No decision lost: every decision record on Kafka is in Postgres.
-    engine = db.make_engine(settings.database)
-    try:
-        with engine.connect() as connection:
-            in_postgres = connection.scalar(sa.select(sa.func.count()).select_from(DecisionRow)) or 0
-            distinct = connection.scalar(sa.select(sa.func.count(sa.distinct(DecisionRow.decision_id)))) or 0
-    finally:
-        engine.dispose()
-    assert kafka_decisions > 0
-    assert audited == in_postgres == kafka_decisions == distinct, (audited, in_postgres, kafka_decisions, distinct)
-
-    # (3) The audit is consistent: replaying every decision from Postgres alone reproduces it.
-    assert report.compared == in_postgres, (report.compared, in_postgres)
-    assert report.mismatches == [], report.mismatches[:5]
+    # The invariants every fault test checks (tests/faults_kit.py): no pod placed twice, no GPU
+    # over-committed, every pod decided, every decision on Kafka in Postgres once, and the audit
+    # replays without a mismatch.
+    check_invariants(settings, status, commands, statuses, min_bound=MAX_PODS // 2, audited=audited,
+                     decisions_on_kafka=kafka_decisions, inputs_on_kafka=kafka_inputs, report=report)
