@@ -128,6 +128,32 @@ def parse_data_items(document: str | dict[str, Any]) -> dict[str, dict[str, floa
     return found
 
 
+#: The scheduling-cycle extension points whose mean durations are kube's "core" per pod (the part
+#: comparable with Engine.schedule; Bind runs asynchronously through the API and is left out).
+CORE_EXTENSION_POINTS = ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit")
+
+
+def core_cycle_ms(workload: Workload, data_item_files: Iterable[Path]) -> dict[str, float] | None:
+    """Mean ms per pod of each scheduling-cycle extension point (all plugins, parallel wall time)
+    from ``scheduler_framework_extension_point_duration_seconds``, plus their ``total``."""
+    for path in sorted(data_item_files):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        points: dict[str, float] = {}
+        for item in data.get("dataItems") or []:
+            labels = item.get("labels") or {}
+            if (labels.get("Metric") == "scheduler_framework_extension_point_duration_seconds"
+                    and matches(workload, str(labels.get("Name", "")))
+                    and labels.get("extension_point") in CORE_EXTENSION_POINTS):
+                points[labels["extension_point"]] = round(float((item.get("data") or {}).get("Average", 0.0)), 3)
+        if points:
+            points["total"] = round(sum(points.values()), 3)
+            return points
+    return None
+
+
 def matches(workload: Workload, name: str) -> bool:
     """Whether a data item's ``Name`` label or a benchmark name belongs to ``workload``: upstream
     names them ``BenchmarkPerfScheduling/<case>/<workload>[/<namespace>]``."""
@@ -180,8 +206,9 @@ def summarize(kube: dict[str, list[dict[str, Any]]], berth: dict[str, list[dict[
         k_values = [run["pods_per_s"] for run in k_runs if run.get("pods_per_s") is not None]
         b_values = [run["pods_per_s"] for run in b_runs if run.get("pods_per_s") is not None]
         k_median, b_median = median_or_none(k_values), median_or_none(b_values)
+        cycles = [run["cycle_ms_mean"]["total"] for run in k_runs if run.get("cycle_ms_mean")]
         out["kube_scheduler_perf"][w.name] = {
-            "pods_per_s": k_median, "runs": k_runs, "nodes": w.nodes, "init_pods": w.init_pods,
+            "pods_per_s": k_median, "cycle_ms_mean_total": median_or_none(cycles), "runs": k_runs, "nodes": w.nodes, "init_pods": w.init_pods,
             "pods": w.pods, "metric": "SchedulingThroughput Average (median of runs)"}
         out["berth_engine"][w.name] = {
             "case": w.berth_case, "pods_per_s": b_median, "runs": b_runs, "nodes": w.nodes,
@@ -231,9 +258,11 @@ def run_kube_workload(workload: Workload, binary: Path, source_dir: Path, etcd: 
         _watch(process, out_dir, f"kube-scheduler_perf {workload.name}{label}", started, timeout_s + 60)
     elapsed = time.monotonic() - started
     stdout = stdout_path.read_text(errors="replace")
-    figures = throughput_from(workload, stdout, out_dir.glob("BenchmarkPerfScheduling_benchmark_*.json"))
+    items = list(out_dir.glob("BenchmarkPerfScheduling_benchmark_*.json"))
+    figures = throughput_from(workload, stdout, items)
     run: dict[str, Any] = {"pods_per_s": round(figures["Average"], 1) if figures else None,
-                           "throughput": figures, "seconds": round(elapsed, 1),
+                           "throughput": figures, "cycle_ms_mean": core_cycle_ms(workload, items),
+                           "seconds": round(elapsed, 1),
                            "loadavg_before": load_before, "loadavg_after": _loadavg(),
                            "exit_code": process.returncode, "artifacts": str(out_dir)}
     below = below_threshold(stdout)
@@ -321,7 +350,9 @@ def render_table(summary: dict[str, Any], workloads: Iterable[Workload] = WORKLO
 
         ratio = summary["ratio"][w.name]
         table.add_row(f"{w.name}\n[dim]Berth: {w.berth_case}[/dim]", runs(kube["runs"]),
-                      str(kube["pods_per_s"]), runs(berth["runs"]), str(berth["pods_per_s"]),
+                      str(kube["pods_per_s"]) + (f"\n[dim]cycle {kube['cycle_ms_mean_total']} ms/pod[/dim]"
+                                                 if kube.get("cycle_ms_mean_total") is not None else ""),
+                      runs(berth["runs"]), str(berth["pods_per_s"]),
                       f"{ratio}×" if ratio is not None else "-")
     return table
 

@@ -129,3 +129,19 @@ def test_workloads_mirror_the_upstream_shapes():
     assert (AFFINITY.case, AFFINITY.berth_case, AFFINITY.init_pods) == (
         "SchedulingNodeAffinity", "node-affinity", 5_000)
     assert BASIC.bench_regex == "^BenchmarkPerfScheduling$/^SchedulingBasic$/^5000Nodes_10000Pods$"
+
+
+def test_cycle_extension_points_sum_without_bind(tmp_path: Path):
+    from bench.engine.kube_perf import core_cycle_ms
+
+    document = json.loads(json.dumps(DATA_ITEMS))
+    name = "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2"
+    for point, average in (("Filter", 3.75), ("Score", 4.267), ("Bind", 236.2)):
+        document["dataItems"].append({"data": {"Average": average}, "unit": "ms", "labels": {
+            "Metric": "scheduler_framework_extension_point_duration_seconds", "Name": name,
+            "extension_point": point, "plugin": "not applicable", "result": "not applicable"}})
+    path = tmp_path / "BenchmarkPerfScheduling_benchmark_misc_x.json"
+    path.write_text(json.dumps(document))
+    points = core_cycle_ms(BASIC, [path])
+    assert points == {"PreFilter": 0.034, "Filter": 3.75, "Score": 4.267, "total": 8.051}
+    assert core_cycle_ms(AFFINITY, [path]) is None
