@@ -58,7 +58,17 @@ def _level_number(name: str) -> int:
 
 
 class _BerthHandler(logging.StreamHandler):  # type: ignore[type-arg]  # StreamHandler is generic in typeshed only
-    """The one handler of the root logger (replaced, never stacked, when logging is configured again)."""
+    """The one handler of the root logger (replaced, never stacked, when logging is configured
+    again). It writes to whatever ``sys.stderr`` is at the time of the record (a test's capture,
+    a redirected stream), never to a stream that was closed since logging was configured."""
+
+    @property  # type: ignore[override]  # StreamHandler's stream is a plain attribute
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
 
 
 def configure_logging(level: str = "info", fmt: str = "json", service: str | None = None, *,
@@ -101,7 +111,7 @@ def configure_logging(level: str = "info", fmt: str = "json", service: str | Non
     if fmt == "json":
         final.append(structlog.processors.format_exc_info)
     final.append(renderer)
-    handler = _BerthHandler(sys.stderr)
+    handler = _BerthHandler()
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final))
     root = logging.getLogger()
     for existing in list(root.handlers):
