@@ -79,6 +79,9 @@ class BerthGroup(typer.core.TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # before click turns it into "Aborted!" and 1
+            print("interrupted", file=sys.stderr, flush=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:  # every failure of every command, in one place
             module = type(exc).__module__
             if module.startswith("typer."):  # typer's click: usage errors, Exit, Abort
@@ -445,6 +448,9 @@ def root(
             raise typer.BadParameter(f"{log_level!r}: choose debug, info, warning or error",
                                      param_hint="--log-level")
         os.environ["BERTH_LOG_LEVEL"] = log_level
+    # A database that does not answer (a dropped SYN) fails in seconds, not after the kernel's
+    # two minutes: libpq reads this for every connection (psycopg, the audit service included).
+    os.environ.setdefault("PGCONNECT_TIMEOUT", "10")
     debug = debug or _truthy(os.environ.get("BERTH_DEBUG"))
     if debug:
         os.environ["BERTH_DEBUG"] = "1"

@@ -230,3 +230,54 @@ def test_version_completion_and_config_show(nothing_running: dict[str, str]) -> 
     as_yaml = run(["config", "show"], env)
     assert as_yaml.returncode == 0 and "hunter2" not in as_yaml.stdout and "s3cret" not in as_yaml.stdout
     assert "snapshot_every: 7" in as_yaml.stdout
+
+
+def test_each_class_of_failure_has_its_status() -> None:
+    """The classes the nothing-running run cannot reach: refusals, the apiserver's answers, bugs."""
+    import aiokafka.errors
+    import sqlalchemy.exc
+    from kubernetes.client.exceptions import ApiException
+
+    from berth.bus.streams import StartupError
+    from berth.cli import EXIT_NOPERM, EXIT_SOFTWARE, describe_failure
+
+    def status(exc: BaseException, argv: tuple[str, ...] = ()) -> int:
+        code, message = describe_failure(exc, argv)
+        assert "\n" not in message and message
+        return code
+
+    def raised(exc: BaseException, cause: BaseException) -> BaseException:
+        try:
+            raise exc from cause
+        except BaseException as caught:
+            return caught
+
+    assert status(aiokafka.errors.SaslAuthenticationFailed("bad password")) == EXIT_NOPERM
+    assert status(aiokafka.errors.KafkaConnectionError("Unable to bootstrap"), ("--kafka", "k:1")) == EXIT_UNAVAILABLE
+    assert describe_failure(aiokafka.errors.KafkaConnectionError("x"), ("--kafka", "k:1"))[1].startswith(
+        "cannot reach Kafka at k:1 (--kafka)")
+    assert status(raised(StartupError("cannot prepare"), aiokafka.errors.KafkaTimeoutError())) == EXIT_UNAVAILABLE
+    assert status(ApiException(status=403, reason="Forbidden")) == EXIT_NOPERM
+    assert status(ApiException(status=404, reason="Not Found")) == EXIT_NOT_FOUND
+    assert status(ApiException(status=503, reason="Service Unavailable")) == EXIT_UNAVAILABLE
+    refused = sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception(
+        'connection failed: FATAL:  password authentication failed for user "berth"'))
+    assert status(refused) == EXIT_NOPERM
+    assert status(PermissionError(13, "Permission denied", "/etc/berth.yaml")) == EXIT_NOPERM
+    assert status(FileNotFoundError(2, "No such file or directory", "pools.yaml")) == EXIT_NOT_FOUND
+    code, message = describe_failure(ZeroDivisionError("division by zero"))
+    assert code == EXIT_SOFTWARE and "--debug" in message and "ZeroDivisionError" in message
+
+
+def test_ctrl_c_exits_130(tmp_path: Path) -> None:
+    script = ("import os, signal, sys, threading, time\n"
+              "from berth.cli import app\n"
+              "@app.command('sleepy', hidden=True)\n"
+              "def sleepy():\n"
+              "    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+              "    time.sleep(30)\n"
+              "sys.argv[0] = 'berth'\n"
+              "app()\n")
+    done = subprocess.run([sys.executable, "-c", script, "sleepy"], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
