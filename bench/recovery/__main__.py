@@ -10,9 +10,9 @@ of the decision service would (``services.decision.service.rebuild``, reading th
 broker, read_committed):
 
 * **from the log**: fold every input from offset 0 (what a takeover costs without snapshots);
-* **from a snapshot**: restore the cell's snapshot at the last multiple of ``--every`` inputs —
-  written to the snapshot topic by the same code and in a transaction, as the service writes it —
-  and fold the inputs after it.
+* **from a snapshot**: restore the cell's snapshot from the last multiple of ``--every`` inputs
+  before the end (at worst a whole interval before it) — written to the snapshot topic by the same
+  code and in a transaction, as the service writes it — and fold the inputs after it.
 
 Both must end in the same cell state (snapshot hash). Progress on stderr; a summary, then as the
 LAST line one JSON object: ``events``, ``snapshot_every``, ``from_log_s``, ``from_snapshot_s``,
@@ -107,7 +107,8 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
     kafka = KafkaSettings(bootstrap=bootstrap)
     config = CellConfig()
     fingerprint = snapshots.code_fingerprint()
-    at = events - events % every if every else 0
+    # The worst case: the owner died just before its next snapshot, a whole interval to fold.
+    at = events - (events % every or every)
 
     task = progress.add_task("taking over from the log", total=None)
     started = time.perf_counter()
