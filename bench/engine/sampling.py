@@ -53,8 +53,8 @@ def gpu_trace_run(percentage: int | None, seed: int, data: Path | None = None) -
     result = simulate(trace.nodes, trace.pods, workload, policy, policy_rng, seed, shapes)
     return {"bench": "gpu_trace", "percentage_of_nodes_to_score": percentage, "seed": seed,
             "nodes": len(trace.nodes),
-            "allocation_at_100": round(result.allocation_at(100), 3),
-            "allocation_at_130": round(result.allocation_at(round(DEMAND_PUBLISHED * 100)), 3),
+            "allocation_at_100": round(100 * result.allocation_at(100), 3),
+            "allocation_at_130": round(100 * result.allocation_at(round(DEMAND_PUBLISHED * 100)), 3),
             "elapsed_s": round(result.elapsed_s, 1)}
 
 
