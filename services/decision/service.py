@@ -78,9 +78,9 @@ async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int, 
     tp = TopicPartition(DECISION_INPUTS.name, partition)
     reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
                               isolation_level="read_committed")
-    await reader.start()
     folded = 0
     try:
+        await reader.start()
         reader.assign([tp])
         if start:
             reader.seek(tp, start)
@@ -140,7 +140,11 @@ class DecisionService:
             producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
                                         transactional_id=f"berth-decision-cell-{tp.partition}",
                                         linger_ms=2, retry_backoff_ms=10)
-            await producer.start()
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()  # nothing left open when the broker refuses
+                raise
             self.workers[tp.partition] = CellWorker(tp.partition, cell, producer,
                                                     since_snapshot=committed - restored_at)
             self.consumer.raw.seek(tp, committed)

@@ -110,10 +110,10 @@ async def latest_snapshot(kafka: KafkaSettings, cell: int, fingerprint: str, *, 
     tp = TopicPartition(SNAPSHOTS, cell)
     reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
                               isolation_level="read_committed")
-    await reader.start()
     parts: dict[int, dict[int, bytes]] = {}
     counts: dict[int, int] = {}
     try:
+        await reader.start()
         reader.assign([tp])  # the topic exists: the service creates it before taking cells
         await reader.seek_to_beginning(tp)
         end = (await reader.end_offsets([tp]))[tp]
