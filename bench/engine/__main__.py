@@ -1,4 +1,8 @@
-"""``python -m bench.engine --case scheduling-basic|constraints|gpu-mixed``: engine throughput.
+"""``python -m bench.engine --case scheduling-basic|node-affinity|constraints|gpu-mixed``: engine throughput.
+
+``python -m bench.engine --kube-perf [--repeat 3]``: kube-scheduler's own benchmark
+(scheduler_perf, built from the Go module proxy on first use: 10+ minutes) next to the engine on the
+same node and pod shapes (see bench/engine/kube_perf.py and bench/engine/README.md).
 
 Prints a readable summary, then as the LAST line one JSON object with the figures
 (``case, nodes, pods, pods_per_s, p50_us, p99_us, peak_rss_mib``, plus case extras). Progress
@@ -41,11 +45,25 @@ def _constraints(args: argparse.Namespace) -> dict[str, Any]:
                            pods=args.pods or constraints.PODS)
 
 
+def _node_affinity(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.engine import node_affinity
+
+    return node_affinity.run(nodes=args.nodes or node_affinity.NODES,
+                             pods=args.pods or node_affinity.PODS,
+                             init_pods=node_affinity.INIT_PODS if args.init_pods is None
+                             else args.init_pods)
+
+
 CASES = {"scheduling-basic": _scheduling_basic, "gpu-mixed": _gpu_mixed,
-         "constraints": _constraints}
+         "constraints": _constraints, "node-affinity": _node_affinity}
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if "--kube-perf" in args_in:  # kube-scheduler's scheduler_perf next to the engine: own options
+        from bench.engine import kube_perf
+
+        return kube_perf.cli([arg for arg in args_in if arg != "--kube-perf"])
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", choices=sorted(CASES), default="scheduling-basic")

@@ -339,7 +339,7 @@ def _berth_runner(case: str) -> Callable[[Workload], dict[str, Any]]:
 def render_table(summary: dict[str, Any], workloads: Iterable[Workload] = WORKLOADS) -> Table:
     table = Table(title="kube-scheduler_perf vs Berth engine, same machine (pods/s, median of runs)")
     for column in ("workload", "kube runs (load)", "kube pods/s", "Berth runs (load)", "Berth pods/s", "ratio"):
-        table.add_column(column, justify="left" if column == "workload" else "right")
+        table.add_column(column, justify="left" if column == "workload" else "right", overflow="fold")
     for w in workloads:
         kube = summary["kube_scheduler_perf"][w.name]
         berth = summary["berth_engine"][w.name]
