@@ -51,11 +51,7 @@ NOT_RUN = {
     "demo": "starts the whole stack and runs for minutes",
 }
 
-KNOWN_UNCLOSED = {
-    "cluster-sim run": "berth-dev's cluster simulator makes the AIOKafkaConsumer of its decisions "
-                       "watcher (dev/berth_dev/cluster_sim/decisions.py) in __init__ and never stops it "
-                       "when Kafka is unreachable",
-}
+KNOWN_UNCLOSED: dict[str, str] = {}
 
 
 def leaf_commands() -> list[tuple[str, bool]]:

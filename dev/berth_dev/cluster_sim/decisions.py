@@ -31,30 +31,42 @@ class DecisionWatcher:
     def __init__(self, kafka: KafkaSettings, state: ClusterState) -> None:
         self.state = state
         self.seen = 0
-        self._consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
-                                          isolation_level="read_committed")
+        self._kafka = kafka
+        self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self, partitions: Iterable[int]) -> None:
         """Position at the end of the topic's ``partitions``; returns once the positions are
         fixed, so that no decision about a pod published after this is missed."""
-        await self._consumer.start()
+        # Made here, not in __init__: a watcher that never starts (the broker unreachable
+        # earlier) must leave no client behind to be reported unclosed.
+        consumer = AIOKafkaConsumer(**self._kafka.client_options(), group_id=None, enable_auto_commit=False,
+                                    isolation_level="read_committed")
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._consumer = consumer
         assigned = [TopicPartition(DECISIONS.name, p) for p in sorted(partitions)]
-        self._consumer.assign(assigned)
-        await self._consumer.seek_to_end(*assigned)
+        consumer.assign(assigned)
+        await consumer.seek_to_end(*assigned)
         for tp in assigned:
-            await self._consumer.position(tp)
+            await consumer.position(tp)
 
     async def run(self) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("DecisionWatcher.run() before start()")
         try:
             while True:
-                batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+                batches = await consumer.getmany(timeout_ms=500, max_records=5000)
                 for records in batches.values():
                     for record in records:
                         self._handle(record)
         except asyncio.CancelledError:
             raise
         finally:
-            await self._consumer.stop()
+            await consumer.stop()
 
     def _handle(self, record: object) -> None:
         try:
