@@ -9,8 +9,10 @@ Contract of :meth:`Binder.apply`: it never raises for anything the cluster answe
   node or pool gone); the reason names each member that conflicted. A gang is checked member by
   member before any is bound, so that a conflict usually binds nothing;
 - ``failed``: an operation failed permanently, or kept failing transiently for the whole retry
-  budget (exponential backoff with jitter). Such a command also gets ``dead_letter_reason``: it
-  goes to the dead-letter topic.
+  budget (exponential backoff with jitter; attempts the cluster did not answer at all — an
+  apiserver restarting — are waited out for up to ``RetryPolicy.unanswered_patience_s`` and do
+  not count against ``max_attempts``). Such a command also gets ``dead_letter_reason``: it goes
+  to the dead-letter topic.
 
 Every API request, retries included, first takes a token from the rate limiter (one per
 operation here, or one per request inside a backend that ``meters_requests``).
@@ -31,7 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from prometheus_client import Counter
-from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_exponential_jitter
 
 from berth.logs import get_logger
 from berth.metrics import COMMANDS_BY_RESULT
@@ -55,6 +57,13 @@ class RetryPolicy:
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 5.0
     jitter_s: float = 0.1
+    unanswered_patience_s: float = 60.0
+    """How long (in backoff waits) an operation keeps retrying while the cluster does not answer
+    at all (``Outcome.no_answer``: connection refused or cut, as during an apiserver restart).
+    Those attempts do not count against ``max_attempts``: a restart of 30 s would otherwise fail
+    every bind caught by it, and each pod would be decided again."""
+    max_unanswered_attempts: int = 100
+    """A bound on those attempts as well (when the backoff is zero)."""
 
 
 @dataclass(frozen=True)
@@ -215,19 +224,32 @@ class Binder:
                     operation: Callable[[], Awaitable[Outcome]]) -> _Step:
         """Run one backend operation under the rate limit, retrying transient errors."""
         attempts = 0
+        unanswered = 0
 
         async def attempt() -> Outcome:
-            nonlocal attempts
+            nonlocal attempts, unanswered
             attempts += 1
             if not self._backend_meters:
                 await self.limiter.acquire()
             try:
-                return await operation()
+                outcome = await operation()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a backend bug must not stop the binder
                 log.exception("backend raised instead of answering", target=target)
                 return Outcome.retryable(f"{type(exc).__name__}: {exc}")
+            if outcome.no_answer:
+                unanswered += 1
+            return outcome
+
+        def stop(state: RetryCallState) -> bool:
+            # The attempt budget counts the attempts the cluster answered; while it does not
+            # answer at all, wait up to the patience instead (see RetryPolicy).
+            outcome = state.outcome.result() if state.outcome else None
+            if outcome is not None and outcome.no_answer:
+                return (state.idle_for >= policy.unanswered_patience_s
+                        or unanswered >= policy.max_unanswered_attempts)
+            return attempts - unanswered >= policy.max_attempts
 
         def before_sleep(state: RetryCallState) -> None:
             outcome = state.outcome.result() if state.outcome else None
@@ -238,7 +260,7 @@ class Binder:
 
         policy = self.retry
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.max_attempts),
+            stop=stop,
             wait=wait_exponential_jitter(multiplier=policy.initial_backoff_s, max=policy.max_backoff_s,
                                          jitter=policy.jitter_s),
             retry=retry_if_result(lambda outcome: outcome.kind is OutcomeKind.RETRYABLE),

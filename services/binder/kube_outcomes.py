@@ -5,7 +5,9 @@ them. An answer is a :class:`Reply` (status, decoded body, raw text), made from 
 ``ApiException`` alike; status 0 stands for "no answer" (timeout, connection refused/reset).
 
 HTTP status → outcome (:func:`classify`): 2xx applied; 404 conflict (the object is gone); 409
-conflict (precondition failed, already assigned, modified); 429, 5xx and no answer retryable;
+conflict (precondition failed, already assigned, modified); 429, 5xx and no answer retryable (no
+connection at all — the apiserver restarting — is marked ``no_answer``, which the binder waits
+out for longer than its attempt budget);
 401/403/422/400 and any other 4xx permanent, with a reason that says what to fix (for 403, the
 RBAC rule the binder's account lacks).
 """
@@ -42,6 +44,9 @@ class Reply:
     body: Mapping[str, Any] | None = None
     text: str = ""
     retry_after: str | None = None
+    unreachable: bool = False
+    """(status 0) no connection could be made or kept — refused, reset, cut — as opposed to a
+    request that timed out on a server that accepted it."""
 
     @property
     def ok(self) -> bool:
@@ -97,6 +102,8 @@ def classify(reply: Reply, access: Access) -> Outcome:
     if reply.ok:
         return Outcome.applied()
     if reply.status == 0:
+        if reply.unreachable:
+            return Outcome.unanswered(f"kube-apiserver did not answer: {message}")
         return Outcome.retryable(f"kube-apiserver did not answer: {message}")
     if reply.status in (404, 409):
         return Outcome.conflict(message)

@@ -74,7 +74,7 @@ class KubeTransport:
         except ApiException as exc:
             return k.reply_of_exception(exc)
         except (HTTPError, OSError) as exc:  # timeouts, refused and reset connections, TLS errors
-            return Reply(0, None, f"{type(exc).__name__}: {exc}")
+            return Reply(0, None, f"{type(exc).__name__}: {exc}", unreachable=_no_connection(exc))
 
     async def run_blocking(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on one of the pool's threads (no token taken)."""
@@ -83,3 +83,12 @@ class KubeTransport:
     def shutdown(self) -> None:
         """Wait for the requests under way; those not started are cancelled."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _no_connection(exc: BaseException) -> bool:
+    """True when no connection to the apiserver could be made or kept (refused, reset, closed
+    mid-request), as while it restarts; False for a request that timed out, TLS errors and the rest."""
+    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
+
+    reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+    return isinstance(reason, (NewConnectionError, ProtocolError, ConnectionError))

@@ -53,10 +53,19 @@ class Outcome:
 
     kind: OutcomeKind
     reason: str = ""
+    no_answer: bool = False
+    """(RETRYABLE only) the cluster did not answer at all — connection refused or cut, as while
+    the apiserver restarts — rather than answering with an error. The binder waits longer for it
+    than its attempt budget allows (:class:`~.applier.RetryPolicy`)."""
 
     @classmethod
     def applied(cls, reason: str = "") -> Outcome:
         return cls(OutcomeKind.APPLIED, reason)
+
+    @classmethod
+    def unanswered(cls, reason: str) -> Outcome:
+        """Retryable, and the cluster could not be reached (see :attr:`no_answer`)."""
+        return cls(OutcomeKind.RETRYABLE, reason, no_answer=True)
 
     @classmethod
     def conflict(cls, reason: str) -> Outcome:
