@@ -423,14 +423,28 @@ class KubeControlPlane:
         ``kill``), stay down ``down_s`` seconds, start it again on the same port, certificates and
         etcd (so every object and resourceVersion is kept), and return once it is ready again.
         Clients see their watches end and their requests refused while it is down."""
-        if self.apiserver_pid is None or self.data_dir is None or self.binaries is None:
-            raise DevStackError("the control plane is not running: call start() first")
+        self.stop_apiserver(kill=kill)
+        if down_s > 0:
+            time.sleep(down_s)
+        self.start_apiserver()
+
+    def stop_apiserver(self, *, kill: bool = False) -> None:
+        """Stop kube-apiserver alone (SIGTERM, or SIGKILL with ``kill``); etcd keeps running.
+        :meth:`start_apiserver` brings it back."""
+        if self.apiserver_pid is None or self.data_dir is None:
+            raise DevStackError("kube-apiserver is not running")
         procs.terminate(self.apiserver_pid, popen=self._apiserver_popen, cmdline_contains=self._marker(),
                         grace=self.stop_grace, first_signal=signal.SIGKILL if kill else signal.SIGTERM)
         self.apiserver_pid = None
         self._apiserver_popen = None
-        if down_s > 0:
-            time.sleep(down_s)
+
+    def start_apiserver(self) -> None:
+        """Start a kube-apiserver stopped by :meth:`stop_apiserver` again, on the same port,
+        certificates and etcd; return once it is ready."""
+        if self.apiserver_pid is not None:
+            raise DevStackError(f"kube-apiserver is still running (pid {self.apiserver_pid})")
+        if self.data_dir is None or self.binaries is None:
+            raise DevStackError("the control plane was never started: call start() first")
         self._spawn_apiserver(self.binaries.kube_apiserver)
         self.wait_until_ready()
 
