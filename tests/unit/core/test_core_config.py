@@ -5,9 +5,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
 
 from berth.configfiles import load_config
-from berth.core.config import ConfigError, default_config
+from berth.core.config import LEGACY_PLUGINS, ConfigError, default_config, parse_config
 
 HEADER = "apiVersion: berth.io/v1alpha1\nkind: BerthSchedulerConfiguration\n"
 
@@ -197,3 +198,37 @@ def test_hash_is_over_the_resolved_configuration() -> None:
         """)
     assert explicit.profile().weights == default_config().profile().weights
     assert len(explicit.hash) == 64 and explicit.canonical_json().startswith(b"{")
+
+
+@pytest.mark.parametrize(("legacy", "strategy"), [
+    ("NodeResourcesMostAllocated", "MostAllocated"),
+    ("NodeResourcesLeastAllocated", "LeastAllocated"),
+    ("RequestedToCapacityRatio", "RequestedToCapacityRatio"),
+])
+def test_removed_kube_plugins_name_their_v1_34_equivalent(legacy: str, strategy: str) -> None:
+    """kube-scheduler removed these in v1.23/1.24; the error says what replaced them, and what
+    it says parses."""
+    document = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": "berth",
+                              "plugins": {"score": {"enabled": [{"name": legacy, "weight": 5}]}}}]}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document)
+    (error,) = caught.value.errors
+    assert error.startswith(f"profiles[0].plugins.score.enabled[0].name: plugin {legacy!r} was "
+                            "removed from kube-scheduler; its v1.34 equivalent is NodeResourcesFit "
+                            f"with pluginConfig args scoringStrategy: {{type: {strategy}")
+    args = yaml.safe_load(LEGACY_PLUGINS[legacy].split("pluginConfig args ", 1)[1])
+    profile = document["profiles"][0]
+    profile["plugins"]["score"]["enabled"][0]["name"] = "NodeResourcesFit"
+    profile["pluginConfig"] = [{"name": "NodeResourcesFit", "args": args}]
+    resolved = parse_config(document).profile("berth")
+    assert resolved.weights["NodeResourcesFit"] == 5
+    assert resolved.args["NodeResourcesFit"].model_dump(by_alias=True)["scoringStrategy"]["type"] == strategy
+
+
+def test_other_removed_kube_plugins_are_named_too() -> None:
+    document = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"pluginConfig": [{"name": "SelectorSpread", "args": {}}]}]}
+    with pytest.raises(ConfigError, match="SelectorSpread' was removed from kube-scheduler; its "
+                                          "v1.34 equivalent is PodTopologySpread"):
+        parse_config(document)
