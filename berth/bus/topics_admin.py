@@ -23,6 +23,14 @@ from berth.settings import KafkaSettings
 log = get_logger(__name__)
 
 
+COMPACTION = {"cleanup.policy": "compact", "segment.ms": str(10 * 60 * 1000), "min.cleanable.dirty.ratio": "0.2"}
+"""Compacted topics (tables' changelogs, the inventory state, cell snapshots) roll a segment every
+ten minutes so that compaction, which never touches the active segment, keeps up: what a
+restarting reader (a faust table recovering its changelog, a cell looking for its snapshot)
+reads stays about one record per key plus ten minutes of updates, whatever the history (Kafka's
+default, a week or 1 GiB per segment, would let it grow with history)."""
+
+
 async def ensure_topics(kafka: KafkaSettings, topics: Iterable[Topic] = ALL_TOPICS) -> list[str]:
     """Create any of ``topics`` that do not exist; returns the names created. Idempotent."""
     return await create_missing_topics(kafka, [
@@ -78,7 +86,7 @@ async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]
         for spec in wanted:  # one by one: a batch fails whole when one topic already exists
             configs = {"min.insync.replicas": str(min_insync)}
             if spec.compacted:
-                configs["cleanup.policy"] = "compact"
+                configs.update(COMPACTION)
             try:
                 await admin.create_topics([NewTopic(
                     name=spec.name, num_partitions=spec.partitions,

@@ -131,6 +131,25 @@ async def test_ensure_topics_creates_every_topic_with_its_partitions(kafka_boots
     assert partitions == {t.name: t.partitions for t in ALL_TOPICS}
 
 
+async def test_compacted_topics_roll_segments_so_compaction_bounds_what_recovery_reads(kafka_bootstrap):
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from berth.bus.topics_admin import COMPACTION
+    from berth.schemas.topics import INVENTORY_STATE
+
+    await ensure_topics(KafkaSettings(bootstrap=kafka_bootstrap), [INVENTORY_STATE])
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs([ConfigResource(
+            ConfigResourceType.TOPIC, INVENTORY_STATE.name, dict.fromkeys(COMPACTION))])
+    finally:
+        await admin.close()
+    configs = {entry[0]: entry[1] for entry in response.resources[0][4]}
+    assert configs == COMPACTION
+
+
 def test_cli_publishes_what_producers_send_and_tail_reads_it_back(kafka_bootstrap):
     from typer.testing import CliRunner
 
