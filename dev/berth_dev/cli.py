@@ -66,7 +66,7 @@ def dev_nodes(
     zones: Annotated[str, typer.Option(help="Comma-separated zones to spread over.")] = "zone-a,zone-b",
     spot_fraction: Annotated[float, typer.Option(min=0, max=1, help="Share of spot nodes.")] = 0.0,
     label: Annotated[Optional[list[str]], typer.Option(
-        help="KEY=VALUE label on every node, repeatable (e.g. --label node-pool=inference); it may "
+        help="KEY=VALUE label on every node, repeatable (e.g. --label berth.io/node-pool=inference); it may "
              "override the GPU Feature Discovery labels the nodes get anyway.")] = None,
     taint: Annotated[Optional[list[str]], typer.Option(
         help="KEY=VALUE:EFFECT (or KEY:EFFECT) taint on every node, repeatable; EFFECT is NoSchedule, "
