@@ -21,6 +21,7 @@ from berth.bus import EventProducer, ensure_topics
 from berth.bus.consumer import read_matching
 from berth.schemas import (
     CellTick,
+    ForeignNodeObserved,
     GpuDevice,
     GpuDeviceSample,
     GpuTelemetry,
@@ -114,8 +115,12 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
     service = start_inventory(supervisor, tmp_path / "data", "--tick-seconds", "1")
     node = unique("node")
     await publish(kafka, NodeObserved(node=gpu_node(node), observed_at=t))
-    [seen] = await wait_for(kafka, DECISION_INPUTS.name, about(node))
+    # The node goes to its cell; the other cell gets it in its census of foreign nodes.
+    [seen] = await wait_for(kafka, DECISION_INPUTS.name, lambda e: isinstance(e, NodeObserved) and e.node.name == node)
     assert (seen.partition, seen.event.type) == (CELL, "io.berth.cluster.node-observed.v1")
+    [census] = await wait_for(kafka, DECISION_INPUTS.name,
+                              lambda e: isinstance(e, ForeignNodeObserved) and e.name == node)
+    assert census.partition == 1 - CELL and census.event.cell == CELL
 
     # A bad record on the pod topic, then a good one: the bad one is dead-lettered, the next processed.
     share = bound_pod(unique("share"), node, devices=(1,), milli=250)
