@@ -179,6 +179,7 @@ class DecisionService:
         if self.settings.snapshot_every:
             await ensure_snapshot_topic(self.settings.kafka, DECISION_INPUTS.partitions)
         await self.consumer.start()
+        self._report_queues()  # the queues' series exist (at 0) before the first batch
         try:
             while not stop.is_set():
                 batches = await self.consumer.raw.getmany(timeout_ms=200, max_records=CHUNK)
