@@ -391,3 +391,21 @@ def faust_checks(app: Any) -> list[tuple[str, Check]]:
         return True, f"{len(app.tables)} table(s) recovered"
 
     return [("kafka-group", kafka_group), ("tables", tables)]
+
+
+def serve_faust_health(app: Any, service: str, port: int | None) -> HealthServer:
+    """A faust worker's readiness, served on faust's own loop from the app's start until it
+    stops (``port`` None: not served):
+
+    - ``kafka-group``: the app's consumer group has assigned this worker partitions and is not
+      rebalancing; a worker left with none (more workers than partitions) is a warm standby and
+      ready — it takes partitions over when another worker goes away;
+    - ``tables``: the recovery of the app's tables from their changelogs has completed (faust
+      processes no event before), and no recovery is under way after a later rebalance.
+
+    The server starts before the tables recover, so that /livez answers during a long recovery."""
+    health = HealthServer(service)
+    for name, check in faust_checks(app):
+        health.add_readiness(name, check)
+    attach_to_faust(app, health, port)
+    return health

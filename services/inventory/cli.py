@@ -36,14 +36,14 @@ def run(
     from berth.settings import load_settings
 
     from .app import LAYOUT_TOPICS, Layout, create_app
-    from .health import serve_health
+    from berth.health import serve_faust_health
 
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="inventory")
 
     def build(partitions: dict[str, int], options: dict) -> object:
         app = create_app(Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds).app
-        serve_health(app, health_port if health_port is not None else settings.health_port)
+        serve_faust_health(app, "inventory", health_port if health_port is not None else settings.health_port)
         return app
 
     # Kafka unreachable: serve raises StartupError, which `berth` reports in one line (exit 69).

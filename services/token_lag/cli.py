@@ -46,7 +46,7 @@ def run(
 
     from .app import Layout, create_app
     from .fold import PoolsFileError, load_lag_settings
-    from .health import serve_health
+    from berth.health import serve_faust_health
 
     overrides = {name: value for name, value in (
         ("half_life_seconds", half_life_seconds), ("default_model_load_seconds", default_model_load_seconds),
@@ -64,7 +64,7 @@ def run(
             default_model_load_seconds=lag_settings.default_model_load_seconds, pools=sorted(lag_settings.pools))
         layout = Layout(cells=partitions[DECISION_INPUTS.name], queue_partitions=partitions[QUEUE_LAG.name])
         app = create_app(layout, lag_settings, app_options=options).app
-        serve_health(app, health_port if health_port is not None else settings.health_port)
+        serve_faust_health(app, "token-lag", health_port if health_port is not None else settings.health_port)
         return app
 
     # Kafka unreachable: serve raises StartupError, which `berth` reports in one line (exit 69).
