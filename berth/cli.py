@@ -18,7 +18,8 @@ import re
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any, Optional
+from datetime import UTC
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -61,8 +62,10 @@ EXIT_CODES = {
     EXIT_INTERRUPTED: "interrupted",
 }
 
-EPILOG = ("[b]Exit status[/b] (errors are one line on stderr; --debug or BERTH_DEBUG=1 adds the traceback):\n"
-          + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items()))
+EPILOG = (
+    "[b]Exit status[/b] (errors are one line on stderr; --debug or BERTH_DEBUG=1 adds the traceback):\n"
+    + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+)
 
 
 class BerthGroup(typer.core.TyperGroup):
@@ -186,8 +189,7 @@ def _from_settings_module(exc: BaseException) -> bool:
 
     settings_file = os.path.normcase(berth.settings.__file__)
     for link in _chain(exc):
-        if isinstance(link, ValidationError) and link.title in ("BerthSettings", "KafkaSettings",
-                                                                "DatabaseSettings"):
+        if isinstance(link, ValidationError) and link.title in ("BerthSettings", "KafkaSettings", "DatabaseSettings"):
             return True
         for frame, _ in traceback.walk_tb(link.__traceback__):
             if os.path.normcase(frame.f_code.co_filename) == settings_file:
@@ -221,10 +223,17 @@ def _isinstance(exc: BaseException, module: str, names: tuple[str, ...]) -> bool
     return bool(classes) and isinstance(exc, classes)
 
 
-_KAFKA_AUTH = ("AuthenticationFailedError", "SaslAuthenticationFailed", "TopicAuthorizationFailedError",
-               "GroupAuthorizationFailedError", "ClusterAuthorizationFailedError",
-               "TransactionalIdAuthorizationFailed", "UnsupportedSaslMechanismError",
-               "AuthenticationMethodNotSupported", "IllegalSaslStateError")
+_KAFKA_AUTH = (
+    "AuthenticationFailedError",
+    "SaslAuthenticationFailed",
+    "TopicAuthorizationFailedError",
+    "GroupAuthorizationFailedError",
+    "ClusterAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailed",
+    "UnsupportedSaslMechanismError",
+    "AuthenticationMethodNotSupported",
+    "IllegalSaslStateError",
+)
 _START_KAFKA = "start it with `berth dev up` (or `make up`)"
 
 
@@ -242,22 +251,30 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
         invalid = next((link for link in chain if isinstance(link, ValidationError)), None)
         if invalid is None:
             return EXIT_SETTINGS, f"invalid settings: {_one_line(exc)}"
-        return EXIT_SETTINGS, (f"invalid settings: {_settings_problems(invalid)}; fix the environment "
-                               "variable or the BERTH_CONFIG file's key")
+        return EXIT_SETTINGS, (
+            f"invalid settings: {_settings_problems(invalid)}; fix the environment "
+            "variable or the BERTH_CONFIG file's key"
+        )
 
     kafka = find("aiokafka.errors", "KafkaError")
     if kafka is not None or find("berth.bus.streams", "StartupError") is not None:
         bootstrap, source = _kafka_target(argv)
         if kafka is not None and _isinstance(kafka, "aiokafka.errors", _KAFKA_AUTH):
-            return EXIT_NOPERM, (f"Kafka at {bootstrap} refused Berth's credentials or access: {_reason(kafka)}; "
-                                 "check BERTH_KAFKA__SASL_* and the ACLs")
-        if kafka is None or _isinstance(kafka, "aiokafka.errors", ("KafkaConnectionError", "NoBrokersAvailable",
-                                                                   "KafkaTimeoutError", "RequestTimedOutError")):
+            return EXIT_NOPERM, (
+                f"Kafka at {bootstrap} refused Berth's credentials or access: {_reason(kafka)}; "
+                "check BERTH_KAFKA__SASL_* and the ACLs"
+            )
+        if kafka is None or _isinstance(
+            kafka,
+            "aiokafka.errors",
+            ("KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "RequestTimedOutError"),
+        ):
             cause = _reason(kafka) if kafka is not None else _one_line(exc)
             if "Unable to bootstrap" in cause:  # aiokafka's says which addresses, not why
                 cause = "no broker answered (connection refused, host unknown or unreachable)"
-            return EXIT_UNAVAILABLE, (f"cannot reach Kafka at {bootstrap} ({source}): {cause}; "
-                                      f"{_START_KAFKA} or set BERTH_KAFKA_BOOTSTRAP")
+            return EXIT_UNAVAILABLE, (
+                f"cannot reach Kafka at {bootstrap} ({source}): {cause}; {_START_KAFKA} or set BERTH_KAFKA_BOOTSTRAP"
+            )
         return EXIT_UNAVAILABLE, f"Kafka at {bootstrap} ({source}) failed the request: {_reason(kafka)}"
 
     database = find("sqlalchemy.exc", "DBAPIError") or find("psycopg", "Error")
@@ -265,20 +282,27 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
         url, source = _database_target(argv)
         text = _one_line(getattr(database, "orig", None) or database)
         if "authentication failed" in text or "permission denied" in text:
-            return EXIT_NOPERM, (f"the audit database at {url} ({source}) refused Berth: {text}; "
-                                 "check the user and password in BERTH_DATABASE_URL")
+            return EXIT_NOPERM, (
+                f"the audit database at {url} ({source}) refused Berth: {text}; "
+                "check the user and password in BERTH_DATABASE_URL"
+            )
         if find("sqlalchemy.exc", "OperationalError", "InterfaceError") or find("psycopg", "OperationalError"):
-            return EXIT_UNAVAILABLE, (f"cannot reach the audit database at {url} ({source}): {text}; "
-                                      "start it with `berth dev up` (or `make up`) or set BERTH_DATABASE_URL")
+            return EXIT_UNAVAILABLE, (
+                f"cannot reach the audit database at {url} ({source}): {text}; "
+                "start it with `berth dev up` (or `make up`) or set BERTH_DATABASE_URL"
+            )
         if "does not exist" in text and ("relation" in text or "table" in text):
-            return EXIT_UNAVAILABLE, (f"the audit database at {url} has no audit tables ({text}); "
-                                      "run `berth db upgrade`")
+            return EXIT_UNAVAILABLE, (
+                f"the audit database at {url} has no audit tables ({text}); run `berth db upgrade`"
+            )
         return EXIT_UNAVAILABLE, f"the audit database at {url} ({source}) failed the request: {text}"
     database_url = find("sqlalchemy.exc", "ArgumentError", "NoSuchModuleError")
     if database_url is not None:
         url, source = _database_target(argv)
-        return EXIT_SETTINGS, (f"the database URL {url} ({source}) is not usable: {_one_line(database_url)}; "
-                               "use e.g. postgresql+psycopg://USER:PASSWORD@HOST:5432/berth")
+        return EXIT_SETTINGS, (
+            f"the database URL {url} ({source}) is not usable: {_one_line(database_url)}; "
+            "use e.g. postgresql+psycopg://USER:PASSWORD@HOST:5432/berth"
+        )
 
     api = find("kubernetes.client.exceptions", "ApiException")
     if api is not None:
@@ -294,12 +318,16 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
         pool = getattr(unreachable, "pool", None)
         where = f"{pool.host}:{pool.port}" if pool is not None else "its address"
         reason = getattr(unreachable, "reason", None) or unreachable
-        return EXIT_UNAVAILABLE, (f"cannot reach the Kubernetes API server at {where}: {_reason(reason)}; "
-                                  "check the kubeconfig (--kubeconfig, KUBECONFIG) and that the cluster runs")
+        return EXIT_UNAVAILABLE, (
+            f"cannot reach the Kubernetes API server at {where}: {_reason(reason)}; "
+            "check the kubeconfig (--kubeconfig, KUBECONFIG) and that the cluster runs"
+        )
     kubeconfig = find("kubernetes.config.config_exception", "ConfigException")
     if kubeconfig is not None:
-        return EXIT_SETTINGS, (f"cannot load a Kubernetes configuration: {_one_line(kubeconfig)}; pass "
-                               "--kubeconfig (and --context), set KUBECONFIG, or run in a pod with a ServiceAccount")
+        return EXIT_SETTINGS, (
+            f"cannot load a Kubernetes configuration: {_one_line(kubeconfig)}; pass "
+            "--kubeconfig (and --context), set KUBECONFIG, or run in a pod with a ServiceAccount"
+        )
 
     for link in chain:
         if isinstance(link, (FileNotFoundError, NotADirectoryError)):
@@ -312,14 +340,16 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
         if _isinstance(link, "yaml", ("YAMLError",)):
             return EXIT_USAGE, f"not valid YAML: {_one_line(link)}"
         if isinstance(link, (json.JSONDecodeError, UnicodeDecodeError)):
-            return EXIT_USAGE, f"not valid {'JSON' if isinstance(link, json.JSONDecodeError) else 'text'}: {_one_line(link)}"
+            return (
+                EXIT_USAGE,
+                f"not valid {'JSON' if isinstance(link, json.JSONDecodeError) else 'text'}: {_one_line(link)}",
+            )
         if isinstance(link, ValidationError):
             return EXIT_USAGE, f"invalid input ({link.title}): {_validation_message(link)}"
     for link in chain:
         if isinstance(link, (ConnectionError, TimeoutError)) or _isinstance(link, "socket", ("gaierror",)):
             return EXIT_UNAVAILABLE, f"cannot connect: {_reason(link)}; is the service it needs running?"
-    return EXIT_SOFTWARE, (f"internal error: {_reason(exc)}; rerun with --debug for the traceback and "
-                           "report it")
+    return EXIT_SOFTWARE, (f"internal error: {_reason(exc)}; rerun with --debug for the traceback and report it")
 
 
 def _truthy(value: str | None) -> bool:
@@ -335,8 +365,9 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-publish_app = typer.Typer(help="Publish events to Berth (for gateways, model servers, cloud hooks).",
-                          no_args_is_help=True)
+publish_app = typer.Typer(
+    help="Publish events to Berth (for gateways, model servers, cloud hooks).", no_args_is_help=True
+)
 db_app = typer.Typer(help="Manage the audit store's schema (Alembic migrations).", no_args_is_help=True)
 schemas_app = typer.Typer(help="The event contract's JSON Schemas.", no_args_is_help=True)
 topics_app = typer.Typer(help="Berth's Kafka topics.", no_args_is_help=True)
@@ -356,11 +387,16 @@ def _add_plugin_command(name: str) -> None:
     elif command is not None:
         app.command(name)(command)
     else:
+
         def missing() -> None:
             raise fail(f"`berth {name}` comes with Berth's development tooling: {INSTALL_DEV_TOOLING}")
 
-        app.command(name, hidden=True, add_help_option=False,
-                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(missing)
+        app.command(
+            name,
+            hidden=True,
+            add_help_option=False,
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        )(missing)
 
 
 _add_plugin_command("dev")
@@ -373,14 +409,17 @@ app.add_typer(config_app, name="config")
 err = Console(stderr=True)
 
 KafkaOption = Annotated[
-    Optional[str],
-    typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                 help="Kafka bootstrap servers, host:port[,host:port]."),
+    str | None,
+    typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers, host:port[,host:port]."),
 ]
 DatabaseOption = Annotated[
-    Optional[str],
-    typer.Option("--database-url", envvar="BERTH_DATABASE_URL", show_default=False,
-                 help="SQLAlchemy URL of the audit store, e.g. postgresql+psycopg://u:p@host:5432/berth."),
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="BERTH_DATABASE_URL",
+        show_default=False,
+        help="SQLAlchemy URL of the audit store, e.g. postgresql+psycopg://u:p@host:5432/berth.",
+    ),
 ]
 
 
@@ -422,19 +461,42 @@ LOG_FORMATS = ("json", "console")
 
 @app.callback()
 def root(
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_print_version, is_eager=True,
-        help="Print Berth's version (of the installed distribution) and exit.")] = False,
-    debug: Annotated[bool, typer.Option(
-        "--debug", help="On failure, print the traceback before the one-line error; log everything "
-                        "at debug level (also BERTH_DEBUG=1).")] = False,
-    log_format: Annotated[Optional[str], typer.Option(
-        "--log-format", show_default=False, metavar="json|console",
-        help="Log lines as JSON objects (default) or for people (console); sets BERTH_LOG_FORMAT for "
-             "the services this command runs.")] = None,
-    log_level: Annotated[Optional[str], typer.Option(
-        "--log-level", show_default=False, metavar="debug|info|warning|error",
-        help="Level of Berth's own log records; sets BERTH_LOG_LEVEL.")] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print Berth's version (of the installed distribution) and exit.",
+        ),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="On failure, print the traceback before the one-line error; log everything "
+            "at debug level (also BERTH_DEBUG=1).",
+        ),
+    ] = False,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            show_default=False,
+            metavar="json|console",
+            help="Log lines as JSON objects (default) or for people (console); sets BERTH_LOG_FORMAT for "
+            "the services this command runs.",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            show_default=False,
+            metavar="debug|info|warning|error",
+            help="Level of Berth's own log records; sets BERTH_LOG_LEVEL.",
+        ),
+    ] = None,
 ) -> None:
     """Berth: an event-sourced, GPU-aware scheduler for Kubernetes on Kafka."""
     from berth.logs import configure_logging
@@ -445,8 +507,7 @@ def root(
         os.environ["BERTH_LOG_FORMAT"] = log_format
     if log_level is not None:
         if log_level not in ("debug", "info", "warning", "error"):
-            raise typer.BadParameter(f"{log_level!r}: choose debug, info, warning or error",
-                                     param_hint="--log-level")
+            raise typer.BadParameter(f"{log_level!r}: choose debug, info, warning or error", param_hint="--log-level")
         os.environ["BERTH_LOG_LEVEL"] = log_level
     # A database that does not answer (a dropped SYN) fails in seconds, not after the kernel's
     # two minutes: libpq reads this for every connection (psycopg, the audit service included).
@@ -459,9 +520,11 @@ def root(
     level = os.environ.get("BERTH_LOG_LEVEL", "warning")
     # One-shot commands: the libraries' records stay quiet (the one-line error says what failed);
     # a service's `run` configures logging again with its settings and its name.
-    configure_logging("debug" if debug else (level if level in ("info", "warning", "error") else "warning"),
-                      fmt if fmt in LOG_FORMATS else "json",
-                      library_level="debug" if debug else "critical")
+    configure_logging(
+        "debug" if debug else (level if level in ("info", "warning", "error") else "warning"),
+        fmt if fmt in LOG_FORMATS else "json",
+        library_level="debug" if debug else "critical",
+    )
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -504,19 +567,28 @@ def publish_queue_lag(
     rate: Annotated[float, typer.Option(help="Tokens per second the pool is processing now.")],
     namespace: Annotated[str, typer.Option(help="Namespace of the pool.")] = "default",
     sessions: Annotated[int, typer.Option(help="Active sessions.")] = 0,
-    context: Annotated[Optional[int], typer.Option(help="Mean context length in tokens.")] = None,
-    ttft_ms: Annotated[Optional[float], typer.Option(help="Observed time to first token, ms.")] = None,
+    context: Annotated[int | None, typer.Option(help="Mean context length in tokens.")] = None,
+    ttft_ms: Annotated[float | None, typer.Option(help="Observed time to first token, ms.")] = None,
     kafka: KafkaOption = None,
 ) -> None:
     """Report an inference pool's token-queue lag (what gateways and model servers send)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from berth.schemas import QueueLagObserved
 
-    _publish(kafka, lambda: QueueLagObserved(
-        pool=pool, namespace=namespace, tokens_in_queue=tokens, token_rate=rate,
-        active_sessions=sessions, mean_context_tokens=context, observed_ttft_ms=ttft_ms,
-        observed_at=datetime.now(timezone.utc)))
+    _publish(
+        kafka,
+        lambda: QueueLagObserved(
+            pool=pool,
+            namespace=namespace,
+            tokens_in_queue=tokens,
+            token_rate=rate,
+            active_sessions=sessions,
+            mean_context_tokens=context,
+            observed_ttft_ms=ttft_ms,
+            observed_at=datetime.now(UTC),
+        ),
+    )
 
 
 @publish_app.command("spot-notice")
@@ -527,27 +599,32 @@ def publish_spot_notice(
     kafka: KafkaOption = None,
 ) -> None:
     """Report that a spot node will be reclaimed soon."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from berth.schemas import SpotInterruptionNotice
 
     seconds = parse_duration(in_)
     if seconds <= 0:
         raise fail(f"--in must be positive, got {in_!r}", 2)
-    now = datetime.now(timezone.utc)
-    _publish(kafka, lambda: SpotInterruptionNotice(
-        node=node, issued_at=now, deadline=now + timedelta(seconds=seconds), provider=provider))
+    now = datetime.now(UTC)
+    _publish(
+        kafka,
+        lambda: SpotInterruptionNotice(
+            node=node, issued_at=now, deadline=now + timedelta(seconds=seconds), provider=provider
+        ),
+    )
 
 
 @publish_app.command("gpu-telemetry")
 def publish_gpu_telemetry(
     node: Annotated[str, typer.Option(help="Node the GPUs belong to.")],
-    device: Annotated[list[str], typer.Option(
-        help="INDEX:UTIL_PCT:MEM_USED_MIB[:unhealthy], repeatable, e.g. --device 0:85:40960")],
+    device: Annotated[
+        list[str], typer.Option(help="INDEX:UTIL_PCT:MEM_USED_MIB[:unhealthy], repeatable, e.g. --device 0:85:40960")
+    ],
     kafka: KafkaOption = None,
 ) -> None:
     """Report one sample of a node's GPU utilisation, memory and health."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from berth.schemas import GpuDeviceSample, GpuTelemetry
 
@@ -557,13 +634,18 @@ def publish_gpu_telemetry(
         if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "unhealthy"):
             raise fail(f"--device {spec!r}: expected INDEX:UTIL_PCT:MEM_USED_MIB[:unhealthy]", 2)
         try:
-            samples.append(GpuDeviceSample(index=int(parts[0]), utilization_pct=float(parts[1]),
-                                           memory_used_mib=int(parts[2]), healthy=len(parts) == 3))
+            samples.append(
+                GpuDeviceSample(
+                    index=int(parts[0]),
+                    utilization_pct=float(parts[1]),
+                    memory_used_mib=int(parts[2]),
+                    healthy=len(parts) == 3,
+                )
+            )
         except (ValueError, ValidationError) as exc:
             detail = _validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise fail(f"--device {spec!r}: {detail}", EXIT_USAGE) from exc
-    _publish(kafka, lambda: GpuTelemetry(node=node, devices=tuple(samples),
-                                         sampled_at=datetime.now(timezone.utc)))
+    _publish(kafka, lambda: GpuTelemetry(node=node, devices=tuple(samples), sampled_at=datetime.now(UTC)))
 
 
 # --- topics ------------------------------------------------------------------------------------
@@ -629,8 +711,9 @@ def effective_settings() -> dict[str, Any]:
 
 @config_app.command("show")
 def config_show(
-    output: Annotated[str, typer.Option(
-        "--output", "-o", metavar="yaml|json", help="yaml (default) or json.")] = "yaml",
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="yaml|json", help="yaml (default) or json.")
+    ] = "yaml",
 ) -> None:
     """Print the effective settings: every field, from the defaults, the BERTH_CONFIG file and the
     BERTH_* environment merged (the environment wins), secrets masked."""
@@ -643,8 +726,10 @@ def config_show(
     import yaml
 
     source = os.environ.get("BERTH_CONFIG")
-    print(f"# effective settings: defaults < {'BERTH_CONFIG=' + source if source else 'no BERTH_CONFIG file'}"
-          " < BERTH_* environment")
+    print(
+        f"# effective settings: defaults < {'BERTH_CONFIG=' + source if source else 'no BERTH_CONFIG file'}"
+        " < BERTH_* environment"
+    )
     print(yaml.safe_dump(shown, sort_keys=False, default_flow_style=False), end="")
 
 
@@ -667,11 +752,20 @@ def tail(
 
     async def _run() -> int:
         count = 0
-        async with EventConsumer(settings.kafka, [target], group_id=None, name="berth-tail",
-                                 auto_commit=False) as consumer:
+        async with EventConsumer(
+            settings.kafka, [target], group_id=None, name="berth-tail", auto_commit=False
+        ) as consumer:
             async for item in consumer.events(idle_timeout_s=timeout):
-                print(json.dumps({"offset": item.offset, "partition": item.partition,
-                                  "type": item.decoded.type, "event": item.event.model_dump(mode="json")}))
+                print(
+                    json.dumps(
+                        {
+                            "offset": item.offset,
+                            "partition": item.partition,
+                            "type": item.decoded.type,
+                            "event": item.event.model_dump(mode="json"),
+                        }
+                    )
+                )
                 count += 1
                 if count >= max_events:
                     break
@@ -694,8 +788,7 @@ def db_upgrade(
 
     settings = _settings(database_url=database_url)
     db.upgrade(settings.database, revision)
-    err.print(f"audit store at {db.current_revision(settings.database)} "
-              f"({settings.database.redacted_url()})")
+    err.print(f"audit store at {db.current_revision(settings.database)} ({settings.database.redacted_url()})")
 
 
 @db_app.command("downgrade")
@@ -725,10 +818,12 @@ def db_current(database_url: DatabaseOption = None) -> None:
 
 @schemas_app.command("export")
 def schemas_export(
-    check: Annotated[bool, typer.Option(
-        "--check", help="Write nothing: exit 1 if a file is stale or the change is not releasable.")] = False,
-    allow_breaking: Annotated[bool, typer.Option(
-        help="Write even if a change breaks consumers (only with a new topic version).")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing: exit 1 if a file is stale or the change is not releasable.")
+    ] = False,
+    allow_breaking: Annotated[
+        bool, typer.Option(help="Write even if a change breaks consumers (only with a new topic version).")
+    ] = False,
 ) -> None:
     """Rewrite schemas/jsonschema/*.json from the models, refusing what a deployed consumer or
     producer of the committed (released) schemas could not read.
@@ -741,17 +836,26 @@ def schemas_export(
     committed = export.committed_schemas()
     generated = export.event_schemas()
     problems = compat.check(committed, generated)
-    stale = sorted(name for name, schema in generated.items()
-                   if name not in committed or export.render(schema) != export.render(committed[name]))
+    stale = sorted(
+        name
+        for name, schema in generated.items()
+        if name not in committed or export.render(schema) != export.render(committed[name])
+    )
     if problems and not allow_breaking:
-        raise fail("change(s) an older consumer or producer of the released schemas cannot survive:\n  "
-                   + "\n  ".join(problems)
-                   + "\nAdd optional fields under a raised schema_minor, or a new event version on a new topic; "
-                   "--allow-breaking writes anyway.", 1)
+        raise fail(
+            "change(s) an older consumer or producer of the released schemas cannot survive:\n  "
+            + "\n  ".join(problems)
+            + "\nAdd optional fields under a raised schema_minor, or a new event version on a new topic; "
+            "--allow-breaking writes anyway.",
+            1,
+        )
     if check:
         if stale:
-            raise fail(f"{len(stale)} committed schema(s) differ from the models: {', '.join(stale)}; "
-                       "run `berth schemas export` and commit", 1)
+            raise fail(
+                f"{len(stale)} committed schema(s) differ from the models: {', '.join(stale)}; "
+                "run `berth schemas export` and commit",
+                1,
+            )
         err.print(f"{len(committed)} committed schema(s) current" + (" (breaking changes allowed)" if problems else ""))
         return
     written = export.write_schemas()

@@ -13,7 +13,7 @@ synchronous code.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from berth.bus.producer import EventProducer
@@ -53,10 +53,15 @@ class BerthClient:
         observed_at: datetime | None = None,
     ) -> QueueLagObserved:
         event = QueueLagObserved(
-            pool=pool, namespace=namespace, tokens_in_queue=tokens_in_queue, token_rate=token_rate,
-            active_sessions=active_sessions, mean_context_tokens=mean_context_tokens,
-            observed_ttft_ms=observed_ttft_ms, ready_replicas=ready_replicas,
-            observed_at=observed_at or datetime.now(timezone.utc),
+            pool=pool,
+            namespace=namespace,
+            tokens_in_queue=tokens_in_queue,
+            token_rate=token_rate,
+            active_sessions=active_sessions,
+            mean_context_tokens=mean_context_tokens,
+            observed_ttft_ms=observed_ttft_ms,
+            ready_replicas=ready_replicas,
+            observed_at=observed_at or datetime.now(UTC),
         )
         await self.publish(event)
         return event
@@ -69,9 +74,11 @@ class BerthClient:
         provider: str = "other",
         issued_at: datetime | None = None,
     ) -> SpotInterruptionNotice:
-        issued = issued_at or datetime.now(timezone.utc)
+        issued = issued_at or datetime.now(UTC)
         event = SpotInterruptionNotice(
-            node=node, issued_at=issued, deadline=issued + timedelta(seconds=notice_seconds),
+            node=node,
+            issued_at=issued,
+            deadline=issued + timedelta(seconds=notice_seconds),
             provider=provider,  # type: ignore[arg-type]
         )
         await self.publish(event)
@@ -83,7 +90,7 @@ class BerthClient:
         event = GpuTelemetry(
             node=node,
             devices=tuple(GpuDeviceSample.model_validate(device) for device in devices),
-            sampled_at=sampled_at or datetime.now(timezone.utc),
+            sampled_at=sampled_at or datetime.now(UTC),
         )
         await self.publish(event)
         return event

@@ -41,8 +41,9 @@ def read_pools(path: Path) -> dict[str, PoolPolicy]:
     return parse_pools(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
 
 
-def load_cell_config(config: Path | None, pools: Path | None = None,
-                     spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS) -> CellConfig:
+def load_cell_config(
+    config: Path | None, pools: Path | None = None, spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS
+) -> CellConfig:
     """The configuration a decision cell runs with these files and spot labels (validated now,
     so that errors show at start-up)."""
     return CellConfig(read_scheduler_document(config), read_pools(pools) if pools else {}, spot_labels)

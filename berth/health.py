@@ -84,7 +84,7 @@ class Outcome:
 def one_line(text: str) -> str:
     """``text`` as one bounded line, for a probe body or a log."""
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= REASON_LIMIT else flat[:REASON_LIMIT - 1] + "…"
+    return flat if len(flat) <= REASON_LIMIT else flat[: REASON_LIMIT - 1] + "…"
 
 
 class HealthServer:
@@ -94,9 +94,16 @@ class HealthServer:
     ``check_timeout_s``: the default timeout of each check.
     """
 
-    def __init__(self, service: str, *, stale_after_s: float = DEFAULT_STALE_AFTER_S, heartbeat_s: float = 1.0,
-                 check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S, host: str = "0.0.0.0",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        service: str,
+        *,
+        stale_after_s: float = DEFAULT_STALE_AFTER_S,
+        heartbeat_s: float = 1.0,
+        check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+        host: str = "0.0.0.0",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.service = service
         self.stale_after_s = stale_after_s
         self.heartbeat_s = heartbeat_s
@@ -130,8 +137,9 @@ class HealthServer:
         """Stamp the clock every ``heartbeat_s`` on the running loop (done by :meth:`start`)."""
         if self._heartbeat is None or self._heartbeat.done():
             self._beat = self._clock()
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat_forever(),
-                                                                     name=f"{self.service} heartbeat")
+            self._heartbeat = asyncio.get_running_loop().create_task(
+                self._beat_forever(), name=f"{self.service} heartbeat"
+            )
 
     async def _beat_forever(self) -> None:
         while True:
@@ -149,12 +157,15 @@ class HealthServer:
         now = self._clock()
         age = now - self._beat
         if age > self.stale_after_s:
-            return False, (f"event loop heartbeat {age:.1f} s old (limit {self.stale_after_s:g} s): "
-                           "the loop was blocked")
+            return False, (
+                f"event loop heartbeat {age:.1f} s old (limit {self.stale_after_s:g} s): the loop was blocked"
+            )
         if self._stall is not None and now - self._stall[1] <= self.stale_after_s:
             gap, ended = self._stall
-            return False, (f"the event loop was blocked for {gap:.1f} s until {now - ended:.1f} s ago "
-                           f"(limit {self.stale_after_s:g} s)")
+            return False, (
+                f"the event loop was blocked for {gap:.1f} s until {now - ended:.1f} s ago "
+                f"(limit {self.stale_after_s:g} s)"
+            )
         return True, f"heartbeat {age:.1f} s ago"
 
     # --- running the checks ---------------------------------------------------------------------
@@ -170,7 +181,7 @@ class HealthServer:
                 ok, detail = await asyncio.wait_for(probe.check(), probe.timeout_s)
             except TimeoutError:
                 return Outcome(probe.name, False, f"no answer within {probe.timeout_s:g} s")
-            except Exception as exc:  # noqa: BLE001 - a failing check is a failed probe, not a 500
+            except Exception as exc:
                 return Outcome(probe.name, False, one_line(f"{type(exc).__name__}: {exc}"))
             return Outcome(probe.name, bool(ok), one_line(detail))
 
@@ -195,8 +206,7 @@ class HealthServer:
         outcomes = await (self.livez(exclude) if kind == "livez" else self.readyz(exclude))
         status, body = self.render(kind, outcomes, verbose="verbose" in request.query)
         if status != 200:
-            log.info(f"{kind} failed", service=self.service,
-                     failed={o.name: o.detail for o in outcomes if not o.ok})
+            log.info(f"{kind} failed", service=self.service, failed={o.name: o.detail for o in outcomes if not o.ok})
         return web.Response(status=status, text=body, headers={"X-Content-Type-Options": "nosniff"})
 
     async def _livez(self, request: web.Request) -> web.Response:
@@ -223,8 +233,13 @@ class HealthServer:
         self._runner = runner
         self.port = int(runner.addresses[0][1])
         self.start_heartbeat()
-        log.info("health endpoints listening", service=self.service, port=self.port, host=self.host,
-                 readiness_checks=self.readiness_checks)
+        log.info(
+            "health endpoints listening",
+            service=self.service,
+            port=self.port,
+            host=self.host,
+            readiness_checks=self.readiness_checks,
+        )
         return self.port
 
     async def stop(self) -> None:
@@ -335,8 +350,9 @@ class ConsumerReadiness:
         if assigned is None:
             return False, f"waiting for consumer group {self.group} to assign partitions"
         if not assigned:
-            return True, (f"no partitions assigned: a standby member of {self.group} "
-                          "(the group has more members than partitions)")
+            return True, (
+                f"no partitions assigned: a standby member of {self.group} (the group has more members than partitions)"
+            )
         key = frozenset(assigned)
         summary = f"{len(key)} partition(s) of {self.group} assigned"
         if self.max_lag is None or key == self._caught_up_for:
@@ -351,9 +367,12 @@ class ConsumerReadiness:
                 behind[tp] = lag
         if behind:
             worst = sorted(behind.items(), key=lambda item: -item[1])[:3]
-            return False, (f"catching up: {len(behind)} of {len(key)} partition(s) more than {self.max_lag} "
-                           f"records behind the log end seen at assignment ("
-                           + ", ".join(f"{tp.topic}[{tp.partition}] {lag}" for tp, lag in worst) + ")")
+            return False, (
+                f"catching up: {len(behind)} of {len(key)} partition(s) more than {self.max_lag} "
+                f"records behind the log end seen at assignment ("
+                + ", ".join(f"{tp.topic}[{tp.partition}] {lag}" for tp, lag in worst)
+                + ")"
+            )
         self._caught_up_for = key
         return True, summary + ", caught up"
 

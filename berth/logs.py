@@ -26,9 +26,27 @@ import structlog
 _SECRET_KEYS = re.compile(r"(password|secret|token|sasl_plain|credential)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
 
-LIBRARY_LOGGERS = ("aiokafka", "kafka", "faust", "mode", "sqlalchemy", "alembic", "kubernetes", "urllib3",
-                   "asyncio", "psycopg", "py.warnings", "rocksdict", "venusian", "croniter", "yarl",
-                   "aiohttp", "opentracing", "httpx", "httpcore")
+LIBRARY_LOGGERS = (
+    "aiokafka",
+    "kafka",
+    "faust",
+    "mode",
+    "sqlalchemy",
+    "alembic",
+    "kubernetes",
+    "urllib3",
+    "asyncio",
+    "psycopg",
+    "py.warnings",
+    "rocksdict",
+    "venusian",
+    "croniter",
+    "yarl",
+    "aiohttp",
+    "opentracing",
+    "httpx",
+    "httpcore",
+)
 """Loggers of the libraries Berth runs on: they get ``library_level`` (see :func:`configure_logging`)."""
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -71,8 +89,9 @@ class _BerthHandler(logging.StreamHandler):  # type: ignore[type-arg]  # StreamH
         pass
 
 
-def configure_logging(level: str = "info", fmt: str = "json", service: str | None = None, *,
-                      library_level: str | None = None) -> None:
+def configure_logging(
+    level: str = "info", fmt: str = "json", service: str | None = None, *, library_level: str | None = None
+) -> None:
     """Route every record of the process through one structlog pipeline to stderr (stdout stays
     for results). Safe to call again: the second call replaces the first's handler.
 

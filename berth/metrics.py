@@ -11,18 +11,18 @@ from collections import OrderedDict
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     """Prometheus' ExponentialBuckets: ``count`` upper bounds from ``start``, each ``factor``
     times the one before (kube-scheduler's histograms are laid out this way)."""
-    return tuple(start * factor ** i for i in range(count))
+    return tuple(start * factor**i for i in range(count))
 
 
 # kube-scheduler v1.34's scheduler metrics: names, labels and bucket layouts as it registers them
 # (pkg/scheduler/metrics/metrics.go), so that its dashboards and alerts work unchanged.
 SCHEDULE_ATTEMPTS = Counter(
     "scheduler_schedule_attempts_total",
-    "Scheduling attempts by result: 'scheduled', 'unschedulable' (no node fits), 'error' "
-    "(Berth could not decide).",
+    "Scheduling attempts by result: 'scheduled', 'unschedulable' (no node fits), 'error' (Berth could not decide).",
     ["result", "profile"],
 )
 SCHEDULING_ATTEMPT_DURATION = Histogram(
@@ -34,8 +34,7 @@ SCHEDULING_ATTEMPT_DURATION = Histogram(
 )
 POD_SCHEDULING_SLI_DURATION = Histogram(
     "scheduler_pod_scheduling_sli_duration_seconds",
-    "Seconds from a pod's first scheduling attempt to its placement, over all its attempts "
-    "(by how many).",
+    "Seconds from a pod's first scheduling attempt to its placement, over all its attempts (by how many).",
     ["attempts"],
     buckets=exponential_buckets(0.01, 2, 20),
 )
@@ -83,9 +82,7 @@ POOL_DESIRED_REPLICAS = Gauge(
     "Replicas the decision service last asked for an inference pool (its latest ScalePool).",
     ["namespace", "pool"],
 )
-RECORDS_CONSUMED = Counter(
-    "berth_records_consumed_total", "Kafka records consumed.", ["consumer", "topic"]
-)
+RECORDS_CONSUMED = Counter("berth_records_consumed_total", "Kafka records consumed.", ["consumer", "topic"])
 DEAD_LETTERED = Counter(
     "berth_dead_lettered_records_total",
     "Records sent to the dead-letter topic because they could not be accepted.",
@@ -101,9 +98,7 @@ COMMANDS_BY_RESULT = Counter(
 AUDIT_WRITE_DURATION = Histogram(
     "berth_audit_write_duration_seconds", "Time to write one batch of audit rows to Postgres."
 )
-REPLAY_MISMATCHES = Counter(
-    "berth_replay_mismatches_total", "Decisions whose replay produced a different hash."
-)
+REPLAY_MISMATCHES = Counter("berth_replay_mismatches_total", "Decisions whose replay produced a different hash.")
 DETERMINISM_ERRORS = Counter(
     "berth_determinism_errors_total",
     "Same input position recorded twice with different decision hashes.",

@@ -58,20 +58,14 @@ class KafkaSettings(BaseModel):
             "security_protocol": self.security_protocol,
         }
         if self.security_protocol in ("SSL", "SASL_SSL"):
-            context = ssl.create_default_context(
-                cafile=str(self.ssl_cafile) if self.ssl_cafile else None
-            )
+            context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
             if self.ssl_certfile:
-                context.load_cert_chain(
-                    str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
-                )
+                context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
             options["ssl_context"] = context
         if self.security_protocol.startswith("SASL_"):
             options["sasl_mechanism"] = self.sasl_mechanism
             options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = (
-                self.sasl_password.get_secret_value() if self.sasl_password else None
-            )
+            options["sasl_plain_password"] = self.sasl_password.get_secret_value() if self.sasl_password else None
         return options
 
 
@@ -122,7 +116,9 @@ class BerthSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="BERTH_", env_nested_delimiter="__", extra="ignore",
+        env_prefix="BERTH_",
+        env_nested_delimiter="__",
+        extra="ignore",
     )
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)

@@ -36,17 +36,17 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import click
 import typer
 import yaml
 
-from berth.core import messages
-from berth.core.admission import QuotaLedger
 from berth.cells.pool_placement import with_preferences
 from berth.cells.pools import merge_cluster_spec
 from berth.configfiles import load_config
+from berth.core import messages
+from berth.core.admission import QuotaLedger
 from berth.core.config import KINDS as CONFIG_KINDS
 from berth.core.config import ConfigError, default_document
 from berth.core.engine import Engine
@@ -55,8 +55,19 @@ from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, repli
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 
-__all__ = ["EXIT_INVALID", "EXIT_NO_INPUT", "Outcome", "Session", "Source", "load_file", "load_sources", "main",
-           "pool_replicas", "run", "simulate"]
+__all__ = [
+    "EXIT_INVALID",
+    "EXIT_NO_INPUT",
+    "Outcome",
+    "Session",
+    "Source",
+    "load_file",
+    "load_sources",
+    "main",
+    "pool_replicas",
+    "run",
+    "simulate",
+]
 
 
 class InputError(ValueError):
@@ -158,14 +169,12 @@ def _directory_files(directory: Path, recursive: bool) -> list[Path]:
     return files
 
 
-def load_sources(paths: Sequence[Path | str], *, recursive: bool = False,
-                 stdin: Any = None) -> list[Source]:
+def load_sources(paths: Sequence[Path | str], *, recursive: bool = False, stdin: Any = None) -> list[Source]:
     """Every input named on the command line, in order: a file (whatever its name), a directory
     (its ``*.yaml``, ``*.yml`` and ``*.json`` files, sorted; subdirectories with ``recursive``),
     or ``-`` for standard input (once)."""
     if not paths:
-        raise NoInputError("no input: name a file, a directory or - (standard input), e.g. "
-                           "berth simulate -f examples/")
+        raise NoInputError("no input: name a file, a directory or - (standard input), e.g. berth simulate -f examples/")
     sources: list[Source] = []
     read_stdin = False
     for raw in paths:
@@ -209,20 +218,25 @@ def locate_error(exc: ManifestError, documents: Sequence[Any], origins: Sequence
     becomes ``FILE: document n``; an error naming an object gets the input defining it in front."""
     message = str(exc)
     if _DOCUMENT_NUMBER.search(message):
+
         def local(match: re.Match[str]) -> str:
             number = int(match.group(1))
             if not 1 <= number <= len(origins):
                 return match.group(0)
             name, index = origins[number - 1]
             return f"{name}: document {index}"
+
         return _DOCUMENT_NUMBER.sub(local, message, count=1)
     kind, _, ref = exc.ref.partition(" ")
     namespace, _, name = ref.rpartition("/")
     for document, (source, index) in zip(documents, origins):
         for item in _items(document):
             metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
-            if (item.get("kind") == kind and metadata.get("name") == name
-                    and (not namespace or (metadata.get("namespace") or "default") == namespace)):
+            if (
+                item.get("kind") == kind
+                and metadata.get("name") == name
+                and (not namespace or (metadata.get("namespace") or "default") == namespace)
+            ):
                 return f"{source}: document {index}: {message}"
     return message
 
@@ -278,8 +292,15 @@ class Session:
         self.min_member: dict[tuple[str, str], int] = {}
 
     @classmethod
-    def of(cls, nodes: Iterable[NodeInfo], bound: Iterable[PodInfo], *, config: Any = None,
-           policies: Iterable[PolicyObserved] = (), namespaces: Iterable[Any] = ()) -> Session:
+    def of(
+        cls,
+        nodes: Iterable[NodeInfo],
+        bound: Iterable[PodInfo],
+        *,
+        config: Any = None,
+        policies: Iterable[PolicyObserved] = (),
+        namespaces: Iterable[Any] = (),
+    ) -> Session:
         """``config``: a configuration document, a Path to one, or None for the built-in profile."""
         if config is None or isinstance(config, Path):
             config = load_scheduler_config(config)
@@ -321,8 +342,9 @@ class Session:
         for pod in pods:
             placement = placed.get(pod.uid)
             if placement is not None:
-                outcomes.append(Outcome(pod.key, placement.node, placement.gpu_devices, "", (), group,
-                                        placement.gpu_milli))
+                outcomes.append(
+                    Outcome(pod.key, placement.node, placement.gpu_devices, "", (), group, placement.gpu_milli)
+                )
             else:
                 outcomes.append(Outcome(pod.key, None, (), result.member_messages.get(pod.uid, ""), (), group))
         return outcomes
@@ -339,8 +361,9 @@ class Session:
                 continue
             if pod.pod_group:
                 key = (pod.namespace, pod.pod_group)
-                members = [pods[j] for j in order
-                           if pods[j].pod_group == pod.pod_group and pods[j].namespace == pod.namespace]
+                members = [
+                    pods[j] for j in order if pods[j].pod_group == pod.pod_group and pods[j].namespace == pod.namespace
+                ]
                 done.update(m.uid for m in members)
                 group = f"{key[0]}/{key[1]}"
                 if key not in self.min_member:
@@ -400,9 +423,13 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
     created: list[PodManifest] = []
     for manifest in sorted(bundle.agent_pools, key=lambda p: (p.namespace, p.name)):
         pool = AgentPool(manifest.namespace, manifest.name, dict(manifest.spec))
-        mine = [item.pod.name for item in bundle.pods
-                if item.pod.namespace == pool.namespace and item.pod.labels.get(LABEL_AGENT_POOL) == pool.name
-                and item.pod.phase not in ("Succeeded", "Failed")]
+        mine = [
+            item.pod.name
+            for item in bundle.pods
+            if item.pod.namespace == pool.namespace
+            and item.pod.labels.get(LABEL_AGENT_POOL) == pool.name
+            and item.pod.phase not in ("Succeeded", "Failed")
+        ]
         scalable = "tokensPerSecondPerReplica" in pool.spec and "ttftSloMs" in pool.spec
         try:
             policy = merge_cluster_spec(None, pool.spec) if scalable else None
@@ -420,8 +447,10 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
             created.append(PodManifest(with_preferences(replica.pod, policy), replica.resources, replica.rejection))
             index += 1
         if warnings is not None:
-            warnings.append(f"AgentPool {pool.key}: {missing} replica(s) created to reach {pool.initial_replicas} "
-                            f"({len(mine)} in the file); scaling follows queue lag, which a file does not have")
+            warnings.append(
+                f"AgentPool {pool.key}: {missing} replica(s) created to reach {pool.initial_replicas} "
+                f"({len(mine)} in the file); scaling follows queue lag, which a file does not have"
+            )
     return created
 
 
@@ -436,8 +465,9 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
             continue  # finished pods hold nothing and are not scheduled
         if item.pod.node_name:
             if item.pod.node_name not in nodes:
-                raise ManifestError(f"Pod {item.pod.key}", "spec.nodeName",
-                                    f"node {item.pod.node_name!r} is not defined in the input")
+                raise ManifestError(
+                    f"Pod {item.pod.key}", "spec.nodeName", f"node {item.pod.node_name!r} is not defined in the input"
+                )
             bound.append(item)
         else:
             pending.append(item)
@@ -469,8 +499,13 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
         if item.scheduling_gates:
             report.outcomes.append(Outcome(item.pod.key, None, (), messages.SCHEDULING_GATED))
             report.gated += 1
-    session = Session.of(bundle.nodes, [b.pod for b in bound], config=load_scheduler_config(config),
-                         policies=_policy_events(bundle), namespaces=bundle.namespaces)
+    session = Session.of(
+        bundle.nodes,
+        [b.pod for b in bound],
+        config=load_scheduler_config(config),
+        policies=_policy_events(bundle),
+        namespaces=bundle.namespaces,
+    )
     start = time.perf_counter()
     outcomes = session.schedule_all([a.pod for a in admitted if not a.scheduling_gates])
     report.seconds = time.perf_counter() - start + 0.0
@@ -478,8 +513,9 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
     return report
 
 
-def without_scheduler_configs(documents: Sequence[Any], origins: Sequence[tuple[str, int]],
-                              warnings: list[str]) -> tuple[list[Any], list[tuple[str, int]]]:
+def without_scheduler_configs(
+    documents: Sequence[Any], origins: Sequence[tuple[str, int]], warnings: list[str]
+) -> tuple[list[Any], list[tuple[str, int]]]:
     """The documents that are not scheduler configurations (a directory such as ``examples/``
     holds one beside the manifests): those are skipped, with a warning saying to pass them with
     ``--config``."""
@@ -487,8 +523,10 @@ def without_scheduler_configs(documents: Sequence[Any], origins: Sequence[tuple[
     kept_origins: list[tuple[str, int]] = []
     for document, (name, index) in zip(documents, origins):
         if isinstance(document, dict) and document.get("kind") in CONFIG_KINDS:
-            warnings.append(f"{name}: document {index}: skipped a {document['kind']} (a scheduler configuration, "
-                            f"not a cluster object): pass it with --config {name}")
+            warnings.append(
+                f"{name}: document {index}: skipped a {document['kind']} (a scheduler configuration, "
+                f"not a cluster object): pass it with --config {name}"
+            )
             continue
         kept.append(document)
         kept_origins.append((name, index))
@@ -529,20 +567,41 @@ def _simulate_one(sources: Sequence[Source], config: Path | None, tag: str | Non
 
 
 def simulate(
-    files: Annotated[Optional[list[Path]], typer.Argument(
-        help="Manifests: files (multi-document YAML, or JSON: an object or a v1 List), directories "
-             "or - for standard input; same as -f.", show_default=False)] = None,
-    filename: Annotated[Optional[list[Path]], typer.Option(
-        "--filename", "-f", help="A file, a directory (its *.yaml, *.yml and *.json files, sorted) "
-                                 "or - for standard input; repeatable, read after FILES, in order.",
-        show_default=False)] = None,
-    recursive: Annotated[bool, typer.Option(
-        "--recursive", "-R", help="Read the directories' subdirectories too.")] = False,
-    each: Annotated[bool, typer.Option(
-        "--each", help="Simulate every file as a cluster of its own (as the files in examples/ are); "
-                       "each output line then carries \"file\".")] = False,
-    config: Annotated[Optional[Path], typer.Option("--config", help="Scheduler configuration "
-                                                   "(KubeSchedulerConfiguration keys); default: Berth's profile.")] = None,
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Manifests: files (multi-document YAML, or JSON: an object or a v1 List), directories "
+            "or - for standard input; same as -f.",
+            show_default=False,
+        ),
+    ] = None,
+    filename: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--filename",
+            "-f",
+            help="A file, a directory (its *.yaml, *.yml and *.json files, sorted) "
+            "or - for standard input; repeatable, read after FILES, in order.",
+            show_default=False,
+        ),
+    ] = None,
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-R", help="Read the directories' subdirectories too.")
+    ] = False,
+    each: Annotated[
+        bool,
+        typer.Option(
+            "--each",
+            help="Simulate every file as a cluster of its own (as the files in examples/ are); "
+            'each output line then carries "file".',
+        ),
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Scheduler configuration (KubeSchedulerConfiguration keys); default: Berth's profile."
+        ),
+    ] = None,
 ) -> None:
     """Schedule the pending pods of manifest files offline and print one JSON line per outcome.
 

@@ -4,6 +4,8 @@ Events are frozen pydantic models, one discriminated union per topic (see :mod:`
 carried as CloudEvents in Kafka binary mode (see :mod:`.envelope`).
 """
 
+from ._base import event_time
+from .agentpool import AgentPoolSpec, AgentPoolSpecError, parse_agent_pool_spec
 from .cluster import (
     Affinity,
     GpuDevice,
@@ -28,8 +30,6 @@ from .cluster import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
-from ._base import event_time
-from .agentpool import AgentPoolSpec, AgentPoolSpecError, parse_agent_pool_spec
 from .policy import (
     LimitRangeInfo,
     LimitRangeItem,

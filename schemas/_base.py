@@ -10,7 +10,7 @@ envelope drops the fields this consumer does not know before validating it.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler
@@ -84,7 +84,7 @@ def _require_tz(value: datetime) -> datetime:
     # Naive datetimes are ambiguous across hosts; the contract speaks UTC only.
     if value.tzinfo is None:
         raise ValueError("timestamp must carry a timezone (use UTC, e.g. 2026-01-01T00:00:00Z)")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_require_tz)]
@@ -133,13 +133,21 @@ IntMap = Annotated[dict[str, int], AfterValidator(_sorted_keys)]
 
 def utc_now() -> datetime:
     """The current time in UTC. For producers only: the decision core never reads a clock."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def event_time(event: Any) -> Any:
     """The time an event speaks of (observed, sampled, issued ...); None if it has none."""
-    for field in ("observed_at", "sampled_at", "issued_at", "applied_at", "event_time", "failed_at",
-                  "announced_at", "updated_at"):
+    for field in (
+        "observed_at",
+        "sampled_at",
+        "issued_at",
+        "applied_at",
+        "event_time",
+        "failed_at",
+        "announced_at",
+        "updated_at",
+    ):
         value = getattr(event, field, None)
         if value is not None:
             return value

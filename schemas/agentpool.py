@@ -105,8 +105,9 @@ class InterruptionThreshold(_Block):
     spot again after a whole ``window`` without one."""
 
     count: Annotated[int, Field(ge=1)]
-    window_seconds: float = Field(validation_alias=AliasChoices("window", "windowSeconds", "window_seconds"),
-                                  serialization_alias="window", gt=0)
+    window_seconds: float = Field(
+        validation_alias=AliasChoices("window", "windowSeconds", "window_seconds"), serialization_alias="window", gt=0
+    )
     action: Literal["disable-spot"] = "disable-spot"
 
     @field_validator("window_seconds", mode="before")
@@ -202,17 +203,24 @@ class AgentPoolSpec(BaseModel):
 
     model: str | None = None
     replicas: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, validation_alias=AliasChoices("replicas", "initial_replicas", "initialReplicas"))
+        default=None, validation_alias=AliasChoices("replicas", "initial_replicas", "initialReplicas")
+    )
     min_replicas: int = Field(default=1, ge=0, alias="minReplicas")
     max_replicas: int = Field(default=10, ge=1, alias="maxReplicas")
     ttft_slo_ms: float | None = Field(default=None, gt=0, alias="ttftSloMs")
     tokens_per_second_per_replica: float | None = Field(default=None, gt=0, alias="tokensPerSecondPerReplica")
     model_load_seconds: float = Field(
-        default=60, ge=0, validation_alias=AliasChoices("modelLoadSeconds", "modelLoadTime", "model_load_seconds"),
-        serialization_alias="modelLoadSeconds")
-    cooldown_s: float = Field(default=300, ge=0,
-                              validation_alias=AliasChoices("cooldownSeconds", "cooldown_s", "cooldown_seconds"),
-                              serialization_alias="cooldownSeconds")
+        default=60,
+        ge=0,
+        validation_alias=AliasChoices("modelLoadSeconds", "modelLoadTime", "model_load_seconds"),
+        serialization_alias="modelLoadSeconds",
+    )
+    cooldown_s: float = Field(
+        default=300,
+        ge=0,
+        validation_alias=AliasChoices("cooldownSeconds", "cooldown_s", "cooldown_seconds"),
+        serialization_alias="cooldownSeconds",
+    )
     """Minimum time between a scale and the next scale-down."""
     mig_profile: str | None = Field(default=None, alias="migProfile", pattern=r"^[0-9]+g\.[0-9]+gb$")
     gpu_requirements: GpuRequirements | None = Field(default=None, alias="gpuRequirements")
@@ -231,8 +239,10 @@ class AgentPoolSpec(BaseModel):
             raise ValueError(f"minReplicas ({self.min_replicas}) must not exceed maxReplicas ({self.max_replicas})")
         cost = self.scheduling.cost_optimization
         if cost is not None and self.ttft_slo_ms is not None and cost.slo_headroom_ms >= self.ttft_slo_ms:
-            raise ValueError(f"scheduling.costOptimization.sloHeadroomMs ({cost.slo_headroom_ms:g}) must be "
-                             f"below ttftSloMs ({self.ttft_slo_ms:g})")
+            raise ValueError(
+                f"scheduling.costOptimization.sloHeadroomMs ({cost.slo_headroom_ms:g}) must be "
+                f"below ttftSloMs ({self.ttft_slo_ms:g})"
+            )
         return self
 
     # -- derived --------------------------------------------------------------------------------

@@ -57,9 +57,7 @@ class NodeSelectorRequirement(FrozenModel):
             try:
                 int(self.values[0])
             except ValueError as exc:
-                raise ValueError(
-                    f"operator {self.operator} needs an integer value, got {self.values[0]!r}"
-                ) from exc
+                raise ValueError(f"operator {self.operator} needs an integer value, got {self.values[0]!r}") from exc
         return self
 
 

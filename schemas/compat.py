@@ -80,8 +80,10 @@ def parse_dataschema(uri: str, event_type: str) -> SchemaVersion:
         return SchemaVersion(major, 0)
     declared = SchemaVersion(int(match.group("major")), int(match.group("minor")))
     if declared.major != major:
-        raise ValueError(f"dataschema declares version {declared} but the type {event_type} is major {major} "
-                         "(another major is another event type, on another topic)")
+        raise ValueError(
+            f"dataschema declares version {declared} but the type {event_type} is major {major} "
+            "(another major is another event type, on another topic)"
+        )
     return declared
 
 
@@ -147,8 +149,10 @@ def _prune(value: Any, node: Any, defs: dict[str, Any], path: str, dropped: list
         prefix = node.get("prefixItems")
         items = node.get("items")
         if isinstance(prefix, list):
-            return [_prune(item, prefix[i] if i < len(prefix) else items, defs, f"{path}[{i}]", dropped, depth + 1)
-                    for i, item in enumerate(value)]
+            return [
+                _prune(item, prefix[i] if i < len(prefix) else items, defs, f"{path}[{i}]", dropped, depth + 1)
+                for i, item in enumerate(value)
+            ]
         if isinstance(items, dict):
             return [_prune(item, items, defs, f"{path}[{i}]", dropped, depth + 1) for i, item in enumerate(value)]
         options = node.get("anyOf") or node.get("oneOf")
@@ -159,8 +163,9 @@ def _prune(value: Any, node: Any, defs: dict[str, Any], path: str, dropped: list
     return value
 
 
-def _choose(value: dict[str, Any], node: dict[str, Any], options: list[Any],
-            defs: dict[str, Any]) -> dict[str, Any] | None:
+def _choose(
+    value: dict[str, Any], node: dict[str, Any], options: list[Any], defs: dict[str, Any]
+) -> dict[str, Any] | None:
     """The member of a union an object belongs to: by the discriminator if there is one, else
     the only object member; None when that is ambiguous (then nothing is dropped)."""
     discriminator = node.get("discriminator")
@@ -176,8 +181,21 @@ def _choose(value: dict[str, Any], node: dict[str, Any], options: list[Any],
 
 
 _DOCUMENTATION = frozenset({"title", "description", "examples", "$comment", "$id", VERSION_KEY, "x-berth-topic"})
-_STRUCTURE = frozenset({"$ref", "$defs", "properties", "required", "additionalProperties", "items",
-                        "prefixItems", "anyOf", "oneOf", "allOf", "discriminator"})
+_STRUCTURE = frozenset(
+    {
+        "$ref",
+        "$defs",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "discriminator",
+    }
+)
 _LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 _UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
 
@@ -201,9 +219,19 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Comparison:
     return result
 
 
-def _compare(old: Any, new: Any, old_defs: dict[str, Any], new_defs: dict[str, Any], path: str,
-             result: Comparison, seen: set[tuple[str, str]]) -> None:
-    pair = (str(old.get("$ref")) if isinstance(old, dict) else "", str(new.get("$ref")) if isinstance(new, dict) else "")
+def _compare(
+    old: Any,
+    new: Any,
+    old_defs: dict[str, Any],
+    new_defs: dict[str, Any],
+    path: str,
+    result: Comparison,
+    seen: set[tuple[str, str]],
+) -> None:
+    pair = (
+        str(old.get("$ref")) if isinstance(old, dict) else "",
+        str(new.get("$ref")) if isinstance(new, dict) else "",
+    )
     if pair[0].startswith("#/") and pair[1].startswith("#/"):
         if pair in seen:
             return  # a recursive type, already being compared
@@ -217,8 +245,10 @@ def _compare(old: Any, new: Any, old_defs: dict[str, Any], new_defs: dict[str, A
     for name in sorted(old_props):
         at = f"{path}.{name}" if path else name
         if name not in new_props:
-            breaking.append(f"{at}: field removed (or renamed): older producers' events carry it and are refused; "
-                            + ("older consumers require it" if name in old_required else "its data is lost"))
+            breaking.append(
+                f"{at}: field removed (or renamed): older producers' events carry it and are refused; "
+                + ("older consumers require it" if name in old_required else "its data is lost")
+            )
             continue
         if name in old_required and name not in new_required:
             breaking.append(f"{at}: no longer required: older consumers refuse events without it")
@@ -248,8 +278,10 @@ def _compare(old: Any, new: Any, old_defs: dict[str, Any], new_defs: dict[str, A
         if old_list is None and new_list is None:
             continue
         if not isinstance(old_list, list) or not isinstance(new_list, list) or len(old_list) != len(new_list):
-            breaking.append(f"{where}: {key} changed from {_count(old_list)} to {_count(new_list)} member(s): "
-                            "a value one side writes, the other refuses")
+            breaking.append(
+                f"{where}: {key} changed from {_count(old_list)} to {_count(new_list)} member(s): "
+                "a value one side writes, the other refuses"
+            )
             continue
         for index, (old_item, new_item) in enumerate(zip(old_list, new_list, strict=True)):
             _compare(old_item, new_item, old_defs, new_defs, f"{path}<{key}[{index}]>", result, seen)
@@ -313,13 +345,17 @@ def check(committed: dict[str, dict[str, Any]], generated: dict[str, dict[str, A
     for name in sorted(committed):
         old = committed[name]
         if name not in generated:
-            problems.append(f"{name}: event type removed or renamed: older producers still send it and older "
-                            "consumers still expect it (a new major is a new event type on a new topic, beside it)")
+            problems.append(
+                f"{name}: event type removed or renamed: older producers still send it and older "
+                "consumers still expect it (a new major is a new event type on a new topic, beside it)"
+            )
             continue
         new = generated[name]
         if old.get("x-berth-topic") != new.get("x-berth-topic"):
-            problems.append(f"{name}: moved from topic {old.get('x-berth-topic')} to {new.get('x-berth-topic')}: "
-                            "its consumers no longer see it")
+            problems.append(
+                f"{name}: moved from topic {old.get('x-berth-topic')} to {new.get('x-berth-topic')}: "
+                "its consumers no longer see it"
+            )
         old_version, new_version = schema_version(old, name), schema_version(new, name)
         if new_version < old_version:
             problems.append(f"{name}: version {new_version} is older than the released {old_version}")
@@ -329,10 +365,13 @@ def check(committed: dict[str, dict[str, Any]], generated: dict[str, dict[str, A
             problems.append(
                 f"{name}: adds optional field(s) {', '.join(result.added_optional)} but still declares version "
                 f"{new_version}: raise the model's schema_minor to {old_version.minor + 1} (consumers of "
-                f"{old_version} refuse unknown fields of their own version; they ignore those of a newer one)")
+                f"{old_version} refuse unknown fields of their own version; they ignore those of a newer one)"
+            )
     for name in sorted(set(generated) - set(committed)):
         topic = generated[name].get("x-berth-topic")
         if topic in released_topics:
-            problems.append(f"{name}: a new event type on {topic}, which older consumers read: they refuse it "
-                            "(deploy consumers that know it first, then release with --allow-breaking)")
+            problems.append(
+                f"{name}: a new event type on {topic}, which older consumers read: they refuse it "
+                "(deploy consumers that know it first, then release with --allow-breaking)"
+            )
     return problems

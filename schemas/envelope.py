@@ -104,9 +104,7 @@ def decode(
     header_map = {name: data for name, data in headers}
     missing = [h for h in ("ce_id", "ce_source", "ce_type", "ce_specversion") if h not in header_map]
     if missing:
-        raise EnvelopeError(
-            f"not a CloudEvent in Kafka binary mode: missing header(s) {', '.join(missing)}"
-        )
+        raise EnvelopeError(f"not a CloudEvent in Kafka binary mode: missing header(s) {', '.join(missing)}")
     try:
         cloud_event = from_binary(KafkaMessage(headers=header_map, key=key, value=value or b""), _FORMAT)
     except Exception as exc:  # the SDK raises several types for bad attributes

@@ -99,14 +99,21 @@ class AgentPoolInfo(FrozenModel):
     spec: Annotated[dict[str, Any], AfterValidator(_sorted_json)] = Field(default_factory=dict)
 
 
-PolicyKind = Literal["PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
-                     "AgentPool", "Namespace"]
+PolicyKind = Literal[
+    "PodGroup", "PriorityClass", "ResourceQuota", "LimitRange", "PodDisruptionBudget", "AgentPool", "Namespace"
+]
 """The kinds on the policies topic. ``AgentPool`` and ``Namespace`` were added later: consumers
 that do not know a kind must ignore its events."""
 
-_FIELD_OF_KIND = {"PodGroup": "pod_group", "PriorityClass": "priority_class", "ResourceQuota": "resource_quota",
-                  "LimitRange": "limit_range", "PodDisruptionBudget": "pod_disruption_budget",
-                  "AgentPool": "agent_pool", "Namespace": "namespace_info"}
+_FIELD_OF_KIND = {
+    "PodGroup": "pod_group",
+    "PriorityClass": "priority_class",
+    "ResourceQuota": "resource_quota",
+    "LimitRange": "limit_range",
+    "PodDisruptionBudget": "pod_disruption_budget",
+    "AgentPool": "agent_pool",
+    "Namespace": "namespace_info",
+}
 
 
 class PolicyObserved(FrozenModel):

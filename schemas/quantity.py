@@ -40,9 +40,7 @@ def parse_quantity(value: str | int | float) -> Decimal:
         return Decimal(str(value))
     match = _QUANTITY.match(value.strip())
     if not match:
-        raise QuantityError(
-            f"{value!r} is not a Kubernetes quantity (expected e.g. '500m', '2', '16Gi', '1e3')"
-        )
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity (expected e.g. '500m', '2', '16Gi', '1e3')")
     number, suffix = match.group(1), match.group(2) or ""
     try:
         amount = Decimal(number)

@@ -135,8 +135,9 @@ class RejectedNodes(FrozenModel):
         preemption = None
         if self.preemption is not None and other.preemption is not None:
             preemption = _summed(self.preemption, other.preemption)
-        return RejectedNodes(nodes=self.nodes + other.nodes, reasons=_summed(self.reasons, other.reasons),
-                             preemption=preemption)
+        return RejectedNodes(
+            nodes=self.nodes + other.nodes, reasons=_summed(self.reasons, other.reasons), preemption=preemption
+        )
 
 
 def _summed(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -312,8 +313,18 @@ class NodeVerdict(FrozenModel):
     total: int | None = None
 
 
-DecisionOutcome = Literal["placed", "unschedulable", "preempting", "scaled", "held", "cordoned", "evicting",
-                          "spot-suspended", "spot-resumed", "handed-over"]
+DecisionOutcome = Literal[
+    "placed",
+    "unschedulable",
+    "preempting",
+    "scaled",
+    "held",
+    "cordoned",
+    "evicting",
+    "spot-suspended",
+    "spot-resumed",
+    "handed-over",
+]
 """``handed-over``: a pod that does not fit in this cell, given to the next cell (:class:`PodRouted`);
 ``evicting``: pods leave a node about to be reclaimed (spot); ``spot-suspended`` / ``spot-resumed``:
 a pool stops or starts using spot nodes after too many interruptions / a quiet window."""

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import pytest
-
 from berth_dev.devstack.cache import kafka_jars_present
 
 KAFKA_ENV = "BERTH_KAFKA_BOOTSTRAP"
@@ -40,8 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # SIGTERM's default action ends the interpreter without running finalizers or atexit, and
     # the parent-death signal would then SIGKILL our services and leave their directories
     # behind. As KeyboardInterrupt it goes through pytest's normal teardown instead.
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
 
@@ -95,7 +93,7 @@ def _docker_problem() -> str | None:
             client.ping()
         finally:
             client.close()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no Docker"
+    except Exception as exc:
         return f"no Docker engine answered ({type(exc).__name__}: {exc})"
     return None
 
@@ -129,7 +127,7 @@ def _provide(
         endpoint, stop = own_process()
         request.addfinalizer(stop)
         return endpoint
-    except Exception as exc:  # noqa: BLE001 - report it and try the next option
+    except Exception as exc:
         reasons.append(f"own process: {exc}")
 
     docker_problem = _docker_problem()
@@ -138,7 +136,7 @@ def _provide(
             endpoint, stop = container()
             request.addfinalizer(stop)
             return endpoint
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             reasons.append(f"testcontainers: {type(exc).__name__}: {exc}")
     else:
         reasons.append(f"testcontainers: {docker_problem}")
@@ -251,10 +249,12 @@ def kube_apiserver(request: pytest.FixtureRequest):  # -> berth_dev.devstack.kub
 
         if not kubernetes_binaries_present():
             with _uncaptured(request):
-                print(f"\nkube_apiserver: building kube-apiserver, kube-scheduler and etcd. {COLD_BUILD_NOTE}", flush=True)
+                print(
+                    f"\nkube_apiserver: building kube-apiserver, kube-scheduler and etcd. {COLD_BUILD_NOTE}", flush=True
+                )
                 ensure_kubernetes_binaries()
         plane = KubeControlPlane().start()
-    except Exception as exc:  # noqa: BLE001 - reported below
+    except Exception as exc:
         message = (
             f"No kube-apiserver available for integration tests.\n- own process: {exc}\n"
             f"Fix that (`python -m berth_dev.devstack build-kubernetes` builds the binaries), or set {KUBECONFIG_ENV} "

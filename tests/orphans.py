@@ -26,8 +26,7 @@ def assert_children_die_with_their_parent(script: str) -> None:
     """Run ``script`` in a child interpreter — it starts processes, prints one JSON line
     ``{"pids": [...], "markers": [...]}`` and sleeps — then ``kill -9`` that child and assert
     that every process it started is gone within 15 s."""
-    parent = subprocess.Popen([sys.executable, "-c", script],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None
         line = parent.stdout.readline()

@@ -20,10 +20,11 @@ from typing import Any
 def _scheduling_basic(args: argparse.Namespace) -> dict[str, Any]:
     from bench.engine import scheduling_basic
 
-    return scheduling_basic.run(nodes=args.nodes or scheduling_basic.NODES,
-                                pods=args.pods or scheduling_basic.PODS,
-                                init_pods=scheduling_basic.INIT_PODS if args.init_pods is None
-                                else args.init_pods)
+    return scheduling_basic.run(
+        nodes=args.nodes or scheduling_basic.NODES,
+        pods=args.pods or scheduling_basic.PODS,
+        init_pods=scheduling_basic.INIT_PODS if args.init_pods is None else args.init_pods,
+    )
 
 
 def _gpu_mixed(args: argparse.Namespace) -> dict[str, Any]:
@@ -41,21 +42,25 @@ def _gpu_mixed(args: argparse.Namespace) -> dict[str, Any]:
 def _constraints(args: argparse.Namespace) -> dict[str, Any]:
     from bench.engine import constraints
 
-    return constraints.run(nodes=args.nodes or constraints.NODES,
-                           pods=args.pods or constraints.PODS)
+    return constraints.run(nodes=args.nodes or constraints.NODES, pods=args.pods or constraints.PODS)
 
 
 def _node_affinity(args: argparse.Namespace) -> dict[str, Any]:
     from bench.engine import node_affinity
 
-    return node_affinity.run(nodes=args.nodes or node_affinity.NODES,
-                             pods=args.pods or node_affinity.PODS,
-                             init_pods=node_affinity.INIT_PODS if args.init_pods is None
-                             else args.init_pods)
+    return node_affinity.run(
+        nodes=args.nodes or node_affinity.NODES,
+        pods=args.pods or node_affinity.PODS,
+        init_pods=node_affinity.INIT_PODS if args.init_pods is None else args.init_pods,
+    )
 
 
-CASES = {"scheduling-basic": _scheduling_basic, "gpu-mixed": _gpu_mixed,
-         "constraints": _constraints, "node-affinity": _node_affinity}
+CASES = {
+    "scheduling-basic": _scheduling_basic,
+    "gpu-mixed": _gpu_mixed,
+    "constraints": _constraints,
+    "node-affinity": _node_affinity,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,13 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         from bench.engine import kube_perf
 
         return kube_perf.cli([arg for arg in args_in if arg != "--kube-perf"])
-    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.engine", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--case", choices=sorted(CASES), default="scheduling-basic")
     parser.add_argument("--nodes", type=int, default=None, help="override the case's node count")
     parser.add_argument("--pods", type=int, default=None, help="override the pods to place")
-    parser.add_argument("--init-pods", type=int, default=None,
-                        help="scheduling-basic: pods placed before timing (default 1000)")
+    parser.add_argument(
+        "--init-pods", type=int, default=None, help="scheduling-basic: pods placed before timing (default 1000)"
+    )
     args = parser.parse_args(argv)
     result = CASES[args.case](args)
     width = max(len(key) for key in result)

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
-from berth.core.config import default_document
-from berth.core.engine import Engine
 from berth.schemas.cluster import (
     Affinity,
     LabelSelector,
@@ -25,6 +22,10 @@ from berth.schemas.cluster import (
     WeightedPodAffinityTerm,
 )
 
+from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
+from berth.core.config import default_document
+from berth.core.engine import Engine
+
 NODES = 5_000
 PODS = 10_000
 ZONES = 10
@@ -34,10 +35,14 @@ HOST = "kubernetes.io/hostname"
 
 
 def build_nodes(count: int) -> list[NodeInfo]:
-    return [NodeInfo(name=f"node-{i:05d}",
-                     labels={HOST: f"node-{i:05d}", ZONE: f"zone-{i % ZONES}"},
-                     allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110})
-            for i in range(count)]
+    return [
+        NodeInfo(
+            name=f"node-{i:05d}",
+            labels={HOST: f"node-{i:05d}", ZONE: f"zone-{i % ZONES}"},
+            allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
+        )
+        for i in range(count)
+    ]
 
 
 def build_pods(count: int) -> list[PodInfo]:
@@ -48,20 +53,37 @@ def build_pods(count: int) -> list[PodInfo]:
         fields: dict[str, Any] = {}
         kind = i % 3
         if kind == 0:
-            fields["affinity"] = Affinity(pod_anti_affinity=PodAffinity(
-                required=(PodAffinityTerm(label_selector=selector, topology_key=HOST),)))
+            fields["affinity"] = Affinity(
+                pod_anti_affinity=PodAffinity(required=(PodAffinityTerm(label_selector=selector, topology_key=HOST),))
+            )
         elif kind == 1:
-            fields["topology_spread_constraints"] = (TopologySpreadConstraint(
-                max_skew=1, topology_key=ZONE, when_unsatisfiable="DoNotSchedule",
-                label_selector=selector),)
+            fields["topology_spread_constraints"] = (
+                TopologySpreadConstraint(
+                    max_skew=1, topology_key=ZONE, when_unsatisfiable="DoNotSchedule", label_selector=selector
+                ),
+            )
         else:
-            fields["affinity"] = Affinity(pod_affinity=PodAffinity(preferred=(
-                WeightedPodAffinityTerm(weight=50, term=PodAffinityTerm(
-                    label_selector=selector, topology_key=ZONE)),)))
-        pods.append(PodInfo(uid=f"pod-{i:06d}", namespace="bench", name=f"pod-{i:06d}",
-                            labels={"app": app}, scheduler_name="berth",
-                            requests={"cpu": 100, "memory": 500 * MIB}, creation_time=T0,
-                            **fields))
+            fields["affinity"] = Affinity(
+                pod_affinity=PodAffinity(
+                    preferred=(
+                        WeightedPodAffinityTerm(
+                            weight=50, term=PodAffinityTerm(label_selector=selector, topology_key=ZONE)
+                        ),
+                    )
+                )
+            )
+        pods.append(
+            PodInfo(
+                uid=f"pod-{i:06d}",
+                namespace="bench",
+                name=f"pod-{i:06d}",
+                labels={"app": app},
+                scheduler_name="berth",
+                requests={"cpu": 100, "memory": 500 * MIB},
+                creation_time=T0,
+                **fields,
+            )
+        )
     return pods
 
 

@@ -25,7 +25,7 @@ import random
 import resource
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from hashlib import blake2b
 from typing import Any
 
@@ -35,7 +35,7 @@ NODES = 5_000
 PODS = 10_000
 SEED = 20_260_101
 GPUS_PER_NODE = 8
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 # (weight, kind, amount, locality): the pod mix, weights in percent.
 MIX: tuple[tuple[int, str, int, str], ...] = (
@@ -56,8 +56,10 @@ def _island(i: int) -> tuple[int, ...]:
 
 def build_nodes(count: int = NODES) -> list[NodeInfo]:
     """``count`` identical DGX-like nodes, named so that sorting by name keeps creation order."""
-    gpus = tuple(GpuDevice(index=i, model="NVIDIA-A100-SXM4-40GB", memory_mib=40_960, numa_node=i // 4,
-                           nvlink_peers=_island(i)) for i in range(GPUS_PER_NODE))
+    gpus = tuple(
+        GpuDevice(index=i, model="NVIDIA-A100-SXM4-40GB", memory_mib=40_960, numa_node=i // 4, nvlink_peers=_island(i))
+        for i in range(GPUS_PER_NODE)
+    )
     nodes = []
     for n in range(count):
         zone = f"zone-{n % 4}"
@@ -68,9 +70,18 @@ def build_nodes(count: int = NODES) -> list[NodeInfo]:
             "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
         }
         allocatable = {"cpu": 64_000, "memory": 512 * 2**30, "pods": 110, "nvidia.com/gpu": GPUS_PER_NODE}
-        nodes.append(NodeInfo(name=f"gpu-{n:05d}", labels=labels, capacity=allocatable, allocatable=allocatable,
-                              gpus=gpus, zone=zone, capacity_type="spot" if n % 5 == 0 else "on-demand",
-                              price_per_hour=12.0 if n % 5 == 0 else 32.77))
+        nodes.append(
+            NodeInfo(
+                name=f"gpu-{n:05d}",
+                labels=labels,
+                capacity=allocatable,
+                allocatable=allocatable,
+                gpus=gpus,
+                zone=zone,
+                capacity_type="spot" if n % 5 == 0 else "on-demand",
+                price_per_hour=12.0 if n % 5 == 0 else 32.77,
+            )
+        )
     return nodes
 
 
@@ -81,8 +92,10 @@ def build_pods(count: int = PODS, seed: int = SEED) -> list[PodInfo]:
     pods = []
     for i in range(count):
         _, kind, amount, locality = rng.choices(MIX, weights=weights)[0]
-        requests: dict[str, int] = {"cpu": rng.choice((500, 1000, 2000, 4000)),
-                                    "memory": rng.choice((1, 2, 4, 8)) * 2**30}
+        requests: dict[str, int] = {
+            "cpu": rng.choice((500, 1000, 2000, 4000)),
+            "memory": rng.choice((1, 2, 4, 8)) * 2**30,
+        }
         annotations: dict[str, str] = {}
         fraction = memory = None
         if kind == "whole":
@@ -95,10 +108,21 @@ def build_pods(count: int = PODS, seed: int = SEED) -> list[PodInfo]:
             if rng.random() < 0.3:
                 memory = amount * 40  # MiB, a little under the proportional share
                 annotations["gpu-memory"] = str(memory)
-        pods.append(PodInfo(
-            uid=f"uid-{i:05d}", namespace="bench", name=f"pod-{i:05d}", labels={"app": f"app-{i % 20}"},
-            annotations=annotations, scheduler_name="berth", requests=requests, gpu_fraction_milli=fraction,
-            gpu_memory_mib=memory, gpu_locality=locality if kind == "whole" else "any", creation_time=T0))
+        pods.append(
+            PodInfo(
+                uid=f"uid-{i:05d}",
+                namespace="bench",
+                name=f"pod-{i:05d}",
+                labels={"app": f"app-{i % 20}"},
+                annotations=annotations,
+                scheduler_name="berth",
+                requests=requests,
+                gpu_fraction_milli=fraction,
+                gpu_memory_mib=memory,
+                gpu_locality=locality if kind == "whole" else "any",
+                creation_time=T0,
+            )
+        )
     return pods
 
 
@@ -107,8 +131,9 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(nodes: int = NODES, pods: int = PODS, progress: bool = True,
-        percentage_of_nodes_to_score: int | None = None) -> dict[str, Any]:
+def run(
+    nodes: int = NODES, pods: int = PODS, progress: bool = True, percentage_of_nodes_to_score: int | None = None
+) -> dict[str, Any]:
     """Build the case, schedule every pod once in queue order, and return the figures.
     ``percentage_of_nodes_to_score``: the default profile with that top-level
     ``percentageOfNodesToScore`` (None: unset, every node evaluated, Berth's default)."""
@@ -149,8 +174,11 @@ def run(nodes: int = NODES, pods: int = PODS, progress: bool = True,
     cpu_seconds = time.process_time() - cpu_begin
     return {
         "case": "gpu-mixed",
-        **({} if percentage_of_nodes_to_score is None
-           else {"percentage_of_nodes_to_score": percentage_of_nodes_to_score}),
+        **(
+            {}
+            if percentage_of_nodes_to_score is None
+            else {"percentage_of_nodes_to_score": percentage_of_nodes_to_score}
+        ),
         "nodes": nodes,
         "pods": pods,
         "placed": placed,

@@ -53,10 +53,10 @@ GOAL_RATIO = 3.0
 class Workload:
     """One scheduler_perf workload and the bench.engine case that mirrors its shapes."""
 
-    topic: str          # scheduler_perf topic directory: which test binary
-    case: str           # test case name in <topic>/performance-config.yaml
-    workload: str       # workload name inside it
-    berth_case: str     # bench.engine case with the same node/pod templates
+    topic: str  # scheduler_perf topic directory: which test binary
+    case: str  # test case name in <topic>/performance-config.yaml
+    workload: str  # workload name inside it
+    berth_case: str  # bench.engine case with the same node/pod templates
     nodes: int
     init_pods: int
     pods: int
@@ -144,9 +144,11 @@ def core_cycle_ms(workload: Workload, data_item_files: Iterable[Path]) -> dict[s
         points: dict[str, float] = {}
         for item in data.get("dataItems") or []:
             labels = item.get("labels") or {}
-            if (labels.get("Metric") == "scheduler_framework_extension_point_duration_seconds"
-                    and matches(workload, str(labels.get("Name", "")))
-                    and labels.get("extension_point") in CORE_EXTENSION_POINTS):
+            if (
+                labels.get("Metric") == "scheduler_framework_extension_point_duration_seconds"
+                and matches(workload, str(labels.get("Name", "")))
+                and labels.get("extension_point") in CORE_EXTENSION_POINTS
+            ):
                 points[labels["extension_point"]] = round(float((item.get("data") or {}).get("Average", 0.0)), 3)
         if points:
             points["total"] = round(sum(points.values()), 3)
@@ -172,17 +174,20 @@ def throughput_from(workload: Workload, stdout: str, data_item_files: Iterable[P
                 return data
     for name, metrics in parse_bench_lines(stdout).items():
         if matches(workload, name) and "SchedulingThroughput/Average" in metrics:
-            return {key.split("/", 1)[1]: value for key, value in metrics.items()
-                    if key.startswith("SchedulingThroughput/")}
+            return {
+                key.split("/", 1)[1]: value for key, value in metrics.items() if key.startswith("SchedulingThroughput/")
+            }
     return None
 
 
 def failure_reason(stdout: str, limit: int = 12) -> str:
     """The lines of a failed ``go test`` run worth quoting (FATAL/FAIL/errors), else its tail."""
     lines = [line.rstrip() for line in stdout.splitlines() if line.strip()]
-    picked = [line for line in lines
-              if re.search(r"FATAL|ERROR|--- FAIL|Error|error:|panic|cannot|can't", line)
-              and '"level":"warn"' not in line]
+    picked = [
+        line
+        for line in lines
+        if re.search(r"FATAL|ERROR|--- FAIL|Error|error:|panic|cannot|can't", line) and '"level":"warn"' not in line
+    ]
     return "\n".join((picked or lines)[-limit:])
 
 
@@ -196,8 +201,11 @@ def median_or_none(values: list[float]) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
-def summarize(kube: dict[str, list[dict[str, Any]]], berth: dict[str, list[dict[str, Any]]],
-              workloads: Iterable[Workload] = WORKLOADS) -> dict[str, Any]:
+def summarize(
+    kube: dict[str, list[dict[str, Any]]],
+    berth: dict[str, list[dict[str, Any]]],
+    workloads: Iterable[Workload] = WORKLOADS,
+) -> dict[str, Any]:
     """Runs of both sides -> the final JSON object (medians, each run's figure and load average)."""
     out: dict[str, Any] = {"kube_scheduler_perf": {}, "berth_engine": {}, "ratio": {}, "goal_ratio": GOAL_RATIO}
     for w in workloads:
@@ -208,11 +216,22 @@ def summarize(kube: dict[str, list[dict[str, Any]]], berth: dict[str, list[dict[
         k_median, b_median = median_or_none(k_values), median_or_none(b_values)
         cycles = [run["cycle_ms_mean"]["total"] for run in k_runs if run.get("cycle_ms_mean")]
         out["kube_scheduler_perf"][w.name] = {
-            "pods_per_s": k_median, "cycle_ms_mean_total": median_or_none(cycles), "runs": k_runs, "nodes": w.nodes, "init_pods": w.init_pods,
-            "pods": w.pods, "metric": "SchedulingThroughput Average (median of runs)"}
+            "pods_per_s": k_median,
+            "cycle_ms_mean_total": median_or_none(cycles),
+            "runs": k_runs,
+            "nodes": w.nodes,
+            "init_pods": w.init_pods,
+            "pods": w.pods,
+            "metric": "SchedulingThroughput Average (median of runs)",
+        }
         out["berth_engine"][w.name] = {
-            "case": w.berth_case, "pods_per_s": b_median, "runs": b_runs, "nodes": w.nodes,
-            "init_pods": w.init_pods, "pods": w.pods}
+            "case": w.berth_case,
+            "pods_per_s": b_median,
+            "runs": b_runs,
+            "nodes": w.nodes,
+            "init_pods": w.init_pods,
+            "pods": w.pods,
+        }
         out["ratio"][w.name] = round(b_median / k_median, 2) if k_median and b_median else None
     return out
 
@@ -232,8 +251,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_kube_workload(workload: Workload, binary: Path, source_dir: Path, etcd: Path, *,
-                      timeout_s: float = 3600.0, label: str = "") -> dict[str, Any]:
+def run_kube_workload(
+    workload: Workload, binary: Path, source_dir: Path, etcd: Path, *, timeout_s: float = 3600.0, label: str = ""
+) -> dict[str, Any]:
     """Run one scheduler_perf workload once; returns its throughput figures or the error."""
     out_dir = Path(tempfile.mkdtemp(prefix=f"berth-kube-perf-{workload.topic}-"))
     env = dict(os.environ)
@@ -247,24 +267,36 @@ def run_kube_workload(workload: Workload, binary: Path, source_dir: Path, etcd: 
     # resolves TEST_SRCDIR/TEST_WORKSPACE/<module path> (its bazel convention): the module cache.
     env["TEST_SRCDIR"] = str(source_dir).split(f"{os.sep}k8s.io{os.sep}kubernetes@")[0]
     env["TEST_WORKSPACE"] = "."
-    argv = [str(binary), "-test.run=^$", f"-test.bench={workload.bench_regex}", "-test.benchtime=1ns",
-            f"-test.timeout={int(timeout_s)}s", f"-data-items-dir={out_dir}"]
+    argv = [
+        str(binary),
+        "-test.run=^$",
+        f"-test.bench={workload.bench_regex}",
+        "-test.benchtime=1ns",
+        f"-test.timeout={int(timeout_s)}s",
+        f"-data-items-dir={out_dir}",
+    ]
     load_before = _loadavg()
     started = time.monotonic()
     stdout_path = out_dir / "stdout.txt"
     with open(stdout_path, "w") as sink:
-        process = subprocess.Popen(argv, cwd=source_dir, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            argv, cwd=source_dir, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+        )
         _watch(process, out_dir, f"kube-scheduler_perf {workload.name}{label}", started, timeout_s + 60)
     elapsed = time.monotonic() - started
     stdout = stdout_path.read_text(errors="replace")
     items = list(out_dir.glob("BenchmarkPerfScheduling_benchmark_*.json"))
     figures = throughput_from(workload, stdout, items)
-    run: dict[str, Any] = {"pods_per_s": round(figures["Average"], 1) if figures else None,
-                           "throughput": figures, "cycle_ms_mean": core_cycle_ms(workload, items),
-                           "seconds": round(elapsed, 1),
-                           "loadavg_before": load_before, "loadavg_after": _loadavg(),
-                           "exit_code": process.returncode, "artifacts": str(out_dir)}
+    run: dict[str, Any] = {
+        "pods_per_s": round(figures["Average"], 1) if figures else None,
+        "throughput": figures,
+        "cycle_ms_mean": core_cycle_ms(workload, items),
+        "seconds": round(elapsed, 1),
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
+        "exit_code": process.returncode,
+        "artifacts": str(out_dir),
+    }
     below = below_threshold(stdout)
     if below:
         # Upstream fails the benchmark when SchedulingThroughput is under the workload's CI
@@ -272,11 +304,15 @@ def run_kube_workload(workload: Workload, binary: Path, source_dir: Path, etcd: 
         run["below_upstream_threshold"] = below
     if figures is None:
         run["error"] = failure_reason(stdout) or f"exit code {process.returncode}, no output"
-        console.print(f"[red]✗ kube-scheduler_perf {escape(workload.name)} gave no SchedulingThroughput"
-                      f"[/red] (exit {process.returncode}; output in {out_dir}):\n{escape(run['error'])}")
+        console.print(
+            f"[red]✗ kube-scheduler_perf {escape(workload.name)} gave no SchedulingThroughput"
+            f"[/red] (exit {process.returncode}; output in {out_dir}):\n{escape(run['error'])}"
+        )
     else:
-        console.print(f"[green]✓[/green] kube-scheduler_perf {escape(workload.name)}{label}: "
-                      f"{run['pods_per_s']} pods/s ({elapsed:.0f} s, load {load_before[0]})")
+        console.print(
+            f"[green]✓[/green] kube-scheduler_perf {escape(workload.name)}{label}: "
+            f"{run['pods_per_s']} pods/s ({elapsed:.0f} s, load {load_before[0]})"
+        )
     return run
 
 
@@ -290,8 +326,9 @@ def _watch(process: subprocess.Popen[bytes], out_dir: Path, what: str, started: 
                 process.wait()
                 break
             scheduled = _latest_scheduled(out_dir)
-            phase = (f"{scheduled} measured pods scheduled" if scheduled is not None
-                     else "creating nodes and initial pods")
+            phase = (
+                f"{scheduled} measured pods scheduled" if scheduled is not None else "creating nodes and initial pods"
+            )
             status.update(f"{escape(what)}: {elapsed:.0f} s, {phase} [dim](load {_loadavg()[0]})[/dim]")
             time.sleep(1.0)
 
@@ -314,13 +351,17 @@ def run_berth_workload(workload: Workload, *, label: str = "") -> dict[str, Any]
     """The bench.engine case mirroring ``workload`` once, in this process."""
     runner = _berth_runner(workload.berth_case)
     load_before = _loadavg()
-    console.print(f"Berth engine {workload.berth_case}{label}: {workload.nodes} nodes, "
-                  f"{workload.init_pods} initial pods, {workload.pods} to place")
+    console.print(
+        f"Berth engine {workload.berth_case}{label}: {workload.nodes} nodes, "
+        f"{workload.init_pods} initial pods, {workload.pods} to place"
+    )
     result = runner(workload)
     result["loadavg_before"] = load_before
     result["loadavg_after"] = _loadavg()
-    console.print(f"[green]✓[/green] Berth engine {workload.berth_case}{label}: {result['pods_per_s']} pods/s "
-                  f"(load {load_before[0]})")
+    console.print(
+        f"[green]✓[/green] Berth engine {workload.berth_case}{label}: {result['pods_per_s']} pods/s "
+        f"(load {load_before[0]})"
+    )
     return result
 
 
@@ -345,15 +386,29 @@ def render_table(summary: dict[str, Any], workloads: Iterable[Workload] = WORKLO
         berth = summary["berth_engine"][w.name]
 
         def runs(entries: list[dict[str, Any]]) -> str:
-            return ", ".join(f"{run['pods_per_s'] if run.get('pods_per_s') is not None else 'failed'}"
-                             f" ({run['loadavg_before'][0]})" for run in entries) or "-"
+            return (
+                ", ".join(
+                    f"{run['pods_per_s'] if run.get('pods_per_s') is not None else 'failed'}"
+                    f" ({run['loadavg_before'][0]})"
+                    for run in entries
+                )
+                or "-"
+            )
 
         ratio = summary["ratio"][w.name]
-        table.add_row(f"{w.name}\n[dim]Berth: {w.berth_case}[/dim]", runs(kube["runs"]),
-                      str(kube["pods_per_s"]) + (f"\n[dim]cycle {kube['cycle_ms_mean_total']} ms/pod[/dim]"
-                                                 if kube.get("cycle_ms_mean_total") is not None else ""),
-                      runs(berth["runs"]), str(berth["pods_per_s"]),
-                      f"{ratio}×" if ratio is not None else "-")
+        table.add_row(
+            f"{w.name}\n[dim]Berth: {w.berth_case}[/dim]",
+            runs(kube["runs"]),
+            str(kube["pods_per_s"])
+            + (
+                f"\n[dim]cycle {kube['cycle_ms_mean_total']} ms/pod[/dim]"
+                if kube.get("cycle_ms_mean_total") is not None
+                else ""
+            ),
+            runs(berth["runs"]),
+            str(berth["pods_per_s"]),
+            f"{ratio}×" if ratio is not None else "-",
+        )
     return table
 
 
@@ -368,16 +423,16 @@ def main(*, repeat: int = 1, only: str | None = None, force_build: bool = False)
         perf = ensure_scheduler_perf_binaries(force=force_build)
     except DevStackError as error:
         console.print(f"[red]cannot build kube-scheduler_perf:[/red] {escape(str(error))}")
-        print(json.dumps({"kube_scheduler_perf": None, "berth_engine": None, "ratio": None,
-                          "error": str(error)}))
+        print(json.dumps({"kube_scheduler_perf": None, "berth_engine": None, "ratio": None, "error": str(error)}))
         return 1
     kube: dict[str, list[dict[str, Any]]] = {w.name: [] for w in workloads}
     berth: dict[str, list[dict[str, Any]]] = {w.name: [] for w in workloads}
     for attempt in range(repeat):
         label = f" (run {attempt + 1}/{repeat})" if repeat > 1 else ""
         for w in workloads:
-            kube[w.name].append(run_kube_workload(w, perf.binaries[w.topic], perf.source_dirs[w.topic],
-                                                  perf.etcd, label=label))
+            kube[w.name].append(
+                run_kube_workload(w, perf.binaries[w.topic], perf.source_dirs[w.topic], perf.etcd, label=label)
+            )
             berth[w.name].append(run_berth_workload(w, label=label))
     summary = summarize(kube, berth, workloads)
     summary["kubernetes_version"] = perf.kubernetes_version
@@ -390,16 +445,19 @@ def main(*, repeat: int = 1, only: str | None = None, force_build: bool = False)
     return 1 if failed else 0
 
 
-
 def cli(argv: list[str] | None = None) -> int:
     """``python -m bench.engine --kube-perf [--repeat N] [--only WORKLOAD] [--rebuild]``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bench.engine --kube-perf", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.engine --kube-perf",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each side; the figures are medians")
-    parser.add_argument("--only", default=None,
-                        help="one workload: SchedulingBasic, SchedulingNodeAffinity (or its Berth case name)")
+    parser.add_argument(
+        "--only", default=None, help="one workload: SchedulingBasic, SchedulingNodeAffinity (or its Berth case name)"
+    )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the scheduler_perf test binaries")
     args = parser.parse_args(argv)
     return main(repeat=max(1, args.repeat), only=args.only, force_build=args.rebuild)

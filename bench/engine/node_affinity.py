@@ -19,9 +19,6 @@ import sys
 import time
 from typing import Any
 
-from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
-from berth.core.config import default_document
-from berth.core.engine import Engine
 from berth.schemas.cluster import (
     Affinity,
     NodeAffinity,
@@ -31,6 +28,10 @@ from berth.schemas.cluster import (
     PodInfo,
 )
 
+from bench.engine.scheduling_basic import GIB, MIB, T0, measure_placements
+from berth.core.config import default_document
+from berth.core.engine import Engine
+
 NODES = 5_000
 INIT_PODS = 5_000
 PODS = 10_000
@@ -38,27 +39,45 @@ ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
 
 #: pod-with-node-affinity.yaml's requiredDuringSchedulingIgnoredDuringExecution.
-AFFINITY = Affinity(node_affinity=NodeAffinity(required=(NodeSelectorTerm(match_expressions=(
-    NodeSelectorRequirement(key=ZONE, operator="In", values=("zone1", "zone2")),)),)))
+AFFINITY = Affinity(
+    node_affinity=NodeAffinity(
+        required=(
+            NodeSelectorTerm(
+                match_expressions=(NodeSelectorRequirement(key=ZONE, operator="In", values=("zone1", "zone2")),)
+            ),
+        )
+    )
+)
 
 
 def build_nodes(count: int) -> list[NodeInfo]:
-    return [NodeInfo(name=f"scheduler-perf-{i:05d}",
-                     labels={HOST: f"scheduler-perf-{i:05d}", ZONE: "zone1"},
-                     capacity={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
-                     allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110})
-            for i in range(count)]
+    return [
+        NodeInfo(
+            name=f"scheduler-perf-{i:05d}",
+            labels={HOST: f"scheduler-perf-{i:05d}", ZONE: "zone1"},
+            capacity={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
+            allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
+        )
+        for i in range(count)
+    ]
 
 
 def build_pods(count: int, prefix: str) -> list[PodInfo]:
-    return [PodInfo(uid=f"{prefix}-{i:06d}", namespace="sched-test", name=f"{prefix}-{i:06d}",
-                    scheduler_name="berth", requests={"cpu": 100, "memory": 500 * MIB},
-                    creation_time=T0, affinity=AFFINITY)
-            for i in range(count)]
+    return [
+        PodInfo(
+            uid=f"{prefix}-{i:06d}",
+            namespace="sched-test",
+            name=f"{prefix}-{i:06d}",
+            scheduler_name="berth",
+            requests={"cpu": 100, "memory": 500 * MIB},
+            creation_time=T0,
+            affinity=AFFINITY,
+        )
+        for i in range(count)
+    ]
 
 
-def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS,
-        progress: bool = True) -> dict[str, Any]:
+def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS, progress: bool = True) -> dict[str, Any]:
     def say(text: str) -> None:
         if progress:
             print(text, file=sys.stderr, flush=True)
@@ -71,7 +90,6 @@ def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS,
     for pod in build_pods(init_pods, "init"):
         engine.schedule(pod, preempt=False)
     say(f"{init_pods} initial pods placed")
-    result = measure_placements("node-affinity", engine, build_pods(pods, "pod"), nodes=nodes,
-                                progress=progress)
+    result = measure_placements("node-affinity", engine, build_pods(pods, "pod"), nodes=nodes, progress=progress)
     result["init_pods"] = init_pods
     return result

@@ -51,18 +51,26 @@ def gpu_trace_run(percentage: int | None, seed: int, data: Path | None = None) -
         document["percentageOfNodesToScore"] = percentage
         policy.config = document
     result = simulate(trace.nodes, trace.pods, workload, policy, policy_rng, seed, shapes)
-    return {"bench": "gpu_trace", "percentage_of_nodes_to_score": percentage, "seed": seed,
-            "nodes": len(trace.nodes),
-            "allocation_at_100": round(100 * result.allocation_at(100), 3),
-            "allocation_at_130": round(100 * result.allocation_at(round(DEMAND_PUBLISHED * 100)), 3),
-            "elapsed_s": round(result.elapsed_s, 1)}
+    return {
+        "bench": "gpu_trace",
+        "percentage_of_nodes_to_score": percentage,
+        "seed": seed,
+        "nodes": len(trace.nodes),
+        "allocation_at_100": round(100 * result.allocation_at(100), 3),
+        "allocation_at_130": round(100 * result.allocation_at(round(DEMAND_PUBLISHED * 100)), 3),
+        "elapsed_s": round(result.elapsed_s, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.engine.sampling", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--percentages", default="unset,100,50,10",
-                        help="comma-separated; 'unset' for Berth's default (every node)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.engine.sampling",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--percentages", default="unset,100,50,10", help="comma-separated; 'unset' for Berth's default (every node)"
+    )
     parser.add_argument("--seeds", default="42,43,44", help="GPU trace seeds, comma-separated")
     parser.add_argument("--skip-gpu-trace", action="store_true")
     parser.add_argument("--skip-engine", action="store_true")
@@ -85,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(run), flush=True)
                 trace.setdefault(percentage, []).append(run)
     print()
-    print("| percentageOfNodesToScore | gpu-mixed pods/s | pods/CPU-s | p99 µs | GPUs allocated "
-          "| gpu_trace alloc. @100 % | @130 % | s/seed |")
+    print(
+        "| percentageOfNodesToScore | gpu-mixed pods/s | pods/CPU-s | p99 µs | GPUs allocated "
+        "| gpu_trace alloc. @100 % | @130 % | s/seed |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for percentage in percentages:
         e = engine.get(percentage, {})
@@ -95,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         def mean(key: str, runs: list[dict[str, Any]] = runs) -> str:
             return f"{sum(r[key] for r in runs) / len(runs):.2f}" if runs else "-"
 
-        print(f"| {_label(percentage)} | {e.get('pods_per_s', '-')} | {e.get('pods_per_cpu_s', '-')} "
-              f"| {e.get('p99_us', '-')} | {e.get('gpus_allocated', '-')} | {mean('allocation_at_100')} % "
-              f"| {mean('allocation_at_130')} % | {mean('elapsed_s')} |")
+        print(
+            f"| {_label(percentage)} | {e.get('pods_per_s', '-')} | {e.get('pods_per_cpu_s', '-')} "
+            f"| {e.get('p99_us', '-')} | {e.get('gpus_allocated', '-')} | {mean('allocation_at_100')} % "
+            f"| {mean('allocation_at_130')} % | {mean('elapsed_s')} |"
+        )
     return 0
 
 

@@ -16,37 +16,48 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from hashlib import blake2b
 from typing import Any
 
 import numpy as np
+from berth.schemas.cluster import NodeInfo, PodInfo
 
 from berth.core.config import default_document
 from berth.core.engine import Engine
-from berth.schemas.cluster import NodeInfo, PodInfo
 
 NODES = 5_000
 INIT_PODS = 1_000
 PODS = 10_000
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GIB = 2**30
 MIB = 2**20
 
 
 def build_nodes(count: int) -> list[NodeInfo]:
-    return [NodeInfo(name=f"scheduler-perf-{i:05d}",
-                     labels={"kubernetes.io/hostname": f"scheduler-perf-{i:05d}"},
-                     capacity={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
-                     allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110})
-            for i in range(count)]
+    return [
+        NodeInfo(
+            name=f"scheduler-perf-{i:05d}",
+            labels={"kubernetes.io/hostname": f"scheduler-perf-{i:05d}"},
+            capacity={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
+            allocatable={"cpu": 4000, "memory": 32 * GIB, "pods": 110},
+        )
+        for i in range(count)
+    ]
 
 
 def build_pods(count: int, prefix: str) -> list[PodInfo]:
-    return [PodInfo(uid=f"{prefix}-{i:06d}", namespace="sched-test", name=f"{prefix}-{i:06d}",
-                    scheduler_name="berth", requests={"cpu": 100, "memory": 500 * MIB},
-                    creation_time=T0)
-            for i in range(count)]
+    return [
+        PodInfo(
+            uid=f"{prefix}-{i:06d}",
+            namespace="sched-test",
+            name=f"{prefix}-{i:06d}",
+            scheduler_name="berth",
+            requests={"cpu": 100, "memory": 500 * MIB},
+            creation_time=T0,
+        )
+        for i in range(count)
+    ]
 
 
 def peak_rss_mib() -> float:
@@ -54,8 +65,7 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS,
-        progress: bool = True) -> dict[str, Any]:
+def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS, progress: bool = True) -> dict[str, Any]:
     def say(text: str) -> None:
         if progress:
             print(text, file=sys.stderr, flush=True)
@@ -68,12 +78,12 @@ def run(nodes: int = NODES, pods: int = PODS, init_pods: int = INIT_PODS,
     for pod in build_pods(init_pods, "init"):
         engine.schedule(pod, preempt=False)
     say(f"{init_pods} initial pods placed")
-    return measure_placements("scheduling-basic", engine, build_pods(pods, "pod"), nodes=nodes,
-                              progress=progress)
+    return measure_placements("scheduling-basic", engine, build_pods(pods, "pod"), nodes=nodes, progress=progress)
 
 
-def measure_placements(case: str, engine: Engine, pending: list[PodInfo], *,
-                       nodes: int, progress: bool) -> dict[str, Any]:
+def measure_placements(
+    case: str, engine: Engine, pending: list[PodInfo], *, nodes: int, progress: bool
+) -> dict[str, Any]:
     """Schedule ``pending`` one cycle each through the engine, which assumes every placement (as
     the decision cell does), and return the case's figures: throughput, per-cycle p50/p99, peak
     memory, CPU time, and a digest of where every pod went (equal digests: equal decisions)."""

@@ -67,8 +67,10 @@ def parse_variants(text: str) -> list[str]:
         elif any(v.kind == part for v in VARIANTS.values()):
             names.extend(n for n, v in VARIANTS.items() if v.kind == part)
         else:
-            raise typer.BadParameter(f"unknown variant {part!r}; known: all, {', '.join(VARIANTS)} "
-                                     "or a kind (cpu, gpushare, multigpu, gpuspec)")
+            raise typer.BadParameter(
+                f"unknown variant {part!r}; known: all, {', '.join(VARIANTS)} "
+                "or a kind (cpu, gpushare, multigpu, gpuspec)"
+            )
     if not names:
         raise typer.BadParameter("no variant given")
     return list(dict.fromkeys(names))
@@ -84,8 +86,9 @@ def paired_vs(results: list[RunSummary], policy: str, baseline: str, attribute: 
     return np.array([(mine[s] - theirs[s]) * 100 for s in seeds])
 
 
-def render_table(console: Console, results: list[RunSummary], policies: list[str], demand: float,
-                 variant: str = "default") -> None:
+def render_table(
+    console: Console, results: list[RunSummary], policies: list[str], demand: float, variant: str = "default"
+) -> None:
     pct = round(demand * 100)
     published_ok = demand == DEMAND_PUBLISHED and variant == "default"
     table = Table(title=f"{variant}: GPU allocation at {pct} % demand (mean over seeds)", title_justify="left")
@@ -129,8 +132,9 @@ def render_table(console: Console, results: list[RunSummary], policies: list[str
     )
 
 
-def render_matrix(console: Console, results: list[RunSummary], policies: list[str], variants: list[str],
-                  demand: float) -> None:
+def render_matrix(
+    console: Console, results: list[RunSummary], policies: list[str], variants: list[str], demand: float
+) -> None:
     """Policy x variant: mean +- standard deviation over seeds at ``demand``."""
     pct = round(demand * 100)
     table = Table(title=f"GPU allocation at {pct} % demand, mean +- std over seeds", title_justify="left")
@@ -155,14 +159,23 @@ def main(
     ] = None,
     node_list: Annotated[str, typer.Option(help="gpu: 1,213 GPU nodes (the paper's); all: 1,523 nodes")] = "gpu",
     workers: Annotated[int, typer.Option(help="Worker processes")] = min(2, os.cpu_count() or 1),
-    variant: Annotated[str, typer.Option(
-        help=f"Workload variant(s) of the trace, comma-separated: {', '.join(VARIANTS)}; a kind "
-             "(cpu, gpushare, multigpu, gpuspec) for all of its; all")] = "default",
-    plot_dir: Annotated[Path | None, typer.Option(
-        help="Write one PNG per variant there: allocation against arrived demand per policy")] = None,
-    runs_jsonl: Annotated[Path | None, typer.Option(
-        help="Append every finished run (policy, variant, seed, figures, curve) to this JSON-lines file "
-             "as it ends; `python -m bench.gpu_trace.plot` re-plots from such files")] = None,
+    variant: Annotated[
+        str,
+        typer.Option(
+            help=f"Workload variant(s) of the trace, comma-separated: {', '.join(VARIANTS)}; a kind "
+            "(cpu, gpushare, multigpu, gpuspec) for all of its; all"
+        ),
+    ] = "default",
+    plot_dir: Annotated[
+        Path | None, typer.Option(help="Write one PNG per variant there: allocation against arrived demand per policy")
+    ] = None,
+    runs_jsonl: Annotated[
+        Path | None,
+        typer.Option(
+            help="Append every finished run (policy, variant, seed, figures, curve) to this JSON-lines file "
+            "as it ends; `python -m bench.gpu_trace.plot` re-plots from such files"
+        ),
+    ] = None,
 ) -> None:
     """Reproduce the ATC'23 FGD allocation figures and measure Berth's policy beside them."""
     policy_names = parse_policies(policies)
@@ -195,11 +208,12 @@ def main(
                 task,
                 advance=1,
                 description=f"{summary.variant} {summary.policy} seed {summary.seed}: "
-                            f"{summary.allocation_at_demand:.2%}",
+                f"{summary.allocation_at_demand:.2%}",
             )
 
-        results = run_matrix(data_dir, node_list, policy_names, seed_list, demand, workers, on_done,
-                             variants=variant_names)
+        results = run_matrix(
+            data_dir, node_list, policy_names, seed_list, demand, workers, on_done, variants=variant_names
+        )
     elapsed = time.perf_counter() - started
 
     stdout = Console(file=sys.stdout, width=160)
@@ -241,8 +255,9 @@ def main(
         summary.update(by_variant[variant_names[0]])
     else:
         summary["by_variant"] = by_variant
-    summary["published"] = dict(PUBLISHED_ALLOCATION) if demand == DEMAND_PUBLISHED and variant_names == [
-        "default"] else {}
+    summary["published"] = (
+        dict(PUBLISHED_ALLOCATION) if demand == DEMAND_PUBLISHED and variant_names == ["default"] else {}
+    )
     summary["elapsed_s"] = round(elapsed, 1)
     sys.stdout.flush()
     print(json.dumps(summary), flush=True)

@@ -43,8 +43,9 @@ def mean_curve(results: Sequence[RunSummary]) -> np.ndarray:
         return np.nanmean(stacked, axis=0) * 100
 
 
-def plot_variants(results: Sequence[RunSummary], policies: Sequence[str], variants: Sequence[str],
-                  out_dir: Path, demand: float) -> list[Path]:
+def plot_variants(
+    results: Sequence[RunSummary], policies: Sequence[str], variants: Sequence[str], out_dir: Path, demand: float
+) -> list[Path]:
     """Write ``<out_dir>/alloc_<variant>.png`` for each variant; returns the paths."""
     import matplotlib
 
@@ -73,8 +74,13 @@ def plot_variants(results: Sequence[RunSummary], policies: Sequence[str], varian
             inset.plot(x, curve, line, color=color, linewidth=width)
         ax.plot([0, 100], [0, 100], ":", color="grey", linewidth=0.8)
         inset.set_xlim(top - 30, top)
-        low = np.nanmin([mean_curve([r for r in runs if r.policy == p])[top - 30] for p in policies
-                         if any(r.policy == p for r in runs)])
+        low = np.nanmin(
+            [
+                mean_curve([r for r in runs if r.policy == p])[top - 30]
+                for p in policies
+                if any(r.policy == p for r in runs)
+            ]
+        )
         inset.set_ylim(max(0.0, low - 2), 100)
         inset.tick_params(labelsize=7)
         inset.grid(alpha=0.3)

@@ -38,8 +38,9 @@ def variant_trace(trace: Trace, variant: str, seed: int) -> Trace:
     return build_variant(trace, variant, variant_generator(seed))
 
 
-def run_one(trace: Trace, policy: str, seed: int, demand: float, shapes: PodShapes | None = None,
-            variant: str = "default") -> RunResult:
+def run_one(
+    trace: Trace, policy: str, seed: int, demand: float, shapes: PodShapes | None = None, variant: str = "default"
+) -> RunResult:
     """One protocol instance on ``variant`` of the trace (``shapes``, if given, must be the
     variant's)."""
     if variant != "default":

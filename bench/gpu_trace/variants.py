@@ -69,15 +69,27 @@ def _variant(kind: str, code: str, percent: float) -> Variant:
 
 VARIANTS: dict[str, Variant] = {
     "default": Variant("default", "default", float("nan"), "the shipped trace unchanged"),
-    **{v.name: v for v in (
-        _variant("cpu", "050", 5), _variant("cpu", "100", 10), _variant("cpu", "200", 20), _variant("cpu", "250", 25),
-        _variant("gpushare", "40", 40), _variant("gpushare", "60", 60), _variant("gpushare", "80", 80),
-        _variant("gpushare", "100", 100),
-        _variant("multigpu", "20", 20), _variant("multigpu", "30", 30), _variant("multigpu", "40", 40),
-        _variant("multigpu", "50", 50),
-        _variant("gpuspec", "10", 10), _variant("gpuspec", "20", 20), _variant("gpuspec", "25", 25),
-        _variant("gpuspec", "33", 33),
-    )},
+    **{
+        v.name: v
+        for v in (
+            _variant("cpu", "050", 5),
+            _variant("cpu", "100", 10),
+            _variant("cpu", "200", 20),
+            _variant("cpu", "250", 25),
+            _variant("gpushare", "40", 40),
+            _variant("gpushare", "60", 60),
+            _variant("gpushare", "80", 80),
+            _variant("gpushare", "100", 100),
+            _variant("multigpu", "20", 20),
+            _variant("multigpu", "30", 30),
+            _variant("multigpu", "40", 40),
+            _variant("multigpu", "50", 50),
+            _variant("gpuspec", "10", 10),
+            _variant("gpuspec", "20", 20),
+            _variant("gpuspec", "25", 25),
+            _variant("gpuspec", "33", 33),
+        )
+    },
 }
 """The paper's variants (the artifact's file names), in the order its figures show them."""
 
@@ -90,6 +102,7 @@ def get_variant(name: str) -> Variant:
 
 
 # -- pod classes -------------------------------------------------------------------------------
+
 
 def is_cpu_only(pods: PodTable) -> BoolArray:
     return pods.num_gpu == 0
@@ -122,6 +135,7 @@ def class_share(pods: PodTable, kind: str) -> float:
 
 
 # -- resampling --------------------------------------------------------------------------------
+
 
 def draw_sequence(rng: np.random.Generator, members: IntArray, length: int) -> IntArray:
     """``members`` in a random order, then uniform draws with replacement up to ``length``.
@@ -237,8 +251,12 @@ def build_variant(trace: Trace, name: str, rng: np.random.Generator) -> Trace:
 def _draw_model(nodes: NodeTable, pods: PodTable, i: int, rng: np.random.Generator) -> str:
     """A GPU model for pod ``i``: among the models of nodes that could hold it when empty,
     drawn with probability proportional to those nodes' GPUs."""
-    fits = ((nodes.gpu_count >= pods.num_gpu[i]) & (nodes.cpu_milli >= pods.cpu_milli[i])
-            & (nodes.memory_mib >= pods.memory_mib[i]) & (nodes.gpu_count > 0))
+    fits = (
+        (nodes.gpu_count >= pods.num_gpu[i])
+        & (nodes.cpu_milli >= pods.cpu_milli[i])
+        & (nodes.memory_mib >= pods.memory_mib[i])
+        & (nodes.gpu_count > 0)
+    )
     supply: dict[str, int] = {}
     for n in np.flatnonzero(fits).tolist():
         model = nodes.model[n]

@@ -90,8 +90,11 @@ class RunningScheduler:
 
 def counter_total(metrics_text: str, name: str) -> int:
     """The sum of counter ``name`` over its labels, from Prometheus text."""
-    return sum(int(float(line.rpartition(" ")[2])) for line in metrics_text.splitlines()
-               if line.startswith((f"{name}{{", f"{name} ")))
+    return sum(
+        int(float(line.rpartition(" ")[2]))
+        for line in metrics_text.splitlines()
+        if line.startswith((f"{name}{{", f"{name} "))
+    )
 
 
 def requests_by_method(metrics_text: str) -> dict[str, int]:
@@ -198,13 +201,19 @@ class BindWatch:
         try:
             while not self._stopping.is_set():
                 response = core.list_namespaced_pod(
-                    NAMESPACE, watch=True, resource_version=self._version, allow_watch_bookmarks=True,
-                    timeout_seconds=20, _preload_content=False, _request_timeout=60)
+                    NAMESPACE,
+                    watch=True,
+                    resource_version=self._version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=20,
+                    _preload_content=False,
+                    _request_timeout=60,
+                )
                 try:
                     self._consume(response)
                 finally:
                     response.release_conn()
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             self.error = exc
 
     def _consume(self, response: Any) -> None:
@@ -233,8 +242,10 @@ class BindWatch:
 
 def marked_unschedulable(pod: dict[str, Any]) -> bool:
     """The pod carries ``PodScheduled=False`` (what both schedulers set on a pod that does not fit)."""
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-               for c in (pod.get("status") or {}).get("conditions") or ())
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) -> None:
@@ -244,11 +255,23 @@ def _warm_up(api: Any, scheduler_name: str, cells: int, timeout: float = 180.0) 
     core = CoreV1Api(api)
     names = [f"warm-up-{cell}" for cell in range(cells)]
     for cell, name in enumerate(names):
-        core.create_namespaced_pod(NAMESPACE, {
-            "metadata": {"name": name, "labels": {CELL_LABEL: str(cell)}},
-            "spec": {"schedulerName": scheduler_name, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"requests": {"cpu": "100m"}}}]}})
+        core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "metadata": {"name": name, "labels": {CELL_LABEL: str(cell)}},
+                "spec": {
+                    "schedulerName": scheduler_name,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "100m"}},
+                        }
+                    ],
+                },
+            },
+        )
     deadline = time.monotonic() + timeout
     while not all(core.read_namespaced_pod(name, NAMESPACE).spec.node_name for name in names):
         if time.monotonic() > deadline:
@@ -265,15 +288,27 @@ def catch_up(running: RunningScheduler, scheduler: str, *, timeout: float) -> No
     equivalent of kube-scheduler's cache sync, :mod:`bench.k8s.catchup`); nothing to wait for
     when it has none (kube-scheduler binds its warm-up pod only once its caches are synced)."""
     if running.consumer_inputs:
-        wait_caught_up(running.kafka_bootstrap, running.consumer_inputs, timeout=timeout,
-                       progress=lambda line: console.print(f"  {scheduler}: catching up, {line}"))
+        wait_caught_up(
+            running.kafka_bootstrap,
+            running.consumer_inputs,
+            timeout=timeout,
+            progress=lambda line: console.print(f"  {scheduler}: catching up, {line}"),
+        )
 
 
 # --- the measured run ----------------------------------------------------------------------------
 
 
-def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence[str], settle: float,
-            timeout: float, check_alive: Callable[[], None]) -> RunResult:
+def measure(
+    api: Any,
+    pods: Sequence[GpuPod],
+    scheduler: str,
+    *,
+    nodes: Sequence[str],
+    settle: float,
+    timeout: float,
+    check_alive: Callable[[], None],
+) -> RunResult:
     """Create ``pods`` for ``scheduler`` and follow them until all are bound or binding stops
     (``check_alive`` raises if the scheduler died: a dead scheduler is a failed run, not a slow one)."""
     result = RunResult(scheduler, len(pods))
@@ -308,12 +343,16 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
                 result.creation_seconds = round(now - started, 2)
             if now - last_report >= 5:
                 last_report = now
-                console.print(f"  {scheduler}: {now - started:6.1f} s  created {created:>6}/{len(bodies)}  "
-                              f"bound {bound:>6}  ({throughput(bound, now - started):.0f} pods/s so far)")
+                console.print(
+                    f"  {scheduler}: {now - started:6.1f} s  created {created:>6}/{len(bodies)}  "
+                    f"bound {bound:>6}  ({throughput(bound, now - started):.0f} pods/s so far)"
+                )
             if bound == len(bodies):
                 break
             # A pod bound or marked unschedulable is news: the run goes on while either comes.
-            last_news = max(max(watch.bound_at.values(), default=started), max(watch.marked_at.values(), default=started))
+            last_news = max(
+                max(watch.bound_at.values(), default=started), max(watch.marked_at.values(), default=started)
+            )
             # Nothing bound at all yet: a pipeline may still be catching up (up to FIRST_BIND_S).
             quiet_since = max(last_news, creation_done or now) if bound else started + FIRST_BIND_S
             if creation_done is not None and now - quiet_since >= settle:
@@ -330,16 +369,23 @@ def measure(api: Any, pods: Sequence[GpuPod], scheduler: str, *, nodes: Sequence
     # The authoritative state: a final list, not the watch.
     items, _ = _list_pods(api)
     gpus = {pod.name: pod.gpus for pod in pods}
-    placements = [(item["spec"]["nodeName"], gpus[item["metadata"]["name"]]) for item in items
-                  if item["spec"].get("nodeName") and item["metadata"]["name"] in gpus]
+    placements = [
+        (item["spec"]["nodeName"], gpus[item["metadata"]["name"]])
+        for item in items
+        if item["spec"].get("nodeName") and item["metadata"]["name"] in gpus
+    ]
     result.bound = len(placements)
     result.allocated_gpus = sum(g for _, g in placements)
     result.pods_per_s = round(throughput(result.bound, result.seconds), 1)
     result.overcommitted_nodes = overcommitted_nodes(placements, GPUS_PER_NODE)
     bound_names = {item["metadata"]["name"] for item in items if item["spec"].get("nodeName")}
-    marked = {item["metadata"]["name"] for item in items
-              if item["metadata"]["name"] in gpus and item["metadata"]["name"] not in bound_names
-              and marked_unschedulable(item)}
+    marked = {
+        item["metadata"]["name"]
+        for item in items
+        if item["metadata"]["name"] in gpus
+        and item["metadata"]["name"] not in bound_names
+        and marked_unschedulable(item)
+    }
     result.marked_unschedulable = len(marked)
     fates = [*watch.bound_at.values(), *(t for name, t in watch.marked_at.items() if name in marked)]
     result.settled_seconds = round(max(fates, default=started) - started, 2)
@@ -356,22 +402,27 @@ def kube_scheduler(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
     """The stock kube-scheduler with its client limited to ``qps``/``burst`` by its configuration
     file (with --config, its --kubeconfig/--kube-api-qps flags are ignored, so all goes there)."""
     import yaml
-
     from berth_dev.devstack.kube import SCHEDULER_USER, KubeSchedulerProcess
 
     kubeconfig = plane.kubeconfig_for(SCHEDULER_USER, work / "kube-scheduler.kubeconfig")
     config = work / "kube-scheduler.yaml"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": "default-scheduler"}],
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+                "leaderElection": {"leaderElect": False},
+                "profiles": [{"schedulerName": "default-scheduler"}],
+            }
+        )
+    )
     with KubeSchedulerProcess(plane, extra_args=[f"--config={config}"]) as process:
+
         def check_alive() -> None:
             if not process.is_alive():
                 raise RuntimeError(f"kube-scheduler exited; its log: {process.log_path}")
+
         yield RunningScheduler(check_alive, process.metrics)
 
 
@@ -383,8 +434,9 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
 
     from berth.services.audit import db
     from berth_dev.devstack.stack import SERVICE_ORDER, DevStack, service_args
-    from berth.settings import DatabaseSettings, KafkaSettings
     from berth_dev.supervisor import Supervisor, create_pipeline_topics
+
+    from berth.settings import DatabaseSettings, KafkaSettings
 
     with DevStack() as stack:
         env = stack.env()
@@ -402,10 +454,14 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
                 port = services.services[service].metrics_port
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
                     return answer.read().decode()
+
             yield RunningScheduler(
-                services.check_alive, lambda: metrics_of("binder"), env["BERTH_KAFKA_BOOTSTRAP"],
+                services.check_alive,
+                lambda: metrics_of("binder"),
+                env["BERTH_KAFKA_BOOTSTRAP"],
                 berth_consumer_inputs(),
-                handed_over=lambda: counter_total(metrics_of("decision"), "berth_pods_handed_over_total"))
+                handed_over=lambda: counter_total(metrics_of("decision"), "berth_pods_handed_over_total"),
+            )
 
 
 def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
@@ -416,15 +472,14 @@ def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
     from berth.services.inventory.app import APP_ID as INVENTORY_GROUP
     from berth.services.inventory.app import INPUT_TOPICS
 
-    return {INVENTORY_GROUP: INPUT_TOPICS,
-            DECISION_GROUP: (DECISION_INPUTS.name,)}
+    return {INVENTORY_GROUP: INPUT_TOPICS, DECISION_GROUP: (DECISION_INPUTS.name,)}
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:
     """A fresh control plane and nodes, ``scheduler`` on them, the warm-up, the measured run."""
+    from berth.schemas.topics import DECISION_INPUTS
     from berth_dev.devstack.fakenodes import create_fake_nodes
     from berth_dev.devstack.kube import KubeControlPlane
-    from berth.schemas.topics import DECISION_INPUTS
 
     work.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
@@ -433,7 +488,9 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         api = stack.enter_context(plane.connection().api_client(pool_size=CREATE_THREADS + 4))
         nodes = create_fake_nodes(api, args.nodes, gpus=GPUS_PER_NODE, prefix="gpu-")
         _create_namespace(api, NAMESPACE)
-        console.print(f"[green]✓[/] {scheduler}: control plane and {args.nodes} nodes in {time.monotonic() - step:.0f} s")
+        console.print(
+            f"[green]✓[/] {scheduler}: control plane and {args.nodes} nodes in {time.monotonic() - step:.0f} s"
+        )
         step = time.monotonic()
         start: Callable[..., Any] = kube_scheduler if scheduler == "kube-scheduler" else berth_pipeline
         running: RunningScheduler = stack.enter_context(start(plane, work, qps=args.qps, burst=args.burst))
@@ -444,40 +501,65 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
             catch_up(running, scheduler, timeout=args.catch_up_timeout)
             console.print(f"[green]✓[/] {scheduler}: its consumers caught up {time.monotonic() - warmed:.1f} s later")
         before, handed_before = running.api_requests(), running.handed_over()
-        result = measure(api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout,
-                         check_alive=running.check_alive)
+        result = measure(
+            api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout, check_alive=running.check_alive
+        )
         after = running.api_requests()
         result.api_requests = {method: after[method] - before.get(method, 0) for method in after}
         result.handed_over = running.handed_over() - handed_before
     result.gpu_allocation = round(gpu_allocation([result.allocated_gpus], args.nodes, GPUS_PER_NODE), 4)
-    console.print(f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
-                  f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}; its API "
-                  f"requests during the run, by method: {result.api_requests}"
-                  + (f"; {result.handed_over} pods handed over between cells" if scheduler == "berth" else ""))
+    console.print(
+        f"[green]✓[/] {scheduler}: {result.bound}/{result.pods} bound in {result.seconds:.1f} s "
+        f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}; its API "
+        f"requests during the run, by method: {result.api_requests}"
+        + (f"; {result.handed_over} pods handed over between cells" if scheduler == "berth" else "")
+    )
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.k8s", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1250,
-                        help="fake 8-GPU nodes (default %(default)s: the default 5,000 pods then ask for 96 %% of "
-                             "the GPUs, so every pod could be bound; --nodes 1000 asks for 120 %%)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1250,
+        help="fake 8-GPU nodes (default %(default)s: the default 5,000 pods then ask for 96 %% of "
+        "the GPUs, so every pod could be bound; --nodes 1000 asks for 120 %%)",
+    )
     parser.add_argument("--pods", type=int, default=5000, help="pods to schedule (default %(default)s)")
-    parser.add_argument("--mix", type=parse_mix, default=dict(DEFAULT_MIX),
-                        help="GPUS:WEIGHT,... share of pods per GPU count (default 1:0.6,2:0.25,4:0.1,8:0.05)")
+    parser.add_argument(
+        "--mix",
+        type=parse_mix,
+        default=dict(DEFAULT_MIX),
+        help="GPUS:WEIGHT,... share of pods per GPU count (default 1:0.6,2:0.25,4:0.1,8:0.05)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default %(default)s)")
-    parser.add_argument("--qps", type=float, default=50.0,
-                        help="API requests per second for both schedulers' clients (default %(default)s, "
-                             "kube-scheduler's own default)")
+    parser.add_argument(
+        "--qps",
+        type=float,
+        default=50.0,
+        help="API requests per second for both schedulers' clients (default %(default)s, kube-scheduler's own default)",
+    )
     parser.add_argument("--burst", type=int, default=100, help="API burst for both (default %(default)s)")
-    parser.add_argument("--settle", type=float, default=20.0,
-                        help="seconds without a new binding or unschedulable mark after the last creation that end a run (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)")
-    parser.add_argument("--catch-up-timeout", type=float, default=300.0,
-                        help="seconds Berth's inventory and decision consumers may take, after the warm-up, to "
-                             "read everything published so far (its cache sync) before the run (default %(default)s)")
-    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
-                        help="which to run, in order (default %(default)s)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=20.0,
+        help="seconds without a new binding or unschedulable mark after the last creation that end a run (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)"
+    )
+    parser.add_argument(
+        "--catch-up-timeout",
+        type=float,
+        default=300.0,
+        help="seconds Berth's inventory and decision consumers may take, after the warm-up, to "
+        "read everything published so far (its cache sync) before the run (default %(default)s)",
+    )
+    parser.add_argument(
+        "--schedulers", default=",".join(SCHEDULERS), help="which to run, in order (default %(default)s)"
+    )
     parser.add_argument("--keep-logs", type=Path, help="keep the schedulers' configuration and Berth's logs here")
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.schedulers.split(",") if name.strip()]
@@ -490,8 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     ensure_kubernetes_binaries()
     pods = gpu_pods(args.pods, seed=args.seed, mix=args.mix)
     demand = demand_ratio(pods, args.nodes, GPUS_PER_NODE)
-    console.print(f"{args.pods} pods asking for {sum(p.gpus for p in pods)} GPUs ({demand:.0%} of "
-                  f"{args.nodes * GPUS_PER_NODE}); client QPS {args.qps:g}, burst {args.burst}")
+    console.print(
+        f"{args.pods} pods asking for {sum(p.gpus for p in pods)} GPUs ({demand:.0%} of "
+        f"{args.nodes * GPUS_PER_NODE}); client QPS {args.qps:g}, burst {args.burst}"
+    )
     started = time.monotonic()
     results: dict[str, RunResult] = {}
     with TemporaryDirectory(prefix="berth-bench-k8s-") as scratch:
@@ -500,19 +584,30 @@ def main(argv: list[str] | None = None) -> int:
             results[scheduler] = run_one(scheduler, pods, args, root / scheduler)
     _print_table(results)
     summary = per_scheduler_figures(args.pods, results)
-    summary.update({"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "gpu_demand": round(demand, 3),
-                    "qps": args.qps, "burst": args.burst,
-                    "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
-                    "berth_handed_over": results["berth"].handed_over if "berth" in results else None,
-                    "elapsed_s": round(time.monotonic() - started, 1)})
+    summary.update(
+        {
+            "nodes": args.nodes,
+            "gpus": args.nodes * GPUS_PER_NODE,
+            "gpu_demand": round(demand, 3),
+            "qps": args.qps,
+            "burst": args.burst,
+            "overcommitted_nodes": sum(len(r.overcommitted_nodes) for r in results.values()),
+            "berth_handed_over": results["berth"].handed_over if "berth" in results else None,
+            "elapsed_s": round(time.monotonic() - started, 1),
+        }
+    )
     print(json.dumps(summary), flush=True)
     return 1 if summary["overcommitted_nodes"] else 0
 
 
 SUMMARY_FIGURES: tuple[tuple[str, str], ...] = (
-    ("bound", "bound"), ("pods_per_s", "pods_per_s"), ("gpu_allocation", "gpu_allocation"),
-    ("stranded_gpus", "stranded_gpus"), ("marked_unschedulable", "marked_unschedulable"),
-    ("settled_s", "settled_seconds"))
+    ("bound", "bound"),
+    ("pods_per_s", "pods_per_s"),
+    ("gpu_allocation", "gpu_allocation"),
+    ("stranded_gpus", "stranded_gpus"),
+    ("marked_unschedulable", "marked_unschedulable"),
+    ("settled_s", "settled_seconds"),
+)
 """(key suffix in the JSON line, :class:`RunResult` field), in the order the line gives them."""
 
 
@@ -529,15 +624,32 @@ def per_scheduler_figures(pods: int, results: dict[str, RunResult]) -> dict[str,
 
 def _print_table(results: dict[str, RunResult]) -> None:
     table = Table(title="GPU-shaped pods on a real kube-apiserver")
-    for column in ("scheduler", "bound", "seconds", "pods/s", "GPU allocation", "stranded GPUs", "creation s",
-                   "marked unschedulable", "settled s", "overcommitted"):
+    for column in (
+        "scheduler",
+        "bound",
+        "seconds",
+        "pods/s",
+        "GPU allocation",
+        "stranded GPUs",
+        "creation s",
+        "marked unschedulable",
+        "settled s",
+        "overcommitted",
+    ):
         table.add_column(column, justify="right" if column != "scheduler" else "left")
     for result in results.values():
-        table.add_row(result.scheduler, f"{result.bound}/{result.pods}", f"{result.seconds:.1f}",
-                      f"{result.pods_per_s:.1f}", f"{result.gpu_allocation:.2%}", str(result.stranded_gpus),
-                      f"{result.creation_seconds:.1f}", str(result.marked_unschedulable),
-                      f"{result.settled_seconds:.1f}",
-                      str(len(result.overcommitted_nodes)) + (" (timed out)" if result.timed_out else ""))
+        table.add_row(
+            result.scheduler,
+            f"{result.bound}/{result.pods}",
+            f"{result.seconds:.1f}",
+            f"{result.pods_per_s:.1f}",
+            f"{result.gpu_allocation:.2%}",
+            str(result.stranded_gpus),
+            f"{result.creation_seconds:.1f}",
+            str(result.marked_unschedulable),
+            f"{result.settled_seconds:.1f}",
+            str(len(result.overcommitted_nodes)) + (" (timed out)" if result.timed_out else ""),
+        )
     console.print(table)
 
 

@@ -92,8 +92,9 @@ class LagReader:
         await self._ends.start()
         topics = sorted(set().union(*self.inputs.values()))
         described = await self._admin.describe_topics(topics)
-        self._partitions = [TopicPartition(entry["topic"], p["partition"]) for entry in described
-                            for p in entry["partitions"]]
+        self._partitions = [
+            TopicPartition(entry["topic"], p["partition"]) for entry in described for p in entry["partitions"]
+        ]
         missing = sorted(set(topics) - {tp.topic for tp in self._partitions})
         if missing:
             await self.__aexit__()
@@ -112,12 +113,21 @@ class LagReader:
             answer = await self._admin.list_consumer_group_offsets(group, partitions=own)
             committed[group] = {(tp.topic, tp.partition): meta.offset for tp, meta in answer.items()}
         ends = {(tp.topic, tp.partition): end for tp, end in (await self._ends.end_offsets(self._partitions)).items()}
-        return [lag_of(group, committed[group], {p: end for p, end in ends.items() if p[0] in topics})
-                for group, topics in self.inputs.items()]
+        return [
+            lag_of(group, committed[group], {p: end for p, end in ends.items() if p[0] in topics})
+            for group, topics in self.inputs.items()
+        ]
 
 
-def wait_caught_up(bootstrap: str, inputs: Mapping[str, Sequence[str]], *, timeout: float,
-                   progress: Callable[[str], None], poll_s: float = 0.5, report_s: float = 5.0) -> float:
+def wait_caught_up(
+    bootstrap: str,
+    inputs: Mapping[str, Sequence[str]],
+    *,
+    timeout: float,
+    progress: Callable[[str], None],
+    poll_s: float = 0.5,
+    report_s: float = 5.0,
+) -> float:
     """Block until no group of ``inputs`` (group → its input topics) lags; returns the seconds it took.
 
     Reports the lags through ``progress`` every ``report_s`` seconds while waiting; raises
@@ -136,7 +146,8 @@ def wait_caught_up(bootstrap: str, inputs: Mapping[str, Sequence[str]], *, timeo
                 if now - started > timeout:
                     raise TimeoutError(
                         f"Berth's consumers did not catch up within {timeout:.0f} s: {describe(lags)}; "
-                        "see the services' logs (--keep-logs DIR) for a stuck or crashing consumer")
+                        "see the services' logs (--keep-logs DIR) for a stuck or crashing consumer"
+                    )
                 if now - last_report >= report_s:
                     last_report = now
                     progress(f"{now - started:5.1f} s: {describe(lags)}")

@@ -19,7 +19,7 @@ import asyncio
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -33,17 +33,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def publish_nodes(bootstrap: str, count: int) -> None:
-    from berth.bus import EventProducer
-    from berth_dev.devstack.fakenodes import fake_node
-    from berth.kube.manifests import node_from_manifest
     from berth.schemas import NodeObserved
+    from berth_dev.devstack.fakenodes import fake_node
+
+    from berth.bus import EventProducer
+    from berth.kube.manifests import node_from_manifest
     from berth.settings import KafkaSettings
 
     events = []
     for index in range(count):
         fake = fake_node(index, prefix="gpu-")
         info = node_from_manifest({**fake.node, "status": fake.status})
-        events.append(NodeObserved(node=info, resource_version=str(index + 1), observed_at=datetime.now(timezone.utc)))
+        events.append(NodeObserved(node=info, resource_version=str(index + 1), observed_at=datetime.now(UTC)))
     async with EventProducer(KafkaSettings(bootstrap=bootstrap), source="berth/ingest") as producer:
         await producer.send_all(events)
 
@@ -72,13 +73,16 @@ async def follow(bootstrap: str, pid: int, *, timeout: float) -> tuple[float, fl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.k8s.inventory_rate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="NodeObserved events to fold (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the fold (default %(default)s)")
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for the fold (default %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     from berth_dev.devstack.cache import ensure_kafka_jars
     from berth_dev.devstack.kafka import KafkaProcess
-    from berth.settings import KafkaSettings
     from berth_dev.supervisor import Supervisor, create_pipeline_topics
+
+    from berth.settings import KafkaSettings
 
     ensure_kafka_jars()
     kafka = KafkaProcess().start()
@@ -86,16 +90,21 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = kafka.bootstrap_servers
         asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=bootstrap)))
         asyncio.run(publish_nodes(bootstrap, args.nodes))
-        with TemporaryDirectory(prefix="berth-inventory-rate-") as scratch, \
-                Supervisor(Path(scratch) / "logs", {"BERTH_KAFKA_BOOTSTRAP": bootstrap,
-                                                    "BERTH_LOG_LEVEL": "warning"}) as services:
+        with (
+            TemporaryDirectory(prefix="berth-inventory-rate-") as scratch,
+            Supervisor(
+                Path(scratch) / "logs", {"BERTH_KAFKA_BOOTSTRAP": bootstrap, "BERTH_LOG_LEVEL": "warning"}
+            ) as services,
+        ):
             inventory = services.start("inventory", ["run", "--data-dir", f"{scratch}/inventory"], ready_timeout=120)
             assert inventory.pid is not None
             seconds, cpu, busy = asyncio.run(follow(bootstrap, inventory.pid, timeout=args.timeout))
     finally:
         kafka.stop()
-    print(f"{args.nodes} node events folded by the inventory alone: no lag {seconds:.2f} s after it was ready "
-          f"(busy until {busy:.2f} s); its CPU since it started (imports and start-up included): {cpu:.2f} s")
+    print(
+        f"{args.nodes} node events folded by the inventory alone: no lag {seconds:.2f} s after it was ready "
+        f"(busy until {busy:.2f} s); its CPU since it started (imports and start-up included): {cpu:.2f} s"
+    )
     return 0
 
 

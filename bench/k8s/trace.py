@@ -50,8 +50,7 @@ async def first_seen(bootstrap: str, topic: str, names: set[str]) -> dict[str, f
     """Pod name → Kafka timestamp (seconds) of the first committed record whose subject names it."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                isolation_level="read_committed")
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     try:
         from berth.schemas.topics import COMMANDS, DECISION_INPUTS, PODS, RESULTS
@@ -79,11 +78,16 @@ def report(created: dict[str, float], seen: dict[str, dict[str, float]]) -> None
     times = {"created": created, **seen}
     for source, target in STAGES:
         for low, high in groups:
-            delays = [times[target][n] - times[source][n] for n in order[low:high]
-                      if n in times[target] and n in times[source]]
+            delays = [
+                times[target][n] - times[source][n]
+                for n in order[low:high]
+                if n in times[target] and n in times[source]
+            ]
             if delays:
-                print(f"{source:>27} → {target:<27} pods {low:>5}-{high:<5} n={len(delays):>5} "
-                      f"p50 {statistics.median(delays):6.2f} s  max {max(delays):6.2f} s")
+                print(
+                    f"{source:>27} → {target:<27} pods {low:>5}-{high:<5} n={len(delays):>5} "
+                    f"p50 {statistics.median(delays):6.2f} s  max {max(delays):6.2f} s"
+                )
     start = created[order[0]]
     print("seconds after the first creation: pods created / on each topic")
     for second in range(0, int(max(max(t.values(), default=start) for t in times.values()) - start) + 2, 2):
@@ -97,20 +101,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=2500, help="pods to create (default %(default)s)")
     parser.add_argument("--qps", type=float, default=50.0, help="the binder's QPS (default %(default)s)")
     parser.add_argument("--burst", type=int, default=100, help="the binder's burst (default %(default)s)")
-    parser.add_argument("--idle", type=float, default=0.0,
-                        help="seconds to wait after the warm-up before creating pods: does a latency come from "
-                             "a backlog left by the start (nodes, warm-up) or from the pods themselves? (default 0)")
-    parser.add_argument("--no-catch-up", action="store_true",
-                        help="create the pods right after the warm-up, without waiting for the inventory and "
-                             "decision consumers to have no lag (as bench.k8s did before it waited)")
-    parser.add_argument("--wait", type=float, default=30.0,
-                        help="seconds after the last creation before the topics are read (default %(default)s)")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        help="seconds to wait after the warm-up before creating pods: does a latency come from "
+        "a backlog left by the start (nodes, warm-up) or from the pods themselves? (default 0)",
+    )
+    parser.add_argument(
+        "--no-catch-up",
+        action="store_true",
+        help="create the pods right after the warm-up, without waiting for the inventory and "
+        "decision consumers to have no lag (as bench.k8s did before it waited)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds after the last creation before the topics are read (default %(default)s)",
+    )
     args = parser.parse_args(argv)
 
+    from berth.schemas.topics import DECISION_INPUTS
     from berth_dev.devstack.fakenodes import create_fake_nodes
     from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
     from berth_dev.devstack.kube import KubeControlPlane
-    from berth.schemas.topics import DECISION_INPUTS
 
     ensure_kubernetes_binaries()
     bodies = [pod_manifest(pod, scheduler_name="berth") for pod in gpu_pods(args.pods, seed=1)]
@@ -122,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         with lock:
             created[body["metadata"]["name"]] = time.time()
 
-    with TemporaryDirectory(prefix="berth-bench-trace-") as scratch, KubeControlPlane() as plane, \
-            plane.connection().api_client(pool_size=CREATE_THREADS + 4) as api:
+    with (
+        TemporaryDirectory(prefix="berth-bench-trace-") as scratch,
+        KubeControlPlane() as plane,
+        plane.connection().api_client(pool_size=CREATE_THREADS + 4) as api,
+    ):
         create_fake_nodes(api, args.nodes, gpus=8, prefix="gpu-")
         _create_namespace(api, NAMESPACE)
         with berth_pipeline(plane, Path(scratch), qps=args.qps, burst=args.burst) as running:
@@ -136,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"created {len(created)} pods; waiting {args.wait:.0f} s", file=sys.stderr)
             time.sleep(args.wait)
             running.check_alive()
-            seen = {topic: asyncio.run(first_seen(running.kafka_bootstrap, topic, set(created)))
-                    for _, topic in STAGES}
+            seen = {topic: asyncio.run(first_seen(running.kafka_bootstrap, topic, set(created))) for _, topic in STAGES}
     report(created, seen)
     return 0
 

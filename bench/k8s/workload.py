@@ -73,8 +73,13 @@ def pod_manifest(pod: GpuPod, *, scheduler_name: str, labels: Mapping[str, str] 
         "spec": {
             "schedulerName": scheduler_name,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"requests": requests, "limits": {GPU: str(pod.gpus)}}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": requests, "limits": {GPU: str(pod.gpus)}},
+                }
+            ],
         },
     }
 
@@ -99,8 +104,9 @@ def overcommitted_nodes(placements: Iterable[tuple[str, int]], gpus_per_node: in
     return sorted(node for node, total in used.items() if total > gpus_per_node)
 
 
-def stranded_gpus(placements: Iterable[tuple[str, int]], nodes: Sequence[str], gpus_per_node: int,
-                  smallest_pending: int | None) -> int:
+def stranded_gpus(
+    placements: Iterable[tuple[str, int]], nodes: Sequence[str], gpus_per_node: int, smallest_pending: int | None
+) -> int:
     """Free GPUs that the smallest pod still pending cannot use: on every node with fewer free GPUs
     than that pod asks for. 0 when nothing is pending (nothing is stranded then, only idle)."""
     if smallest_pending is None:

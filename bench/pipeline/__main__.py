@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -76,18 +76,24 @@ class Recorder:
     def _run(self) -> None:
         try:
             asyncio.run(self._consume())
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             self.error = exc
             self.ready.set()
 
     async def _consume(self) -> None:
-        from berth.bus import EventConsumer
         from berth.schemas import NodeObserved, PlacePods, PodObserved, PodRouted
         from berth.schemas.topics import COMMANDS, DECISION_INPUTS
 
-        async with EventConsumer(self.kafka, [COMMANDS, DECISION_INPUTS], group_id=None,
-                                 name="bench-pipeline", auto_offset_reset="earliest",
-                                 max_poll_records=5000) as consumer:
+        from berth.bus import EventConsumer
+
+        async with EventConsumer(
+            self.kafka,
+            [COMMANDS, DECISION_INPUTS],
+            group_id=None,
+            name="bench-pipeline",
+            auto_offset_reset="earliest",
+            max_poll_records=5000,
+        ) as consumer:
             # Wait for the assignment so nothing published from now on is missed.
             while not consumer.raw.assignment():
                 await asyncio.sleep(0.05)
@@ -121,8 +127,10 @@ def _scrape_all(ports: list[int]) -> dict[str, float]:
 def _cpu_seconds(ports: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds each service's processes have used so far (``process_cpu_seconds_total``, which
     prometheus-client exports for the process serving the metrics), added up per service."""
-    return {name: sum(_scrape(port).get("process_cpu_seconds_total", 0.0) for port in service_ports)
-            for name, service_ports in ports.items()}
+    return {
+        name: sum(_scrape(port).get("process_cpu_seconds_total", 0.0) for port in service_ports)
+        for name, service_ports in ports.items()
+    }
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -156,18 +164,20 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def _publish_nodes(settings: Any, nodes: Any) -> None:
-    from berth.bus import EventProducer
     from berth.schemas import NodeObserved
 
-    now = datetime.now(timezone.utc)
+    from berth.bus import EventProducer
+
+    now = datetime.now(UTC)
     async with EventProducer(settings.kafka, source="bench/pipeline", linger_ms=20) as producer:
         await producer.send_all(NodeObserved(node=n, resource_version="1", observed_at=now) for n in nodes)
 
 
 async def _offer(settings: Any, pods: list[Any], rate: float, recorder: Recorder) -> float:
     """Publish ``pods`` evenly at ``rate`` per second; returns the seconds publishing took."""
-    from berth.bus import EventProducer
     from berth.schemas import PodObserved
+
+    from berth.bus import EventProducer
 
     futures = []
     async with EventProducer(settings.kafka, source="bench/pipeline", linger_ms=2) as producer:
@@ -177,7 +187,7 @@ async def _offer(settings: Any, pods: list[Any], rate: float, recorder: Recorder
             due = min(len(pods), int((time.monotonic() - started) * rate) + 1)
             while sent < due:
                 pod = pods[sent]
-                event = PodObserved(pod=pod, resource_version="1", observed_at=datetime.now(timezone.utc))
+                event = PodObserved(pod=pod, resource_version="1", observed_at=datetime.now(UTC))
                 recorder.published[pod.uid] = time.monotonic()
                 futures.append(await producer.send(event))
                 sent += 1
@@ -189,14 +199,23 @@ async def _offer(settings: Any, pods: list[Any], rate: float, recorder: Recorder
     return took
 
 
-def _step_figures(recorder: Recorder, pods: list[Any], rate: float, took: float,
-                  decide_before: dict[str, float], decide_after: dict[str, float]) -> dict[str, Any]:
+def _step_figures(
+    recorder: Recorder,
+    pods: list[Any],
+    rate: float,
+    took: float,
+    decide_before: dict[str, float],
+    decide_after: dict[str, float],
+) -> dict[str, Any]:
     uids = [p.uid for p in pods]
     start = min(recorder.published[u] for u in uids)
     latencies = [(recorder.placed[u] - recorder.published[u]) * 1000 for u in uids if u in recorder.placed]
     to_input = [(recorder.at_input[u] - recorder.published[u]) * 1000 for u in uids if u in recorder.at_input]
-    decide_hop = [(recorder.placed[u] - recorder.at_input[u]) * 1000 for u in uids
-                  if u in recorder.placed and u in recorder.at_input]
+    decide_hop = [
+        (recorder.placed[u] - recorder.at_input[u]) * 1000
+        for u in uids
+        if u in recorder.placed and u in recorder.at_input
+    ]
     placed = len(latencies)
     last = max((recorder.placed[u] for u in uids if u in recorder.placed), default=start)
     window = max(last - start, took, 1e-9)
@@ -204,10 +223,12 @@ def _step_figures(recorder: Recorder, pods: list[Any], rate: float, took: float,
     missing = len(uids) - placed
     # Pods not placed by the end of the drain count as infinitely late.
     padded = latencies + [float("inf")] * missing
-    count = _sum(decide_after, r"scheduler_scheduling_attempt_duration_seconds_count\{.*\}") - \
-        _sum(decide_before, r"scheduler_scheduling_attempt_duration_seconds_count\{.*\}")
-    total = _sum(decide_after, r"scheduler_scheduling_attempt_duration_seconds_sum\{.*\}") - \
-        _sum(decide_before, r"scheduler_scheduling_attempt_duration_seconds_sum\{.*\}")
+    count = _sum(decide_after, r"scheduler_scheduling_attempt_duration_seconds_count\{.*\}") - _sum(
+        decide_before, r"scheduler_scheduling_attempt_duration_seconds_count\{.*\}"
+    )
+    total = _sum(decide_after, r"scheduler_scheduling_attempt_duration_seconds_sum\{.*\}") - _sum(
+        decide_before, r"scheduler_scheduling_attempt_duration_seconds_sum\{.*\}"
+    )
     return {
         "offered_pods_per_s": rate,
         "achieved_pods_per_s": round(achieved, 1),
@@ -235,21 +256,29 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = NODES,
-        seed: int = 1, keep_logs: Path | None = None, decision_workers: int = 1,
-        plot: Path | None = None) -> dict[str, Any]:
+def run(
+    rates: tuple[float, ...] = RATES,
+    step_s: float = STEP_S,
+    nodes: int = NODES,
+    seed: int = 1,
+    keep_logs: Path | None = None,
+    decision_workers: int = 1,
+    plot: Path | None = None,
+) -> dict[str, Any]:
     from berth.services.audit import db
-    from berth.bus import ensure_topics
     from berth_dev.devstack.stack import DevStack
-    from berth.settings import BerthSettings
     from berth_dev.supervisor import Supervisor
     from berth_dev.workloads import from_documents, generated_documents
+
+    from berth.bus import ensure_topics
+    from berth.settings import BerthSettings
 
     started = time.monotonic()
     total_pods = PROBES + sum(int(r * step_s) for r in rates)
     with console.status(f"generating {nodes:,} nodes and {total_pods:,} pods …"):
-        workload = from_documents(generated_documents(f"bench:{seed}", nodes=nodes, pods=total_pods),
-                                  name=f"bench:{seed}")
+        workload = from_documents(
+            generated_documents(f"bench:{seed}", nodes=nodes, pods=total_pods), name=f"bench:{seed}"
+        )
     all_pods = [t.pod for t in workload.pods]
     assert len({p.uid for p in all_pods}) == len(all_pods), "bench pods must have unique UIDs"
     steps: list[dict[str, Any]] = []
@@ -274,8 +303,11 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
                 recorder = Recorder(settings.kafka)
                 recorder.start()
                 try:
-                    ports = {"inventory": [inventory.metrics_port], "decision": [d.metrics_port for d in deciders],
-                             "audit": [services.services["audit"].metrics_port]}
+                    ports = {
+                        "inventory": [inventory.metrics_port],
+                        "decision": [d.metrics_port for d in deciders],
+                        "audit": [services.services["audit"].metrics_port],
+                    }
                     steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s, ports)
                 finally:
                     recorder.stop()
@@ -283,10 +315,15 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
                     from .plot import plot_timeline
 
                     offered = [p.uid for p in all_pods[PROBES:] if p.uid in recorder.published]
-                    written = plot_timeline(recorder.published, recorder.placed, offered,
-                                            [(s["started_at"], s["offered_pods_per_s"]) for s in steps], plot,
-                                            f"Berth pipeline, {nodes:,} nodes, {decision_workers} decision "
-                                            f"process(es), {os.cpu_count()} CPUs")
+                    written = plot_timeline(
+                        recorder.published,
+                        recorder.placed,
+                        offered,
+                        [(s["started_at"], s["offered_pods_per_s"]) for s in steps],
+                        plot,
+                        f"Berth pipeline, {nodes:,} nodes, {decision_workers} decision "
+                        f"process(es), {os.cpu_count()} CPUs",
+                    )
                     console.print(f"[green]✓[/] wrote {written}")
         finally:
             with console.status("stopping Kafka and Postgres …"):
@@ -313,8 +350,16 @@ def run(rates: tuple[float, ...] = RATES, step_s: float = STEP_S, nodes: int = N
     return _json_safe(summary)
 
 
-def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pods: list[Any],
-           rates: tuple[float, ...], step_s: float, ports: dict[str, list[int]]) -> list[dict[str, Any]]:
+def _drive(
+    settings: Any,
+    services: Any,
+    recorder: Recorder,
+    nodes: Any,
+    all_pods: list[Any],
+    rates: tuple[float, ...],
+    step_s: float,
+    ports: dict[str, list[int]],
+) -> list[dict[str, Any]]:
     """Offer each rate for ``step_s`` and measure it; ``ports``: each service's metrics ports."""
     decision_ports, inventory_port = ports["decision"], ports["inventory"][0]
     with console.status(f"publishing {len(nodes):,} NodeObserved …"):
@@ -341,12 +386,11 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
             if time.monotonic() - t0 > 180:
                 raise RuntimeError("probe pods were not placed within 180 s")
             time.sleep(0.1)
-    console.print(f"[green]✓[/] {PROBES} probe pods placed after {time.monotonic() - t0:.1f} s "
-                  "(the cells are warm)")
+    console.print(f"[green]✓[/] {PROBES} probe pods placed after {time.monotonic() - t0:.1f} s (the cells are warm)")
     steps: list[dict[str, Any]] = []
     offset = 0
     for rate in rates:
-        pods = rest[offset:offset + int(rate * step_s)]
+        pods = rest[offset : offset + int(rate * step_s)]
         offset += len(pods)
         before = _scrape_all(decision_ports)
         cpu_before = _cpu_seconds(ports)
@@ -363,20 +407,27 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
         cpu_after = _cpu_seconds(ports)
         inventory_lag = _sum(_scrape(inventory_port), r"berth_consumer_lag_records\{.*\}")
         step = _step_figures(recorder, pods, rate, took, before, after)
-        step["cpu_ms_per_pod"] = {name: round((cpu_after[name] - cpu_before[name]) * 1000 / max(1, len(pods)), 2)
-                                  for name in sorted(ports)}
+        step["cpu_ms_per_pod"] = {
+            name: round((cpu_after[name] - cpu_before[name]) * 1000 / max(1, len(pods)), 2) for name in sorted(ports)
+        }
         step["publish_s"] = round(took, 2)
         step["started_at"] = started_at
         step["inventory_lag_records_after"] = inventory_lag
-        step["sustained"] = (step["achieved_pods_per_s"] >= 0.9 * rate and step["p99_latency_ms"] < 1000
-                             and step["placed"] == step["pods"])
+        step["sustained"] = (
+            step["achieved_pods_per_s"] >= 0.9 * rate
+            and step["p99_latency_ms"] < 1000
+            and step["placed"] == step["pods"]
+        )
         steps.append(step)
-        console.print(f"  offered {rate:>6g}/s → achieved {step['achieved_pods_per_s']:>7.1f}/s, "
-                      f"p50 {step['p50_latency_ms']} ms, p99 {step['p99_latency_ms']} ms "
-                      f"(to input p50 {step['p50_to_cell_input_ms']} ms; input→command p50 "
-                      f"{step['p50_input_to_command_ms']} ms; decide {step['decide_ms_per_pod']} ms/pod; CPU ms/pod "
-                      + ", ".join(f"{name} {ms}" for name, ms in step["cpu_ms_per_pod"].items()) + ")"
-                      + ("" if step["sustained"] else "  [red]saturated[/]"))
+        console.print(
+            f"  offered {rate:>6g}/s → achieved {step['achieved_pods_per_s']:>7.1f}/s, "
+            f"p50 {step['p50_latency_ms']} ms, p99 {step['p99_latency_ms']} ms "
+            f"(to input p50 {step['p50_to_cell_input_ms']} ms; input→command p50 "
+            f"{step['p50_input_to_command_ms']} ms; decide {step['decide_ms_per_pod']} ms/pod; CPU ms/pod "
+            + ", ".join(f"{name} {ms}" for name, ms in step["cpu_ms_per_pod"].items())
+            + ")"
+            + ("" if step["sustained"] else "  [red]saturated[/]")
+        )
         if not step["sustained"]:
             break
     if recorder.other_commands:
@@ -386,38 +437,62 @@ def _drive(settings: Any, services: Any, recorder: Recorder, nodes: Any, all_pod
 
 def _print_table(summary: dict[str, Any]) -> None:
     table = Table(title=f"Berth pipeline, {summary['nodes']:,} nodes ({summary['cpus']} CPUs)")
-    for column in ("offered/s", "achieved/s", "p50 ms", "p99 ms", "pub→input p50/p99 ms",
-                   "input→cmd p50/p99 ms", "decide ms/pod", "CPU ms/pod audit/dec/inv", "sustained"):
+    for column in (
+        "offered/s",
+        "achieved/s",
+        "p50 ms",
+        "p99 ms",
+        "pub→input p50/p99 ms",
+        "input→cmd p50/p99 ms",
+        "decide ms/pod",
+        "CPU ms/pod audit/dec/inv",
+        "sustained",
+    ):
         table.add_column(column, justify="right")
     for s in summary["steps"]:
-        table.add_row(f"{s['offered_pods_per_s']:g}", f"{s['achieved_pods_per_s']:.1f}",
-                      f"{s['p50_latency_ms']}", f"{s['p99_latency_ms']}",
-                      f"{s['p50_to_cell_input_ms']} / {s['p99_to_cell_input_ms']}",
-                      f"{s['p50_input_to_command_ms']} / {s['p99_input_to_command_ms']}",
-                      f"{s['decide_ms_per_pod']}",
-                      " / ".join(str(s["cpu_ms_per_pod"][name]) for name in ("audit", "decision", "inventory")),
-                      "yes" if s["sustained"] else "no")
+        table.add_row(
+            f"{s['offered_pods_per_s']:g}",
+            f"{s['achieved_pods_per_s']:.1f}",
+            f"{s['p50_latency_ms']}",
+            f"{s['p99_latency_ms']}",
+            f"{s['p50_to_cell_input_ms']} / {s['p99_to_cell_input_ms']}",
+            f"{s['p50_input_to_command_ms']} / {s['p99_input_to_command_ms']}",
+            f"{s['decide_ms_per_pod']}",
+            " / ".join(str(s["cpu_ms_per_pod"][name]) for name in ("audit", "decision", "inventory")),
+            "yes" if s["sustained"] else "no",
+        )
     console.print(table)
-    console.print(f"best sustained: {summary['pods_per_s']} pods/s (goal ≥ 680 pods/s with p99 < 1 s: "
-                  f"{'met' if summary['goal_met'] else 'not met'})")
+    console.print(
+        f"best sustained: {summary['pods_per_s']} pods/s (goal ≥ 680 pods/s with p99 < 1 s: "
+        f"{'met' if summary['goal_met'] else 'not met'})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default=",".join(str(r) for r in RATES),
-                        help="offered pods/s per step, comma-separated (default %(default)s)")
+    parser.add_argument(
+        "--rates",
+        default=",".join(str(r) for r in RATES),
+        help="offered pods/s per step, comma-separated (default %(default)s)",
+    )
     parser.add_argument("--step-s", type=float, default=STEP_S, help="seconds per step (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=NODES, help="nodes (default %(default)s)")
     parser.add_argument("--keep-logs", type=Path, help="keep the services' logs in this directory")
-    parser.add_argument("--decision-workers", type=int, default=1,
-                        help="decision processes sharing the cells (default %(default)s; the cells are "
-                             "the partitions of berth.scheduler.inputs.v1, so more than that idle)")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="write throughput and latency over time to this PNG (needs matplotlib)")
+    parser.add_argument(
+        "--decision-workers",
+        type=int,
+        default=1,
+        help="decision processes sharing the cells (default %(default)s; the cells are "
+        "the partitions of berth.scheduler.inputs.v1, so more than that idle)",
+    )
+    parser.add_argument(
+        "--plot", type=Path, metavar="PNG", help="write throughput and latency over time to this PNG (needs matplotlib)"
+    )
     args = parser.parse_args()
     rates = tuple(float(r) for r in args.rates.split(","))
-    summary = run(rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers,
-                  plot=args.plot)
+    summary = run(
+        rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers, plot=args.plot
+    )
     print(json.dumps(summary))
     sys.stdout.flush()
 

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
-def per_second(published: Mapping[str, float], placed: Mapping[str, float], uids: Sequence[str],
-               start: float) -> tuple[list[int], list[int], list[int], list[float | None], list[float | None]]:
+def per_second(
+    published: Mapping[str, float], placed: Mapping[str, float], uids: Sequence[str], start: float
+) -> tuple[list[int], list[int], list[int], list[float | None], list[float | None]]:
     """``(seconds, offered, placed, p50_ms, p99_ms)`` in one-second bins from ``start``: pods
     published and placed in each second, and the latency percentiles of the pods published in it
     (None where none was published; a pod never placed counts as infinitely late)."""
@@ -37,8 +38,14 @@ def _pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def plot_timeline(published: Mapping[str, float], placed: Mapping[str, float], uids: Sequence[str],
-                  step_starts: Sequence[tuple[float, float]], path: Path, title: str) -> Path:
+def plot_timeline(
+    published: Mapping[str, float],
+    placed: Mapping[str, float],
+    uids: Sequence[str],
+    step_starts: Sequence[tuple[float, float]],
+    path: Path,
+    title: str,
+) -> Path:
     """Write the PNG to ``path``; ``step_starts``: (monotonic start, offered rate) of each step."""
     try:
         import matplotlib
@@ -53,10 +60,12 @@ def plot_timeline(published: Mapping[str, float], placed: Mapping[str, float], u
     rate_axis.plot(seconds, offered, label="offered (published)", color="tab:gray", drawstyle="steps-post")
     rate_axis.plot(seconds, done, label="placed", color="tab:blue", drawstyle="steps-post")
     rate_axis.set_ylabel("pods / s")
-    latency_axis.plot(seconds, [v if v is not None and v != float("inf") else None for v in p50],
-                      label="p50", color="tab:green")
-    latency_axis.plot(seconds, [v if v is not None and v != float("inf") else None for v in p99],
-                      label="p99", color="tab:red")
+    latency_axis.plot(
+        seconds, [v if v is not None and v != float("inf") else None for v in p50], label="p50", color="tab:green"
+    )
+    latency_axis.plot(
+        seconds, [v if v is not None and v != float("inf") else None for v in p99], label="p99", color="tab:red"
+    )
     latency_axis.axhline(1000, color="black", linestyle="--", linewidth=0.8, label="1 s goal")
     latency_axis.set_yscale("log")
     latency_axis.set_ylabel("publish → placement (ms)")
@@ -64,8 +73,9 @@ def plot_timeline(published: Mapping[str, float], placed: Mapping[str, float], u
     for at, rate in step_starts:
         for axis in (rate_axis, latency_axis):
             axis.axvline(at - start, color="tab:gray", linewidth=0.5, alpha=0.5)
-        rate_axis.annotate(f"{rate:g}/s", (at - start, 1), xycoords=("data", "axes fraction"),
-                           fontsize=7, va="top", ha="left")
+        rate_axis.annotate(
+            f"{rate:g}/s", (at - start, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top", ha="left"
+        )
     rate_axis.legend(loc="upper left", fontsize=8)
     latency_axis.legend(loc="upper left", fontsize=8)
     rate_axis.set_title(title)

@@ -53,9 +53,15 @@ def history(events: int) -> Iterator[Any]:
         kind = produced % 3
         if kind == 0:
             serial += 1
-            pod = PodInfo(uid=f"uid-{serial}", namespace="ml", name=f"p-{serial}", scheduler_name="berth",
-                          requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": 1 + serial % 2},
-                          creation_time=at, tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
+            pod = PodInfo(
+                uid=f"uid-{serial}",
+                namespace="ml",
+                name=f"p-{serial}",
+                scheduler_name="berth",
+                requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": 1 + serial % 2},
+                creation_time=at,
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+            )
             yield PodObserved(pod=pod, observed_at=at)
             node = nodes[serial % NODES].name
             live.append((pod, node))
@@ -72,9 +78,10 @@ def history(events: int) -> Iterator[Any]:
 
 
 async def _write(bootstrap: str, events: int, progress: Progress) -> None:
-    from berth.bus import EventProducer, ensure_topics
     from berth.schemas.envelope import encode
     from berth.schemas.topics import DECISION_INPUTS
+
+    from berth.bus import EventProducer, ensure_topics
     from berth.settings import KafkaSettings
 
     kafka = KafkaSettings(bootstrap=bootstrap)
@@ -84,8 +91,11 @@ async def _write(bootstrap: str, events: int, progress: Progress) -> None:
         pending = []
         for index, event in enumerate(history(events)):
             record = encode(event, source="bench/recovery")
-            pending.append(await producer.raw.send(DECISION_INPUTS.name, record.value, key=record.key,
-                                                   headers=record.headers, partition=0))
+            pending.append(
+                await producer.raw.send(
+                    DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=0
+                )
+            )
             if len(pending) >= 5000:
                 for future in pending:
                     await future
@@ -98,10 +108,10 @@ async def _write(bootstrap: str, events: int, progress: Progress) -> None:
 
 async def _take_over(bootstrap: str, events: int, every: int, progress: Progress) -> dict[str, Any]:
     from aiokafka import AIOKafkaProducer
-
-    from berth.cells import Cell, CellConfig
     from berth.services.decision import service as decision
     from berth.services.decision import snapshots
+
+    from berth.cells import Cell, CellConfig
     from berth.settings import KafkaSettings
 
     kafka = KafkaSettings(bootstrap=bootstrap)
@@ -120,8 +130,9 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
     progress.update(task, description=f"taking over from the log: {from_log_s:.1f} s", total=1, completed=1)
 
     await snapshots.ensure_snapshot_topic(kafka, 2)
-    producer = AIOKafkaProducer(**kafka.client_options(), enable_idempotence=True,
-                                transactional_id="bench-recovery-cell-0")
+    producer = AIOKafkaProducer(
+        **kafka.client_options(), enable_idempotence=True, transactional_id="bench-recovery-cell-0"
+    )
     await producer.start()
     try:
         async with producer.transaction():
@@ -140,16 +151,28 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
     same = restored.engine.snapshot_hash() == from_log.engine.snapshot_hash()
     if not same:
         raise SystemExit("error: the restored cell's state differs from the cell folded from the log")
-    return {"events": events, "snapshot_every": every, "from_log_s": round(from_log_s, 2),
-            "from_snapshot_s": round(from_snapshot_s, 2), "snapshot_bytes": len(data), "snapshot_offset": at,
-            "tail_inputs": tail, "same_state": same, "pending_pods": restored.pending_count}
+    return {
+        "events": events,
+        "snapshot_every": every,
+        "from_log_s": round(from_log_s, 2),
+        "from_snapshot_s": round(from_snapshot_s, 2),
+        "snapshot_bytes": len(data),
+        "snapshot_offset": at,
+        "tail_inputs": tail,
+        "same_state": same,
+        "pending_pods": restored.pending_count,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="inputs of history (default %(default)s)")
-    parser.add_argument("--every", type=int, default=50_000,
-                        help="the snapshot interval in inputs, as BERTH_SNAPSHOT_EVERY (default %(default)s)")
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=50_000,
+        help="the snapshot interval in inputs, as BERTH_SNAPSHOT_EVERY (default %(default)s)",
+    )
     args = parser.parse_args()
     if args.events <= NODES or args.every <= 0:
         parser.error(f"--events must exceed {NODES} and --every must be positive")
@@ -165,10 +188,12 @@ def main() -> None:
             summary = asyncio.run(_take_over(bootstrap, args.events, args.every, progress))
     finally:
         broker.__exit__(None, None, None)
-    console.print(f"{summary['events']:,} inputs: taken over from the log in {summary['from_log_s']} s, "
-                  f"from a snapshot ({summary['snapshot_bytes'] / 2**20:.1f} MiB at offset "
-                  f"{summary['snapshot_offset']:,}, then {summary['tail_inputs']:,} inputs) in "
-                  f"{summary['from_snapshot_s']} s")
+    console.print(
+        f"{summary['events']:,} inputs: taken over from the log in {summary['from_log_s']} s, "
+        f"from a snapshot ({summary['snapshot_bytes'] / 2**20:.1f} MiB at offset "
+        f"{summary['snapshot_offset']:,}, then {summary['tail_inputs']:,} inputs) in "
+        f"{summary['from_snapshot_s']} s"
+    )
     print(json.dumps(summary))
     sys.stdout.flush()
 

@@ -23,18 +23,19 @@ the surge back (see :mod:`bench.scaling.sim`).
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from berth.schemas import PoolLagState, QueueLagObserved
+from berth.services.token_lag.fold import LagSettings, PoolSettings, fold_queue_lag, pool_key
 
 from berth.cells.pools import PoolPolicy
 from berth.cells.scaling import ProbedReplica, ScalingInput, ScalingMemory, decide_scale, remember
 from berth.cells.spot import SpotHistory
-from berth.schemas import PoolLagState, QueueLagObserved
-from berth.services.token_lag.fold import LagSettings, PoolSettings, fold_queue_lag, pool_key
 
 from .policies import CapacityClass, PoolConfig, PoolView, Scale, SpotNoticeView
 
-MIDNIGHT = datetime(2025, 1, 1, tzinfo=timezone.utc)
+MIDNIGHT = datetime(2025, 1, 1, tzinfo=UTC)
 """Simulated second 0; the date only matters for the datetimes the contract requires."""
 POOL = "chat"
 NAMESPACE = "serving"
@@ -56,8 +57,9 @@ def agent_pool_spec(pool: PoolConfig) -> dict[str, Any]:
         "minReplicas": pool.min_replicas,
         "maxReplicas": pool.max_replicas,
         "ttftSloMs": pool.ttft_slo_ms,
-        "tokensPerSecondPerReplica": (pool.reported_tokens_per_second_per_replica
-                                      or pool.tokens_per_second_per_replica),
+        "tokensPerSecondPerReplica": (
+            pool.reported_tokens_per_second_per_replica or pool.tokens_per_second_per_replica
+        ),
         "modelLoadSeconds": pool.model_load_seconds,
         "cooldownSeconds": 300,
         "gpuRequirements": {"count": pool.gpus_per_replica},
@@ -74,8 +76,15 @@ class BerthPolicy:
 
     name = "berth"
 
-    def __init__(self, pool: PoolConfig, *, report_interval_s: float = 5.0, lead: bool = True,
-                 policy: PoolPolicy | None = None, lag_settings: LagSettings | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolConfig,
+        *,
+        report_interval_s: float = 5.0,
+        lead: bool = True,
+        policy: PoolPolicy | None = None,
+        lag_settings: LagSettings | None = None,
+    ) -> None:
         """``lead=False`` tells the policy the model loads at once (``modelLoadSeconds`` 0), so it
         does not lead by the load time; the simulated replicas still load (the ablation
         ``berth-nolead``)."""
@@ -84,7 +93,8 @@ class BerthPolicy:
         if not lead:
             self.name = "berth-nolead"
         self.settings = lag_settings or LagSettings(
-            pools={pool_key(NAMESPACE, POOL): PoolSettings(model_load_seconds=pool.model_load_seconds)})
+            pools={pool_key(NAMESPACE, POOL): PoolSettings(model_load_seconds=pool.model_load_seconds)}
+        )
         self.report_interval_s = report_interval_s
         self.lag: PoolLagState | None = None
         self.spot = SpotHistory()
@@ -102,9 +112,15 @@ class BerthPolicy:
         """The gateway's report of the pool at ``view.now``."""
         rate = (view.tokens_processed - self._tokens_at_last_report) / self.report_interval_s
         self._tokens_at_last_report = view.tokens_processed
-        return QueueLagObserved(pool=POOL, namespace=NAMESPACE, tokens_in_queue=view.waiting_tokens,
-                                token_rate=max(rate, 0.0), active_sessions=view.running,
-                                ready_replicas=view.ready, observed_at=at(view.now))
+        return QueueLagObserved(
+            pool=POOL,
+            namespace=NAMESPACE,
+            tokens_in_queue=view.waiting_tokens,
+            token_rate=max(rate, 0.0),
+            active_sessions=view.running,
+            ready_replicas=view.ready,
+            observed_at=at(view.now),
+        )
 
     def decide(self, view: PoolView) -> Scale | None:
         if view.now < self._next_report:
@@ -121,14 +137,25 @@ class BerthPolicy:
         self.spot.quiet_since(folded.updated_at, threshold)
 
         def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
-            return [ProbedReplica(node=s.node, spot=s.spot, cost_per_hour=s.usd_per_hour)
-                    for s in view.probe(count, capacity)]
+            return [
+                ProbedReplica(node=s.node, spot=s.spot, cost_per_hour=s.usd_per_hour)
+                for s in view.probe(count, capacity)
+            ]
 
-        verdict = decide_scale(ScalingInput(
-            policy=self._decided_with, lag=folded, current=self._current, last_scaled_at=self._last_scaled_at,
-            memory=self.memory, spot_suspended=self.spot.suspended,
-            spot_replicas=view.spot_replicas, pool_cost_per_hour=view.usd_per_hour,
-            priced_replicas=view.ready + view.loading, probe=probe))
+        verdict = decide_scale(
+            ScalingInput(
+                policy=self._decided_with,
+                lag=folded,
+                current=self._current,
+                last_scaled_at=self._last_scaled_at,
+                memory=self.memory,
+                spot_suspended=self.spot.suspended,
+                spot_replicas=view.spot_replicas,
+                pool_cost_per_hour=view.usd_per_hour,
+                priced_replicas=view.ready + view.loading,
+                probe=probe,
+            )
+        )
         if verdict is None or verdict.outcome != "scaled" or verdict.replicas == self._current:
             return None
         self._current = verdict.replicas
@@ -144,8 +171,12 @@ class BerthPolicy:
         wanted = notice.replicas_on_node
         classes: list[CapacityClass] = ["on-demand"] * len(view.probe(wanted, "on-demand"))
         placed = view.ready + view.loading
-        spot_ok = (cost is not None and cost.spot_enabled and not self.spot.suspended
-                   and view.spot_replicas + 1 <= math.floor(cost.max_spot_percent / 100 * (placed + 1)))
+        spot_ok = (
+            cost is not None
+            and cost.spot_enabled
+            and not self.spot.suspended
+            and view.spot_replicas + 1 <= math.floor(cost.max_spot_percent / 100 * (placed + 1))
+        )
         if len(classes) < wanted and spot_ok:
             classes += ["spot"] * len(view.probe(wanted - len(classes), "spot"))
         if classes:

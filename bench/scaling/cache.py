@@ -19,7 +19,6 @@ load time).
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,13 @@ class CacheResult:
     replica_seconds_loading: float
 
     def row(self) -> dict[str, Any]:
-        return {"replicas_started": self.replicas_started, "on_a_cached_node": self.cached,
-                "mean_time_to_ready_s": round(self.mean_ready_s, 1), "p95_time_to_ready_s": round(self.p95_ready_s, 1),
-                "gpu_seconds_loading": round(self.replica_seconds_loading)}
+        return {
+            "replicas_started": self.replicas_started,
+            "on_a_cached_node": self.cached,
+            "mean_time_to_ready_s": round(self.mean_ready_s, 1),
+            "p95_time_to_ready_s": round(self.p95_ready_s, 1),
+            "gpu_seconds_loading": round(self.replica_seconds_loading),
+        }
 
 
 def _with_model_cache(config: Any, weight: int | None) -> Any:
@@ -57,8 +60,9 @@ def _with_model_cache(config: Any, weight: int | None) -> Any:
                 return {**value, "weight": weight}
             return {k: edit(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [edit(v) for v in value
-                    if not (weight is None and isinstance(v, dict) and v.get("name") == "ModelCache")]
+            return [
+                edit(v) for v in value if not (weight is None and isinstance(v, dict) and v.get("name") == "ModelCache")
+            ]
         return value
 
     return edit(config)
@@ -78,12 +82,21 @@ def _node_documents(seed: int) -> tuple[list[dict[str, Any]], dict[str, set[str]
 
 
 def _pod(model: str, index: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{model}-{index}", "namespace": NAMESPACE, "annotations": {"berth.io/model": model}},
-            "spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                     "containers": [{"name": "server", "image": "vllm/vllm-openai",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"},
-                                                   "requests": {"cpu": "4", "memory": "32Gi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{model}-{index}", "namespace": NAMESPACE, "annotations": {"berth.io/model": model}},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "server",
+                    "image": "vllm/vllm-openai",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "4", "memory": "32Gi"}},
+                }
+            ],
+        },
+    }
 
 
 def timelines(seed: int) -> list[list[int]]:
@@ -156,8 +169,9 @@ def run_cache(weight: int | None, seed: int = 42) -> CacheResult:
                 session.engine.remove_pod(running[model].pop().uid)
     times = np.array(ready_times) if ready_times else np.zeros(1)
     label = "ModelCache off" if weight is None else f"ModelCache on, weight {weight}"
-    return CacheResult(label, len(ready_times), hits,
-                       float(times.mean()), float(np.percentile(times, 95)), float(times.sum()))
+    return CacheResult(
+        label, len(ready_times), hits, float(times.mean()), float(np.percentile(times, 95)), float(times.sum())
+    )
 
 
 def main(seed: int = 42, plot_dir: Path | None = None) -> None:
@@ -167,12 +181,21 @@ def main(seed: int = 42, plot_dir: Path | None = None) -> None:
     from rich.table import Table
 
     results = [run_cache(1, seed), run_cache(None, seed), run_cache(10, seed)]
-    table = Table(title=f"New replicas of 4 models ({', '.join(MODELS)}) following Berth on the trace x5; "
-                        f"load {CACHED_LOAD_S:g} s cached / {COLD_LOAD_S:g} s cold", title_justify="left")
+    table = Table(
+        title=f"New replicas of 4 models ({', '.join(MODELS)}) following Berth on the trace x5; "
+        f"load {CACHED_LOAD_S:g} s cached / {COLD_LOAD_S:g} s cold",
+        title_justify="left",
+    )
     for column in ("score", "replicas started", "on a cached node", "time to ready mean", "p95", "GPU-s loading"):
         table.add_column(column, justify="left" if column == "score" else "right")
     for r in results:
-        table.add_row(r.label, str(r.replicas_started), f"{r.cached} ({r.cached / max(r.replicas_started, 1):.0%})",
-                      f"{r.mean_ready_s:.1f} s", f"{r.p95_ready_s:.0f} s", f"{r.replica_seconds_loading:,.0f}")
+        table.add_row(
+            r.label,
+            str(r.replicas_started),
+            f"{r.cached} ({r.cached / max(r.replicas_started, 1):.0%})",
+            f"{r.mean_ready_s:.1f} s",
+            f"{r.p95_ready_s:.0f} s",
+            f"{r.replica_seconds_loading:,.0f}",
+        )
     Console(width=150).print(table)
     print(json.dumps({"cache": {r.label: r.row() for r in results}}), flush=True)

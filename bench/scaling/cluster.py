@@ -68,10 +68,13 @@ class Node:
 
 def build_nodes(shape: ClusterShape) -> list[Node]:
     """On-demand nodes ``od-0..`` then spot nodes ``spot-0..``, in name order within each kind."""
-    nodes = [Node(f"od-{i}", False, shape.gpus_per_node, shape.on_demand_usd_per_gpu_hour)
-             for i in range(shape.on_demand_nodes)]
-    nodes += [Node(f"spot-{i}", True, shape.gpus_per_node, shape.spot_usd_per_gpu_hour)
-              for i in range(shape.spot_nodes)]
+    nodes = [
+        Node(f"od-{i}", False, shape.gpus_per_node, shape.on_demand_usd_per_gpu_hour)
+        for i in range(shape.on_demand_nodes)
+    ]
+    nodes += [
+        Node(f"spot-{i}", True, shape.gpus_per_node, shape.spot_usd_per_gpu_hour) for i in range(shape.spot_nodes)
+    ]
     return nodes
 
 
@@ -110,8 +113,11 @@ def choose_node(nodes: list[Node], gpus: int, capacity: str = "any") -> Node | N
     cost-aware provisioner such as Karpenter prefers); ``"on-demand"`` / ``"spot"``: only that
     kind (a required node affinity on ``karpenter.sh/capacity-type``). Within a kind the fullest
     node first (bin packing), then by name. None when nothing fits (the replica stays pending)."""
-    fits = [n for n in nodes if n.available and not n.cordoned and n.free >= gpus
-            and (capacity == "any" or n.spot == (capacity == "spot"))]
+    fits = [
+        n
+        for n in nodes
+        if n.available and not n.cordoned and n.free >= gpus and (capacity == "any" or n.spot == (capacity == "spot"))
+    ]
     if not fits:
         return None
     return min(fits, key=lambda n: (0 if n.spot else 1, n.free, n.name))
@@ -123,8 +129,14 @@ def probe(nodes: list[Node], gpus: int, count: int, capacity: str) -> list[Node]
     free = {n.name: n.free for n in nodes if n.reclaim_at is None}
     chosen: list[Node] = []
     for _ in range(count):
-        fits = [n for n in nodes if n.name in free and not n.cordoned and free[n.name] >= gpus
-                and (capacity == "any" or n.spot == (capacity == "spot"))]
+        fits = [
+            n
+            for n in nodes
+            if n.name in free
+            and not n.cordoned
+            and free[n.name] >= gpus
+            and (capacity == "any" or n.spot == (capacity == "spot"))
+        ]
         if not fits:
             break
         node = min(fits, key=lambda n: (0 if n.spot else 1, free[n.name], n.name))

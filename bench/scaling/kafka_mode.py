@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -73,16 +73,19 @@ class _Bus:
         self.loop.run_until_complete(self._serve())
 
     async def _serve(self) -> None:
-        from berth.bus import EventConsumer
-        from berth.client import BerthClient
         from berth.schemas import ScalePool
         from berth.schemas.topics import COMMANDS
+
+        from berth.bus import EventConsumer
+        from berth.client import BerthClient
         from berth.settings import KafkaSettings
 
         self._stop = asyncio.Event()
         settings = KafkaSettings(bootstrap=self.bootstrap)
-        async with BerthClient(settings, source="gateway/bench-scaling") as client, \
-                EventConsumer(settings, [COMMANDS], group_id=None, name="bench-scaling") as consumer:
+        async with (
+            BerthClient(settings, source="gateway/bench-scaling") as client,
+            EventConsumer(settings, [COMMANDS], group_id=None, name="bench-scaling") as consumer,
+        ):
             self._client = client
             self._ready.set()
 
@@ -90,8 +93,9 @@ class _Bus:
                 async for item in consumer.events():
                     event = item.event
                     if isinstance(event, ScalePool) and event.pool == POOL and event.namespace == NAMESPACE:
-                        self.commands.append((time.monotonic() - self.started_at, event.previous_replicas,
-                                              event.replicas, event.reason))
+                        self.commands.append(
+                            (time.monotonic() - self.started_at, event.previous_replicas, event.replicas, event.reason)
+                        )
                         self.latest = event.replicas
 
             reader = asyncio.create_task(read())
@@ -137,13 +141,20 @@ def cluster_documents(scene: Scenario, cells: int) -> list[dict[str, Any]]:
 
     shape = scene.config.cluster
     labels = {"berth.io/cell": str(cell_of_pool(NAMESPACE, POOL, cells))}
-    nodes = [gpu_node_manifest(f"od-{i}", H100, zone="us-east-1a", extra_labels=labels)
-             for i in range(shape.on_demand_nodes)]
-    nodes += [gpu_node_manifest(f"spot-{i}", H100, zone="us-east-1a", spot=True, extra_labels=labels)
-              for i in range(shape.spot_nodes)]
+    nodes = [
+        gpu_node_manifest(f"od-{i}", H100, zone="us-east-1a", extra_labels=labels) for i in range(shape.on_demand_nodes)
+    ]
+    nodes += [
+        gpu_node_manifest(f"spot-{i}", H100, zone="us-east-1a", spot=True, extra_labels=labels)
+        for i in range(shape.spot_nodes)
+    ]
     spec = agent_pool_spec(scene.config.pool)
-    pool = {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool",
-            "metadata": {"name": POOL, "namespace": NAMESPACE}, "spec": spec}
+    pool = {
+        "apiVersion": "berth.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": spec,
+    }
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, *nodes, pool]
 
 
@@ -151,12 +162,13 @@ def cluster_documents(scene: Scenario, cells: int) -> list[dict[str, Any]]:
 def berth_services(scene: Scenario, workdir: Path, bootstrap: str, log: Any = None) -> Iterator[Any]:
     """inventory, token-lag, decision, binder (sim backend) and cluster-sim as processes, with the
     nodes routed to the pool's cell; yields the Supervisor."""
-    from berth.bus import ensure_topics
     from berth.schemas.topics import DECISION_INPUTS
-    from berth.settings import BerthSettings
     from berth_dev.devstack.procs import free_ports
     from berth_dev.supervisor import Supervisor
     from berth_dev.workloads import from_documents, write_documents, write_pools_file
+
+    from berth.bus import ensure_topics
+    from berth.settings import BerthSettings
 
     env = {"BERTH_KAFKA_BOOTSTRAP": bootstrap, "BERTH_LOG_LEVEL": "info"}
     os.environ["BERTH_KAFKA_BOOTSTRAP"] = bootstrap
@@ -171,8 +183,10 @@ def berth_services(scene: Scenario, workdir: Path, bootstrap: str, log: Any = No
         services.start("token-lag", ["run", "--pools", str(pools)])
         services.start("decision", ["run", "--pools", str(pools)])
         services.start("binder", ["run", "--backend", "sim", "--sim-url", f"http://127.0.0.1:{sim_port}"])
-        services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", "1",
-                                       "--port", str(sim_port), "--no-progress"])
+        services.start(
+            "cluster-sim",
+            ["run", "--workload", str(workload), "--speed", "1", "--port", str(sim_port), "--no-progress"],
+        )
         routed = workdir / "logs" / "inventory.log"
         nodes = scene.config.cluster.on_demand_nodes + scene.config.cluster.spot_nodes
         deadline = time.monotonic() + 180
@@ -188,7 +202,7 @@ def berth_services(scene: Scenario, workdir: Path, bootstrap: str, log: Any = No
 
 def replay(scene: Scenario, bus: _Bus, *, log: Any = None) -> tuple[RunResult, list[float]]:
     """The trace served in real time, Berth's replicas following the commands read back."""
-    anchor = datetime.now(timezone.utc).replace(microsecond=0)
+    anchor = datetime.now(UTC).replace(microsecond=0)
     policy = KafkaBerth(scene, bus, anchor)
     run = _Run(scene.workload, policy, scene.interruptions, scene.config, None)
     started = time.monotonic()
@@ -197,8 +211,10 @@ def replay(scene: Scenario, bus: _Bus, *, log: Any = None) -> tuple[RunResult, l
     for t in range(duration):
         run.step(t)
         if log is not None and (t + 1) % 60 == 0:
-            log(f"[bench.scaling] through Kafka: minute {(t + 1) // 60} of {duration // 60}, "
-                f"{run.base_target} replicas asked for, {len(bus.commands)} ScalePool read back")
+            log(
+                f"[bench.scaling] through Kafka: minute {(t + 1) // 60} of {duration // 60}, "
+                f"{run.base_target} replicas asked for, {len(bus.commands)} ScalePool read back"
+            )
         delay = started + (t + 1) - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -213,11 +229,15 @@ def compare(pure: list[int], kafka: list[int], tolerance_s: float) -> dict[str, 
     n = min(len(pure), len(kafka))
     differing = [t for t in range(n) if pure[t] != kafka[t]]
     tol = int(tolerance_s)
-    outside = [t for t in differing
-               if kafka[t] not in pure[max(0, t - tol): t + tol + 1]]
-    return {"seconds": n, "seconds_differing": len(differing), "seconds_outside_tolerance": len(outside),
-            "first_outside": outside[:5], "tolerance_s": tolerance_s,
-            "matches": not outside}
+    outside = [t for t in differing if kafka[t] not in pure[max(0, t - tol) : t + tol + 1]]
+    return {
+        "seconds": n,
+        "seconds_differing": len(differing),
+        "seconds_outside_tolerance": len(outside),
+        "first_outside": outside[:5],
+        "tolerance_s": tolerance_s,
+        "matches": not outside,
+    }
 
 
 def changes(timeline: list[int]) -> list[tuple[int, int]]:
@@ -228,9 +248,16 @@ def changes(timeline: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def run_through_kafka(scene: Scenario, setup: Any, pure: RunResult | None, *, err: Any,
-                      plot_dir: Path | None = None, tolerance_s: float | None = None,
-                      workdir: Path | None = None) -> dict[str, Any]:
+def run_through_kafka(
+    scene: Scenario,
+    setup: Any,
+    pure: RunResult | None,
+    *,
+    err: Any,
+    plot_dir: Path | None = None,
+    tolerance_s: float | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
     """Start the services, replay, compare with the pure run's Berth timeline (``pure``)."""
     if pure is None:
         raise SystemExit("error: --through-kafka compares with the pure berth run: keep berth in --policies")
@@ -241,8 +268,10 @@ def run_through_kafka(scene: Scenario, setup: Any, pure: RunResult | None, *, er
         from berth_dev.devstack.scratch import empty_kafka
 
         own = empty_kafka()
-    with own if own is not None else nullcontext(bootstrap) as broker, \
-            (nullcontext(workdir) if workdir is not None else TemporaryDirectory(prefix="bench-scaling-")) as tmp:
+    with (
+        own if own is not None else nullcontext(bootstrap) as broker,
+        nullcontext(workdir) if workdir is not None else TemporaryDirectory(prefix="bench-scaling-") as tmp,
+    ):
         assert broker is not None
         with berth_services(scene, Path(tmp), broker, log), _Bus(broker) as bus:
             # The cell has seen the pool's initial replicas when the first command arrives.
@@ -254,20 +283,34 @@ def run_through_kafka(scene: Scenario, setup: Any, pure: RunResult | None, *, er
     latency = _latencies(published, commands)
     tol = tolerance_s if tolerance_s is not None else REPORT_INTERVAL_S + max(latency, default=0.0) + 1.0
     comparison = compare(pure.second_target, result.second_target, tol)
-    comparison.update({
-        "reports_published": reports, "scale_pool_read_back": len(answered),
-        "latency_s_max": round(max(latency, default=0.0), 2),
-        "pure_changes": changes(pure.second_target), "kafka_changes": changes(result.second_target),
-        "kafka": {"slo_violation_minutes": result.slo_violation_minutes, "gpu_hours": round(result.gpu_hours, 2),
-                  "ttft_p99_s": round(result.ttft_p99_s, 3), "scale_events": result.scale_events},
-        "pure": {"slo_violation_minutes": pure.slo_violation_minutes, "gpu_hours": round(pure.gpu_hours, 2),
-                 "ttft_p99_s": round(pure.ttft_p99_s, 3), "scale_events": pure.scale_events},
-    })
+    comparison.update(
+        {
+            "reports_published": reports,
+            "scale_pool_read_back": len(answered),
+            "latency_s_max": round(max(latency, default=0.0), 2),
+            "pure_changes": changes(pure.second_target),
+            "kafka_changes": changes(result.second_target),
+            "kafka": {
+                "slo_violation_minutes": result.slo_violation_minutes,
+                "gpu_hours": round(result.gpu_hours, 2),
+                "ttft_p99_s": round(result.ttft_p99_s, 3),
+                "scale_events": result.scale_events,
+            },
+            "pure": {
+                "slo_violation_minutes": pure.slo_violation_minutes,
+                "gpu_hours": round(pure.gpu_hours, 2),
+                "ttft_p99_s": round(pure.ttft_p99_s, 3),
+                "scale_events": pure.scale_events,
+            },
+        }
+    )
     if log is not None:
-        log(f"[bench.scaling] through Kafka: {reports} reports, {len(answered)} ScalePool; replicas asked for "
+        log(
+            f"[bench.scaling] through Kafka: {reports} reports, {len(answered)} ScalePool; replicas asked for "
             f"differ from the pure run's in {comparison['seconds_differing']} of {comparison['seconds']} s, "
             f"{comparison['seconds_outside_tolerance']} outside ±{tol:.0f} s; pure {comparison['pure_changes']}, "
-            f"kafka {comparison['kafka_changes']}")
+            f"kafka {comparison['kafka_changes']}"
+        )
     if plot_dir is not None:
         from .plots import plot_kafka
 

@@ -14,8 +14,14 @@ import numpy as np
 from .sim import RunResult
 from .workload import Workload
 
-COLOURS = {"berth": "#1f77b4", "keda": "#d62728", "dynamo": "#2ca02c", "static": "#7f7f7f",
-           "berth-nolead": "#9467bd", "berth (kafka)": "#ff7f0e"}
+COLOURS = {
+    "berth": "#1f77b4",
+    "keda": "#d62728",
+    "dynamo": "#2ca02c",
+    "static": "#7f7f7f",
+    "berth-nolead": "#9467bd",
+    "berth (kafka)": "#ff7f0e",
+}
 
 
 def _pyplot():
@@ -36,8 +42,9 @@ def demand_per_minute(workload: Workload) -> np.ndarray:
     return np.bincount(index, weights=workload.tokens.astype(float), minlength=minutes) / 60.0
 
 
-def plot_replicas(workload: Workload, results: dict[str, RunResult], tokens_per_replica: float, path: Path,
-                  title: str) -> Path:
+def plot_replicas(
+    workload: Workload, results: dict[str, RunResult], tokens_per_replica: float, path: Path, title: str
+) -> Path:
     plt = _pyplot()
     names = list(results)
     fig, axes = plt.subplots(len(names) + 1, 1, figsize=(10, 1.9 * (len(names) + 1)), sharex=True)
@@ -55,8 +62,15 @@ def plot_replicas(workload: Workload, results: dict[str, RunResult], tokens_per_
         ax.plot(minutes, needed, color="black", lw=0.8, ls=":", label="needed at 100 %")
         ax.set_ylabel(f"{name}\nreplicas")
         ax.set_ylim(bottom=0)
-        ax.text(0.995, 0.92, f"{r.slo_violation_minutes} SLO-violation min, {r.gpu_hours:.1f} GPU-h",
-                transform=ax.transAxes, ha="right", va="top", fontsize=8)
+        ax.text(
+            0.995,
+            0.92,
+            f"{r.slo_violation_minutes} SLO-violation min, {r.gpu_hours:.1f} GPU-h",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+        )
     axes[1].legend(loc="upper left", fontsize=7, ncol=3, frameon=False)
     axes[-1].set_xlabel("minute of the run")
     fig.tight_layout()
@@ -75,16 +89,24 @@ def plot_ttft(results: dict[str, RunResult], slo_s: float, path: Path, title: st
         p = np.array(r.minute_ttft)
         minutes = np.arange(len(p)) + 1
         colour = COLOURS.get(name, "C0")
-        ax.fill_between(minutes, np.maximum(p[:, 0], 1e-3), np.maximum(p[:, 2], 1e-3), color=colour, alpha=0.15,
-                        step="pre", lw=0)
+        ax.fill_between(
+            minutes, np.maximum(p[:, 0], 1e-3), np.maximum(p[:, 2], 1e-3), color=colour, alpha=0.15, step="pre", lw=0
+        )
         ax.step(minutes, np.maximum(p[:, 0], 1e-3), color=colour, lw=0.8, label="p50")
         ax.step(minutes, np.maximum(p[:, 1], 1e-3), color=colour, lw=1.4, label="p95 (the SLO's)")
         ax.step(minutes, np.maximum(p[:, 2], 1e-3), color=colour, lw=0.8, ls="--", label="p99")
         ax.axhline(slo_s, color="black", lw=0.9, ls=":", label=f"SLO {slo_s:g} s")
         ax.set_yscale("log")
         ax.set_ylabel(f"{name}\nTTFT s")
-        ax.text(0.995, 0.92, f"{r.slo_violation_minutes} SLO-violation min", transform=ax.transAxes, ha="right",
-                va="top", fontsize=8)
+        ax.text(
+            0.995,
+            0.92,
+            f"{r.slo_violation_minutes} SLO-violation min",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+        )
     axes[0, 0].set_title(title, fontsize=10, loc="left")
     axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4, frameon=False)
     axes[-1, 0].set_xlabel("minute of the run")
@@ -102,8 +124,14 @@ def plot_kafka(pure: RunResult, kafka: RunResult, path: Path, tolerance_s: float
     t = np.arange(len(pure.second_target)) / 60.0
     ax.step(t, pure.second_target, where="post", color=COLOURS["berth"], lw=2.2, alpha=0.6, label="pure simulation")
     tk = np.arange(len(kafka.second_target)) / 60.0
-    ax.step(tk, kafka.second_target, where="post", color=COLOURS["berth (kafka)"], lw=1.1,
-            label="through Kafka (token-lag → decision → binder → cluster-sim)")
+    ax.step(
+        tk,
+        kafka.second_target,
+        where="post",
+        color=COLOURS["berth (kafka)"],
+        lw=1.1,
+        label="through Kafka (token-lag → decision → binder → cluster-sim)",
+    )
     ax.set_ylabel("replicas asked for")
     ax.set_xlabel("minute of the run")
     ax.set_ylim(bottom=0)

@@ -70,9 +70,23 @@ class PoolView:
     per run, updated in place by the simulator.
     """
 
-    __slots__ = ("now", "target", "ready", "loading", "pending", "waiting_requests", "waiting_tokens",
-                 "running", "tokens_processed", "busy_slot_seconds", "ready_slot_seconds",
-                 "waiting_request_seconds", "spot_replicas", "usd_per_hour", "probe")
+    __slots__ = (
+        "now",
+        "target",
+        "ready",
+        "loading",
+        "pending",
+        "waiting_requests",
+        "waiting_tokens",
+        "running",
+        "tokens_processed",
+        "busy_slot_seconds",
+        "ready_slot_seconds",
+        "waiting_request_seconds",
+        "spot_replicas",
+        "usd_per_hour",
+        "probe",
+    )
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -147,8 +161,16 @@ class KedaLike:
 
     name = "keda"
 
-    def __init__(self, pool: PoolConfig, *, lag_threshold: float = 10.0, polling_s: float = 30.0,
-                 cooldown_s: float = 300.0, tolerance: float = 0.1, warm: bool = False) -> None:
+    def __init__(
+        self,
+        pool: PoolConfig,
+        *,
+        lag_threshold: float = 10.0,
+        polling_s: float = 30.0,
+        cooldown_s: float = 300.0,
+        tolerance: float = 0.1,
+        warm: bool = False,
+    ) -> None:
         """``warm``: the HPA has been running with the pool at its initial count, so its window
         holds that count at second 0 (the trace runs: a run starts mid-day, not at a cold start)."""
         self.pool = pool
@@ -200,9 +222,16 @@ class DynamoLike:
 
     name = "dynamo"
 
-    def __init__(self, pool: PoolConfig, *, interval_s: float = 180.0, scale_up_utilization: float = 0.9,
-                 scale_down_utilization: float = 0.5, scale_up_queue_per_replica: float = 1.0,
-                 scale_down_queue_per_replica: float = 0.1) -> None:
+    def __init__(
+        self,
+        pool: PoolConfig,
+        *,
+        interval_s: float = 180.0,
+        scale_up_utilization: float = 0.9,
+        scale_down_utilization: float = 0.5,
+        scale_up_queue_per_replica: float = 1.0,
+        scale_down_queue_per_replica: float = 0.1,
+    ) -> None:
         self.pool = pool
         self.interval_s = interval_s
         self.scale_up_utilization = scale_up_utilization

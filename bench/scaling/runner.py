@@ -35,8 +35,9 @@ def scenario(seed: int, shape: TrafficShape | None = None, config: RunConfig | N
     return Scenario(workload, draw_interruptions(seed, config.cluster, workload.shape.duration_s), config)
 
 
-def run_policies(scene: Scenario, names: tuple[str, ...] = DEFAULT_POLICIES,
-                 progress: Callable[[str, float], None] | None = None) -> dict[str, RunResult]:
+def run_policies(
+    scene: Scenario, names: tuple[str, ...] = DEFAULT_POLICIES, progress: Callable[[str, float], None] | None = None
+) -> dict[str, RunResult]:
     """Each named policy over the scenario, in the order given."""
     results: dict[str, RunResult] = {}
     for name in names:

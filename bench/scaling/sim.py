@@ -95,9 +95,13 @@ class RunResult:
 
     def summary(self) -> dict[str, float | int]:
         """The figures of the benchmark's JSON line for this policy."""
-        return {"slo_violation_minutes": self.slo_violation_minutes, "gpu_hours": round(self.gpu_hours, 2),
-                "cost_usd": round(self.cost_usd, 2), "scale_events": self.scale_events,
-                "interruptions_survived": self.interruptions_survived}
+        return {
+            "slo_violation_minutes": self.slo_violation_minutes,
+            "gpu_hours": round(self.gpu_hours, 2),
+            "cost_usd": round(self.cost_usd, 2),
+            "scale_events": self.scale_events,
+            "interruptions_survived": self.interruptions_survived,
+        }
 
 
 class Replica:
@@ -414,8 +418,14 @@ class _Run:
     """One policy over one workload, a second at a time: the pool's lifecycle (readiness, spot
     notices, deadlines, recreations, nodes coming back), the serving, and the policy's answer."""
 
-    def __init__(self, workload: Workload, policy: ScalingPolicy, interruptions: tuple[Interruption, ...],
-                 config: RunConfig, progress: Callable[[float], None] | None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        policy: ScalingPolicy,
+        interruptions: tuple[Interruption, ...],
+        config: RunConfig,
+        progress: Callable[[float], None] | None,
+    ) -> None:
         self.config = config
         self.policy = policy
         self.progress = progress
@@ -509,11 +519,17 @@ class _Run:
         victim.reclaim_at = interruption.deadline
         on_node = pool.on_node(victim)
         entry: dict[str, object] = {
-            "notice_at": now, "notice_s": interruption.notice_s, "node": victim.name,
-            "replicas_on_node": len(on_node), "ready_at_notice": pool.counts[READY], "surge": 0}
+            "notice_at": now,
+            "notice_s": interruption.notice_s,
+            "node": victim.name,
+            "replicas_on_node": len(on_node),
+            "ready_at_notice": pool.counts[READY],
+            "surge": 0,
+        }
         self.view.now = now
-        classes = tuple(self.policy.on_spot_notice(
-            SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), self.view))
+        classes = tuple(
+            self.policy.on_spot_notice(SpotNoticeView(now, interruption.deadline, victim.name, len(on_node)), self.view)
+        )
         if classes:
             victim.cordoned = True
             self.surge += len(classes)
@@ -551,9 +567,14 @@ class _Run:
         victim.cordoned = False
         self.returns[t + int(math.ceil(self.config.cluster.spot_return_s))] = victim
         hit = int(entry["replicas_on_node"]) > 0
-        entry.update(hit=hit, requests_cut=lost_requests, ready_after_deadline=pool.counts[READY],
-                     survived=hit and lost_requests == 0
-                     and pool.counts[READY] >= min(int(entry["ready_at_notice"]), self.base_target))
+        entry.update(
+            hit=hit,
+            requests_cut=lost_requests,
+            ready_after_deadline=pool.counts[READY],
+            survived=hit
+            and lost_requests == 0
+            and pool.counts[READY] >= min(int(entry["ready_at_notice"]), self.base_target),
+        )
 
     def advance_moves(self) -> None:
         """Each surge replica placed since the last call evicts one old replica (loading first)
@@ -584,8 +605,7 @@ class _Run:
         view.waiting_requests = requests.waiting
         view.waiting_tokens = requests.waiting_tokens
         view.running = len(requests.running)
-        view.tokens_processed = (requests.processed_total if requests.split
-                                 else requests.busy_total * requests.seq_rate)
+        view.tokens_processed = requests.processed_total if requests.split else requests.busy_total * requests.seq_rate
         view.busy_slot_seconds = requests.busy_total
         view.ready_slot_seconds = requests.ready_slot_total
         view.waiting_request_seconds = requests.waiting_total
@@ -605,8 +625,9 @@ class _Run:
         price = self.config.cluster
         requests = self.requests
         gpu_hours = (self.gpu_s_spot + self.gpu_s_od) / 3600.0
-        cost = (self.gpu_s_spot * price.spot_usd_per_gpu_hour
-                + self.gpu_s_od * price.on_demand_usd_per_gpu_hour) / 3600.0
+        cost = (
+            self.gpu_s_spot * price.spot_usd_per_gpu_hour + self.gpu_s_od * price.on_demand_usd_per_gpu_hour
+        ) / 3600.0
         hits = [e for e in self.log.values() if e.get("hit")]
         return RunResult(
             policy=self.policy.name,
@@ -633,7 +654,12 @@ class _Run:
         )
 
 
-def simulate(workload: Workload, policy: ScalingPolicy, interruptions: tuple[Interruption, ...],
-             config: RunConfig | None = None, progress: Callable[[float], None] | None = None) -> RunResult:
+def simulate(
+    workload: Workload,
+    policy: ScalingPolicy,
+    interruptions: tuple[Interruption, ...],
+    config: RunConfig | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
     """Run ``policy`` over ``workload``; deterministic (no clock, no randomness of its own)."""
     return _Run(workload, policy, interruptions, config or RunConfig(), progress).run()

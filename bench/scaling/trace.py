@@ -38,8 +38,13 @@ import numpy as np
 from .workload import TrafficShape, Workload
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-SHIPPED_TRACE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "azure-llm-2023"
-                 / "AzureLLMInferenceTrace_conv.csv")
+SHIPPED_TRACE = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "azure-llm-2023"
+    / "AzureLLMInferenceTrace_conv.csv"
+)
 """The shipped trace: ``<repo>/../shared/data/azure-llm-2023`` (one hour, 19,366 requests)."""
 SHIFT_S = 60.0
 """How far (±) each extra copy of a trace is shifted for ``--scale``: a minute keeps the hour's
@@ -100,9 +105,11 @@ def load_trace(path: Path | str, *, start_minute: float = 0.0, minutes: float | 
         found = [name.strip() for name in reader.fieldnames or ()]
         missing = [c for c in COLUMNS if c not in found]
         if missing:
-            raise TraceError(f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                             f"(the header has: {', '.join(found) or 'nothing'}; expected "
-                             f"{','.join(COLUMNS)})")
+            raise TraceError(
+                f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                f"(the header has: {', '.join(found) or 'nothing'}; expected "
+                f"{','.join(COLUMNS)})"
+            )
         reader.fieldnames = found
         for row in reader:
             line = reader.line_num
@@ -110,8 +117,10 @@ def load_trace(path: Path | str, *, start_minute: float = 0.0, minutes: float | 
             try:
                 wall, seconds = _timestamp(values["TIMESTAMP"])
             except ValueError:
-                raise TraceError(f"{path}: line {line}: TIMESTAMP {values['TIMESTAMP']!r} is neither "
-                                 "'YYYY-MM-DD HH:MM:SS[.fraction]' nor seconds") from None
+                raise TraceError(
+                    f"{path}: line {line}: TIMESTAMP {values['TIMESTAMP']!r} is neither "
+                    "'YYYY-MM-DD HH:MM:SS[.fraction]' nor seconds"
+                ) from None
             if not math.isfinite(seconds):
                 raise TraceError(f"{path}: line {line}: TIMESTAMP {values['TIMESTAMP']!r} is not finite")
             counts = []
@@ -143,8 +152,10 @@ def load_trace(path: Path | str, *, start_minute: float = 0.0, minutes: float | 
         hi = math.inf if minutes is None else lo + minutes * 60.0
         keep = (rel >= lo) & (rel < hi)
         if not keep.any():
-            raise TraceError(f"{path}: no request in minutes [{start_minute:g}, "
-                             f"{start_minute + (minutes or math.inf):g}) of the trace")
+            raise TraceError(
+                f"{path}: no request in minutes [{start_minute:g}, "
+                f"{start_minute + (minutes or math.inf):g}) of the trace"
+            )
         rel, prompt, gen = rel[keep] - lo, prompt[keep], gen[keep]
     return Trace(str(path), start, rel, prompt, gen)
 
@@ -174,5 +185,12 @@ def scaled_workload(trace: Trace, scale: float = 1.0, seed: int = 42, speed: flo
     prompt, gen = trace.prompt_tokens[index], trace.generated_tokens[index]
     rate = np.bincount(np.minimum(arrivals.astype(np.int64), duration - 1), minlength=duration).astype(float)
     shape = TrafficShape(duration_s=duration, mean_requests_per_s=float(index.size) / duration, spikes=0)
-    return Workload(shape=shape, spikes=(), rate=rate, arrivals=arrivals, tokens=prompt + gen,
-                    prompt_tokens=prompt, generated_tokens=gen)
+    return Workload(
+        shape=shape,
+        spikes=(),
+        rate=rate,
+        arrivals=arrivals,
+        tokens=prompt + gen,
+        prompt_tokens=prompt,
+        generated_tokens=gen,
+    )

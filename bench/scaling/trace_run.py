@@ -55,8 +55,15 @@ def decode_equivalent(workload: Workload, pool: PoolConfig) -> Workload:
     return replace(workload, tokens=np.maximum(work, 1).astype(np.int64))
 
 
-def trace_scenario(trace: Trace, *, scale: float, seed: int, config: RunConfig, speed: float = 1.0,
-                   tokens_per_second_per_replica: float | None = None) -> tuple[Scenario, TraceSetup]:
+def trace_scenario(
+    trace: Trace,
+    *,
+    scale: float,
+    seed: int,
+    config: RunConfig,
+    speed: float = 1.0,
+    tokens_per_second_per_replica: float | None = None,
+) -> tuple[Scenario, TraceSetup]:
     """The scenario every policy replays, and what was derived from the trace for it."""
     pool = config.pool
     workload = decode_equivalent(scaled_workload(trace, scale, seed, speed), pool)
@@ -88,17 +95,30 @@ def run_trace_policies(scene: Scenario, names: tuple[str, ...]) -> dict[str, Run
     return results
 
 
-def trace_document(results: dict[str, RunResult], setup: TraceSetup, *, trace: str, scale: float,
-                   seed: int) -> dict[str, object]:
+def trace_document(
+    results: dict[str, RunResult], setup: TraceSetup, *, trace: str, scale: float, seed: int
+) -> dict[str, object]:
     """The JSON line of a trace run: the setup, then per policy the figures of the table."""
     return {
-        "trace": trace, "scale": scale, "seed": seed,
-        "setup": {"requests": setup.requests, "duration_s": setup.duration_s,
-                  "mean_tokens_per_s": round(setup.mean_tokens_per_s, 1),
-                  "peak_minute_tokens_per_s": round(setup.peak_minute_tokens_per_s, 1),
-                  "tokens_per_second_per_replica": setup.tokens_per_second_per_replica,
-                  "initial_replicas": setup.initial_replicas},
-        "policies": {name: {**r.summary(), "ttft_p50_s": round(r.ttft_p50_s, 3), "ttft_p99_s": round(r.ttft_p99_s, 3),
-                            "requests_over_slo": r.requests_over_slo, "peak_replicas": r.peak_replicas}
-                     for name, r in results.items()},
+        "trace": trace,
+        "scale": scale,
+        "seed": seed,
+        "setup": {
+            "requests": setup.requests,
+            "duration_s": setup.duration_s,
+            "mean_tokens_per_s": round(setup.mean_tokens_per_s, 1),
+            "peak_minute_tokens_per_s": round(setup.peak_minute_tokens_per_s, 1),
+            "tokens_per_second_per_replica": setup.tokens_per_second_per_replica,
+            "initial_replicas": setup.initial_replicas,
+        },
+        "policies": {
+            name: {
+                **r.summary(),
+                "ttft_p50_s": round(r.ttft_p50_s, 3),
+                "ttft_p99_s": round(r.ttft_p99_s, 3),
+                "requests_over_slo": r.requests_over_slo,
+                "peak_replicas": r.peak_replicas,
+            }
+            for name, r in results.items()
+        },
     }

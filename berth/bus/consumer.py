@@ -147,9 +147,7 @@ class EventConsumer:
         that stop for good, wrong for anything that batches and carries on — use :meth:`poll`.
         """
         while True:
-            batches = await self.raw.getmany(
-                timeout_ms=int((idle_timeout_s or 1.0) * 1000), max_records=None
-            )
+            batches = await self.raw.getmany(timeout_ms=int((idle_timeout_s or 1.0) * 1000), max_records=None)
             if not batches:
                 if idle_timeout_s is not None:
                     return
@@ -165,15 +163,25 @@ class EventConsumer:
         topic = self._topics[record.topic]
         RECORDS_CONSUMED.labels(self._name, record.topic).inc()
         result = decode_or_dead_letter(
-            topic, partition=record.partition, offset=record.offset, key=record.key,
-            value=record.value, headers=list(record.headers or ()), consumer=self._name,
+            topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            headers=list(record.headers or ()),
+            consumer=self._name,
         )
         if isinstance(result, DeadLetter):
             await self._dead_letters.send_and_wait(result, topic=DEAD_LETTER.name)
             DEAD_LETTERED.labels(self._name, record.topic).inc()
             self.dead_lettered += 1
-            log.warning("record dead-lettered", topic=record.topic, partition=record.partition,
-                        offset=record.offset, reason=result.reason)
+            log.warning(
+                "record dead-lettered",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                reason=result.reason,
+            )
             return None
         return ConsumedEvent(result, record.topic, record.partition, record.offset, record.timestamp)
 
@@ -186,8 +194,13 @@ class EventConsumer:
 
 
 async def read_matching(
-    kafka: KafkaSettings, topic: Topic | str, match: Callable[[Any], bool], count: int, *,
-    timeout_s: float = 60.0, name: str = "reader",
+    kafka: KafkaSettings,
+    topic: Topic | str,
+    match: Callable[[Any], bool],
+    count: int,
+    *,
+    timeout_s: float = 60.0,
+    name: str = "reader",
 ) -> list[ConsumedEvent]:
     """The first ``count`` events of ``topic`` (from the beginning, every partition) for which
     ``match(event)`` holds; raises TimeoutError naming how many were found when time runs out."""
@@ -197,8 +210,7 @@ async def read_matching(
         async with asyncio.timeout(timeout_s):
             # The topic may not exist yet (its producer creates it): refresh metadata every
             # second rather than every five minutes, so that it is found once it does.
-            async with EventConsumer(kafka, [topic], group_id=None, name=name,
-                                     metadata_max_age_ms=1000) as consumer:
+            async with EventConsumer(kafka, [topic], group_id=None, name=name, metadata_max_age_ms=1000) as consumer:
                 async for item in consumer.events():
                     if match(item.event):
                         found.append(item)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from berth.schemas import DeadLetter, Topic
 from berth.schemas.envelope import DecodedEvent, EnvelopeError, decode
-
 
 MAX_RECORD_BYTES = 1_000_000
 """What a dead-letter record (value and headers) may weigh: Kafka refuses records over
@@ -61,8 +60,10 @@ def dead_letter_for(
             notes.append(f"headers after the first {_MAX_HEADERS} dropped")
             break
         name = str(name)[:256]
-        carried[name] = _b64(_cut(data if isinstance(data, bytes) else None, _MAX_HEADER_BYTES,
-                                  f"header {name[:40]!r}", notes)) or ""
+        carried[name] = (
+            _b64(_cut(data if isinstance(data, bytes) else None, _MAX_HEADER_BYTES, f"header {name[:40]!r}", notes))
+            or ""
+        )
     note = f" [{'; '.join(notes)}]" if notes else ""
     return DeadLetter(
         source_topic=topic,
@@ -73,7 +74,7 @@ def dead_letter_for(
         key_b64=_b64(key),
         value_b64=_b64(value) or "",
         headers_b64=carried,
-        failed_at=failed_at or datetime.now(timezone.utc),
+        failed_at=failed_at or datetime.now(UTC),
     )
 
 
@@ -92,8 +93,14 @@ def decode_or_dead_letter(
         return decode(topic, key, value, headers)
     except EnvelopeError as exc:
         return dead_letter_for(
-            topic=topic.name, partition=partition, offset=offset, key=key, value=value,
-            headers=headers, consumer=consumer, reason=str(exc),
+            topic=topic.name,
+            partition=partition,
+            offset=offset,
+            key=key,
+            value=value,
+            headers=headers,
+            consumer=consumer,
+            reason=str(exc),
         )
 
 

@@ -61,8 +61,10 @@ def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
     context = client.get("ssl_context")
     if kafka.security_protocol.startswith("SASL_"):
         options["broker_credentials"] = faust.SASLCredentials(
-            username=kafka.sasl_username, password=client["sasl_plain_password"],
-            ssl_context=context, mechanism=kafka.sasl_mechanism,
+            username=kafka.sasl_username,
+            password=client["sasl_plain_password"],
+            ssl_context=context,
+            mechanism=kafka.sasl_mechanism,
         )
     elif kafka.security_protocol == "SSL":
         options["broker_credentials"] = faust.SSLCredentials(context)
@@ -99,8 +101,9 @@ class ModelTable(Generic[V]):
         self._adapter = adapter
 
     @classmethod
-    def declare(cls, app: faust.App, name: str, adapter: TypeAdapter[V], *, partitions: int,
-                help: str) -> ModelTable[V]:
+    def declare(
+        cls, app: faust.App, name: str, adapter: TypeAdapter[V], *, partitions: int, help: str
+    ) -> ModelTable[V]:
         return cls(app.Table(name, key_type=str, value_type=bytes, partitions=partitions, help=help), adapter)
 
     def get(self, key: str) -> V | None:
@@ -140,8 +143,7 @@ def derived_event_id(consumer: str, origin: str, index: int) -> str:
 class Outbox(Protocol):
     """Where an agent's events go. ``partition`` None lets the producer hash the key."""
 
-    def publish(self, topic: str, event: Any, *, partition: int | None = None,
-                event_id: str | None = None) -> None: ...
+    def publish(self, topic: str, event: Any, *, partition: int | None = None, event_id: str | None = None) -> None: ...
 
     def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
         """A record that is not a contract event (a service's internal topic)."""
@@ -162,11 +164,9 @@ class FaustOutbox:
             topic = self._topics[name] = self._app.topic(name, key_serializer="raw", value_serializer="raw")
         return topic
 
-    def publish(self, topic: str, event: Any, *, partition: int | None = None,
-                event_id: str | None = None) -> None:
+    def publish(self, topic: str, event: Any, *, partition: int | None = None, event_id: str | None = None) -> None:
         record = encode(event, source=self._source, event_id=event_id)
-        self._topic(topic).send_soon(key=record.key, value=record.value, headers=record.headers,
-                                     partition=partition)
+        self._topic(topic).send_soon(key=record.key, value=record.value, headers=record.headers, partition=partition)
         EVENTS_PUBLISHED.labels(topic, event.type).inc()
 
     def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
@@ -189,8 +189,7 @@ class RecordingOutbox:
 
     published: list[Published] = field(default_factory=list)
 
-    def publish(self, topic: str, event: Any, *, partition: int | None = None,
-                event_id: str | None = None) -> None:
+    def publish(self, topic: str, event: Any, *, partition: int | None = None, event_id: str | None = None) -> None:
         self.published.append(Published(topic, event, partition, event_id))
 
     def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
@@ -209,8 +208,13 @@ def accept(topic: Topic, event: Any, *, consumer: str, outbox: Outbox) -> Decode
     message = event.message
     RECORDS_CONSUMED.labels(consumer, topic.name).inc()
     result = decode_or_dead_letter(
-        topic, partition=message.partition, offset=message.offset, key=message.key,
-        value=message.value, headers=list(message.headers or ()), consumer=consumer,
+        topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        headers=list(message.headers or ()),
+        consumer=consumer,
     )
     if isinstance(result, DeadLetter):
         refuse(result, outbox=outbox)
@@ -222,8 +226,13 @@ def refuse(letter: DeadLetter, *, outbox: Outbox) -> None:
     """Send a refused record to the dead-letter topic, count and log it."""
     outbox.publish(DEAD_LETTER.name, letter)
     DEAD_LETTERED.labels(letter.consumer, letter.source_topic).inc()
-    log.warning("record dead-lettered", topic=letter.source_topic, partition=letter.source_partition,
-                offset=letter.source_offset, reason=letter.reason)
+    log.warning(
+        "record dead-lettered",
+        topic=letter.source_topic,
+        partition=letter.source_partition,
+        offset=letter.source_offset,
+        reason=letter.reason,
+    )
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -343,8 +352,13 @@ def run_worker(app: faust.App, *, loop: asyncio.AbstractEventLoop, log_level: st
     :func:`berth.logs.configure_logging` gave them. Returns when the worker has stopped.
     """
     worker = _ServiceWorker(
-        app, metrics_port=metrics_port, loop=loop, loglevel=log_level.upper(), quiet=True,
-        redirect_stdouts=False, override_logging=False,
+        app,
+        metrics_port=metrics_port,
+        loop=loop,
+        loglevel=log_level.upper(),
+        quiet=True,
+        redirect_stdouts=False,
+        override_logging=False,
     )
     try:
         worker.execute_from_commandline()

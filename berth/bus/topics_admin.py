@@ -33,8 +33,9 @@ default, a week or 1 GiB per segment, would let it grow with history)."""
 
 async def ensure_topics(kafka: KafkaSettings, topics: Iterable[Topic] = ALL_TOPICS) -> list[str]:
     """Create any of ``topics`` that do not exist; returns the names created. Idempotent."""
-    return await create_missing_topics(kafka, [
-        TopicSpec(topic.name, topic.partitions, compacted=topic.compacted) for topic in topics])
+    return await create_missing_topics(
+        kafka, [TopicSpec(topic.name, topic.partitions, compacted=topic.compacted) for topic in topics]
+    )
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,27 @@ async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]
         brokers = await _live_brokers(admin, wanted=kafka.replication_factor)
         replication, min_insync = replication_for(kafka.replication_factor, brokers)
         if replication < kafka.replication_factor:
-            log.warning("fewer brokers than the configured replication factor; new topics get fewer replicas",
-                        configured=kafka.replication_factor, brokers=brokers, replication=replication)
+            log.warning(
+                "fewer brokers than the configured replication factor; new topics get fewer replicas",
+                configured=kafka.replication_factor,
+                brokers=brokers,
+                replication=replication,
+            )
         for spec in wanted:  # one by one: a batch fails whole when one topic already exists
             configs = {"min.insync.replicas": str(min_insync)}
             if spec.compacted:
                 configs.update(COMPACTION)
             try:
-                await admin.create_topics([NewTopic(
-                    name=spec.name, num_partitions=spec.partitions,
-                    replication_factor=replication, topic_configs=configs)])
+                await admin.create_topics(
+                    [
+                        NewTopic(
+                            name=spec.name,
+                            num_partitions=spec.partitions,
+                            replication_factor=replication,
+                            topic_configs=configs,
+                        )
+                    ]
+                )
                 created.append(spec.name)
             except TopicAlreadyExistsError:
                 pass  # another process won the race; the topic exists, which is all we need

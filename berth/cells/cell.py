@@ -61,8 +61,9 @@ unschedulable pods back to the queue)."""
 class Cell:
     """One cell's folds and the router between them. Not thread-safe; one writer per cell."""
 
-    def __init__(self, cell: int, config: CellConfig, scheduler_name: str = SCHEDULER_NAME, *,
-                 engine: Engine | None = None) -> None:
+    def __init__(
+        self, cell: int, config: CellConfig, scheduler_name: str = SCHEDULER_NAME, *, engine: Engine | None = None
+    ) -> None:
         """``engine``: the engine to decide with; default a fresh one of ``config`` (another is
         for unit tests of the folds alone)."""
         self.cell = cell
@@ -82,21 +83,31 @@ class Cell:
         """Everything this cell has folded from its inputs (not its configuration, nor its
         engine's plugins): what a snapshot of the cell keeps. :meth:`restored` continues from
         it exactly as this cell would."""
-        return {"cluster": self.engine.state, "nodes": self.nodes, "queue": self.queue,
-                "foreign": self.ctx.foreign, "handovers": self.handovers, "gangs": self.gangs,
-                "pools": self.pools, "drain": self.drain, "decisions_made": self.decisions_made}
+        return {
+            "cluster": self.engine.state,
+            "nodes": self.nodes,
+            "queue": self.queue,
+            "foreign": self.ctx.foreign,
+            "handovers": self.handovers,
+            "gangs": self.gangs,
+            "pools": self.pools,
+            "drain": self.drain,
+            "decisions_made": self.decisions_made,
+        }
 
     @classmethod
-    def restored(cls, cell: int, config: CellConfig, folded: Mapping[str, Any],
-                 scheduler_name: str = SCHEDULER_NAME) -> Cell:
+    def restored(
+        cls, cell: int, config: CellConfig, folded: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME
+    ) -> Cell:
         """The cell that :meth:`folded` described, configured by ``config`` (the configuration
         it was folded with: the caller checks that)."""
         engine = config.engine()
         engine.adopt(folded["cluster"])
         restored = cls(cell, config, scheduler_name, engine=engine)
         restored.nodes, restored.queue = folded["nodes"], folded["queue"]
-        restored.ctx = CellContext(cell, engine, restored.recorder, restored.nodes, restored.queue,
-                                   config.spot_labels, folded["foreign"])
+        restored.ctx = CellContext(
+            cell, engine, restored.recorder, restored.nodes, restored.queue, config.spot_labels, folded["foreign"]
+        )
         restored.handovers, restored.gangs = folded["handovers"], folded["gangs"]
         restored.pools, restored.drain = folded["pools"], folded["drain"]
         restored.decisions_made = folded["decisions_made"]
@@ -123,8 +134,9 @@ class Cell:
             decisions.extend(spot_drain.advance_moves(self.drain, self.pools, self.ctx, position, now))
         if cluster_changed:
             queue.requeue_unschedulable(self.queue)
-        decisions.extend(schedule_round(self.ctx, self.handovers, self.gangs, self.pools, self.drain.moves,
-                                        position, now))
+        decisions.extend(
+            schedule_round(self.ctx, self.handovers, self.gangs, self.pools, self.drain.moves, position, now)
+        )
         self.decisions_made += len(decisions)
         return decisions
 
@@ -214,8 +226,7 @@ def _tick(cell: Cell, event: CellTick, position: InputPosition, now: datetime) -
     return [], False
 
 
-def _foreign_node_observed(cell: Cell, event: ForeignNodeObserved, position: InputPosition,
-                           now: datetime) -> Handled:
+def _foreign_node_observed(cell: Cell, event: ForeignNodeObserved, position: InputPosition, now: datetime) -> Handled:
     if event.cell == cell.cell or event.name in cell.nodes.nodes:
         foreign_nodes.forget(cell.ctx.foreign, event.name)  # not another cell's after all
     else:
@@ -223,26 +234,27 @@ def _foreign_node_observed(cell: Cell, event: ForeignNodeObserved, position: Inp
     return [], False  # nothing here changed: no pod fits better for it, only messages read better
 
 
-def _foreign_node_removed(cell: Cell, event: ForeignNodeRemoved, position: InputPosition,
-                          now: datetime) -> Handled:
+def _foreign_node_removed(cell: Cell, event: ForeignNodeRemoved, position: InputPosition, now: datetime) -> Handled:
     foreign_nodes.forget(cell.ctx.foreign, event.name)
     return [], False
 
 
-HANDLERS: Mapping[type, Callable[[Cell, Any, InputPosition, datetime], Handled]] = MappingProxyType({
-    NodeObserved: _node_observed,
-    NodeRemoved: _node_removed,
-    PodObserved: _pod_observed,
-    PodRouted: _pod_routed,
-    PodDeleted: _pod_deleted,
-    PolicyObserved: _policy_observed,
-    PolicyRemoved: _policy_removed,
-    CommandResult: _command_result,
-    SpotInterruptionNotice: _spot_notice,
-    PoolLagState: _lag_state,
-    CellTick: _tick,
-    ForeignNodeObserved: _foreign_node_observed,
-    ForeignNodeRemoved: _foreign_node_removed,
-})
+HANDLERS: Mapping[type, Callable[[Cell, Any, InputPosition, datetime], Handled]] = MappingProxyType(
+    {
+        NodeObserved: _node_observed,
+        NodeRemoved: _node_removed,
+        PodObserved: _pod_observed,
+        PodRouted: _pod_routed,
+        PodDeleted: _pod_deleted,
+        PolicyObserved: _policy_observed,
+        PolicyRemoved: _policy_removed,
+        CommandResult: _command_result,
+        SpotInterruptionNotice: _spot_notice,
+        PoolLagState: _lag_state,
+        CellTick: _tick,
+        ForeignNodeObserved: _foreign_node_observed,
+        ForeignNodeRemoved: _foreign_node_removed,
+    }
+)
 """Input kind → the handler that folds it. A kind not listed changes nothing (the scheduling
 round still runs)."""

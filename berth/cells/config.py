@@ -70,6 +70,7 @@ class CellConfig:
         """The configuration a cell announced (for replay): the inverse of :attr:`document`."""
         data = json.loads(document)
         labels = data.get("spotLabels")
-        spot_labels = (tuple(SpotLabel(key, tuple(values)) for key, values in labels)
-                       if labels is not None else SPOT_LABELS)
+        spot_labels = (
+            tuple(SpotLabel(key, tuple(values)) for key, values in labels) if labels is not None else SPOT_LABELS
+        )
         return cls(data["scheduler"], parse_pools({"pools": data.get("pools", {})}), spot_labels)

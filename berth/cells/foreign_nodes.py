@@ -53,8 +53,9 @@ class ForeignNodes:
 
 
 def observe(census: ForeignNodes, event: ForeignNodeObserved) -> None:
-    census.state.upsert_node(NodeInfo(name=event.name, labels=event.labels, taints=event.taints,
-                                      unschedulable=event.unschedulable))
+    census.state.upsert_node(
+        NodeInfo(name=event.name, labels=event.labels, taints=event.taints, unschedulable=event.unschedulable)
+    )
     census.cell_of[event.name] = event.cell
     _changed(census)
 
@@ -88,9 +89,13 @@ def rejections(census: ForeignNodes, engine: Engine, pod: PodInfo) -> RejectedNo
     profile = engine.config.profile(engine.profile)
     filters = [name for name in profile.points.get("filter", ()) if name in NODE_LEVEL_FILTERS]
     added = getattr(profile.args.get("NodeAffinity"), "added_affinity", None)
-    counts, passed = node_level_rejections(census.state, pod, filters,
-                                           pre_filters=profile.points.get("preFilter", ()),
-                                           added_affinity=added.required if added is not None else None)
+    counts, passed = node_level_rejections(
+        census.state,
+        pod,
+        filters,
+        pre_filters=profile.points.get("preFilter", ()),
+        added_affinity=added.required if added is not None else None,
+    )
     if passed:
         counts[IN_ANOTHER_CELL] = counts.get(IN_ANOTHER_CELL, 0) + passed
     known = RejectedNodes(nodes=len(census), reasons=dict(sorted(counts.items())))
@@ -110,8 +115,9 @@ def counting_foreign_nodes(census: ForeignNodes, engine: Engine, entry: PendingP
     pod = entry.pod
     more = rejections(census, engine, pod)
     profile = engine.config.profile(engine.profile)
-    empty = unresolvable_postfilter(profile.points.get("postFilter", ()), more.nodes,
-                                    preemption_never=pod.preemption_policy == "Never")
+    empty = unresolvable_postfilter(
+        profile.points.get("postFilter", ()), more.nodes, preemption_never=pod.preemption_policy == "Never"
+    )
     message = over_more_nodes(outcome.message, more.nodes, more.reasons, postfilter_if_none=empty)
     if message == outcome.message:
         return outcome

@@ -17,8 +17,15 @@ from berth.schemas import InputPosition, PodInfo, PolicyObserved
 from .queue import PendingPod, QueueState, drop_from_active, queue_key
 from .records import CellDecision, Recorder
 
-__all__ = ["GangAttempt", "GangState", "member_bound", "member_deleted", "pod_group_observed",
-           "pod_group_removed", "try_gang"]
+__all__ = [
+    "GangAttempt",
+    "GangState",
+    "member_bound",
+    "member_deleted",
+    "pod_group_observed",
+    "pod_group_removed",
+    "try_gang",
+]
 
 Group = tuple[str, str]
 """(namespace, PodGroup name)."""
@@ -63,19 +70,34 @@ def member_deleted(state: GangState, uid: str) -> None:
         members.discard(uid)
 
 
-def try_gang(state: GangState, queue: QueueState, engine: Engine, recorder: Recorder, group: Group,
-             position: InputPosition, now: datetime) -> CellDecision | GangAttempt | None:
+def try_gang(
+    state: GangState,
+    queue: QueueState,
+    engine: Engine,
+    recorder: Recorder,
+    group: Group,
+    position: InputPosition,
+    now: datetime,
+) -> CellDecision | GangAttempt | None:
     """Hold the gang (a ``held`` record when its message changed, else None) or place it."""
     namespace, name = group
-    members = sorted((e for e in queue.pending.values()
-                      if e.pod.pod_group == name and e.pod.namespace == namespace and e.in_flight is None),
-                     key=queue_key)
+    members = sorted(
+        (
+            e
+            for e in queue.pending.values()
+            if e.pod.pod_group == name and e.pod.namespace == namespace and e.in_flight is None
+        ),
+        key=queue_key,
+    )
     subject = f"{namespace}/{name}"
     min_member = state.min_member.get(group)
     # Members placed and waiting for their binding count as kube's coscheduling counts assumed
     # pods: they hold their nodes already.
-    placed = sum(1 for e in queue.pending.values()
-                 if e.pod.pod_group == name and e.pod.namespace == namespace and e.in_flight is not None)
+    placed = sum(
+        1
+        for e in queue.pending.values()
+        if e.pod.pod_group == name and e.pod.namespace == namespace and e.in_flight is not None
+    )
     bound = len(state.bound.get(group, ())) + placed
     if min_member is None or len(members) + bound < min_member:
         return _hold(queue, recorder, members, subject, min_member, bound, position, now)
@@ -86,11 +108,21 @@ def try_gang(state: GangState, queue: QueueState, engine: Engine, recorder: Reco
     return GangAttempt(members, outcome, subject, name, snapshot)
 
 
-def _hold(queue: QueueState, recorder: Recorder, members: list[PendingPod], subject: str,
-          min_member: int | None, bound: int, position: InputPosition, now: datetime) -> CellDecision | None:
-    message = (f'pod group "{subject}" not found' if min_member is None else
-               f"waiting for gang {subject}: {len(members) + bound}/{min_member} members "
-               f"pending or running")
+def _hold(
+    queue: QueueState,
+    recorder: Recorder,
+    members: list[PendingPod],
+    subject: str,
+    min_member: int | None,
+    bound: int,
+    position: InputPosition,
+    now: datetime,
+) -> CellDecision | None:
+    message = (
+        f'pod group "{subject}" not found'
+        if min_member is None
+        else f"waiting for gang {subject}: {len(members) + bound}/{min_member} members pending or running"
+    )
     for entry in members:
         queue.unschedulable.add(entry.pod.uid)
         drop_from_active(queue, entry)
@@ -99,5 +131,6 @@ def _hold(queue: QueueState, recorder: Recorder, members: list[PendingPod], subj
         return None
     for entry in members:
         entry.last_message = message
-    return CellDecision(recorder.record(position, subject, "held", now, message=message,
-                                        pods=[entry.pod.key for entry in members]))
+    return CellDecision(
+        recorder.record(position, subject, "held", now, message=message, pods=[entry.pod.key for entry in members])
+    )

@@ -22,8 +22,17 @@ from berth.schemas import HandOverPod, InputPosition, PodRouted, RejectedNodes
 from .queue import PendingPod, QueueState, activate, forget_pod
 from .records import CellDecision, Recorder, digest
 
-__all__ = ["HANDOVER_RETRY_TICKS", "HandOverState", "counting_cells_tried", "hand_over", "is_given_up",
-           "may_hand_over", "on_routed", "on_tick", "take_back"]
+__all__ = [
+    "HANDOVER_RETRY_TICKS",
+    "HandOverState",
+    "counting_cells_tried",
+    "hand_over",
+    "is_given_up",
+    "may_hand_over",
+    "on_routed",
+    "on_tick",
+    "take_back",
+]
 
 HANDOVER_RETRY_TICKS = 2
 """A pod no cell could place rests in the last cell of its round; once it has rested through this
@@ -81,23 +90,40 @@ def may_hand_over(entry: PendingPod) -> bool:
     return not routed.round_complete or entry.ticks_rested >= HANDOVER_RETRY_TICKS
 
 
-def hand_over(state: HandOverState, queue: QueueState, recorder: Recorder, entry: PendingPod,
-              outcome: Outcome, position: InputPosition, now: datetime, snapshot: str) -> CellDecision:
+def hand_over(
+    state: HandOverState,
+    queue: QueueState,
+    recorder: Recorder,
+    entry: PendingPod,
+    outcome: Outcome,
+    position: InputPosition,
+    now: datetime,
+    snapshot: str,
+) -> CellDecision:
     """Give the pod up: a ``handed-over`` record and the HandOverPod command for the inventory."""
     pod, routed = entry.pod, entry.routed
     assert routed is not None
     forget_pod(queue, pod.uid)
     state.handed_over[pod.uid] = routed.hop
-    record = recorder.record(position, pod.key, "handed-over", now, snapshot=snapshot,
-                             message=outcome.message, verdicts=outcome.verdicts)
+    record = recorder.record(
+        position, pod.key, "handed-over", now, snapshot=snapshot, message=outcome.message, verdicts=outcome.verdicts
+    )
     # A new round starts from this cell: what the cells before it said is stale by now.
     before = None if routed.round_complete else routed.elsewhere
     own = _with_preemption(outcome.rejected, outcome.message)
     rejected = own.plus(before) if own is not None else before
-    command = HandOverPod(command_id=digest(record.decision_id, "hand-over"), decision_id=record.decision_id,
-                          cell=recorder.cell, pod_uid=pod.uid, namespace=pod.namespace, name=pod.name,
-                          hop=routed.hop, route_partition=routed.route_partition, rejected=rejected,
-                          issued_at=now)
+    command = HandOverPod(
+        command_id=digest(record.decision_id, "hand-over"),
+        decision_id=record.decision_id,
+        cell=recorder.cell,
+        pod_uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        hop=routed.hop,
+        route_partition=routed.route_partition,
+        rejected=rejected,
+        issued_at=now,
+    )
     return CellDecision(record, (command,))
 
 
@@ -110,8 +136,9 @@ def counting_cells_tried(entry: PendingPod, outcome: Outcome) -> Outcome:
     if routed is None or routed.elsewhere is None or outcome.rejected is None:
         return outcome
     more = routed.elsewhere
-    message = with_more_nodes(outcome.message, outcome.rejected.nodes, outcome.rejected.reasons,
-                              more.nodes, more.reasons)
+    message = with_more_nodes(
+        outcome.message, outcome.rejected.nodes, outcome.rejected.reasons, more.nodes, more.reasons
+    )
     if more.preemption is not None:
         message = with_more_preemption(message, more.nodes, more.preemption)
     return replace(outcome, message=message, rejected=outcome.rejected.plus(more))

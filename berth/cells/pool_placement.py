@@ -52,8 +52,9 @@ CARBON_SCORE_WEIGHT = 3
 REGION_PREFERENCE_WEIGHT = 50
 
 
-def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = (),
-                spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> PodInfo:
+def constrained(
+    pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = (), spot_labels: Sequence[SpotLabel] = SPOT_LABELS
+) -> PodInfo:
     """``pod`` restricted to nodes of ``capacity`` class (by ``spot_labels``) and preferring
     ``regions``."""
     regions = tuple(sorted(set(regions)))
@@ -66,23 +67,34 @@ def constrained(pod: PodInfo, capacity: CapacityClass, regions: Iterable[str] = 
         required = _in_capacity_class(required or (NodeSelectorTerm(),), capacity, spot_labels)
     preferred = node_affinity.preferred
     if regions:
-        preferred = (*preferred, PreferredSchedulingTerm(
-            weight=REGION_PREFERENCE_WEIGHT, preference=NodeSelectorTerm(match_expressions=(
-                NodeSelectorRequirement(key=LABEL_REGION, operator="In", values=regions),))))
+        preferred = (
+            *preferred,
+            PreferredSchedulingTerm(
+                weight=REGION_PREFERENCE_WEIGHT,
+                preference=NodeSelectorTerm(
+                    match_expressions=(NodeSelectorRequirement(key=LABEL_REGION, operator="In", values=regions),)
+                ),
+            ),
+        )
     node_affinity = node_affinity.model_copy(update={"required": required, "preferred": preferred})
     return pod.model_copy(update={"affinity": affinity.model_copy(update={"node_affinity": node_affinity})})
 
 
-def _in_capacity_class(terms: Sequence[NodeSelectorTerm], capacity: CapacityClass,
-                       spot_labels: Sequence[SpotLabel]) -> tuple[NodeSelectorTerm, ...]:
+def _in_capacity_class(
+    terms: Sequence[NodeSelectorTerm], capacity: CapacityClass, spot_labels: Sequence[SpotLabel]
+) -> tuple[NodeSelectorTerm, ...]:
     def extended(term: NodeSelectorTerm, *expressions: NodeSelectorRequirement) -> NodeSelectorTerm:
         return term.model_copy(update={"match_expressions": (*term.match_expressions, *expressions)})
 
     if capacity == "spot":
-        return tuple(extended(term, NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values))
-                     for term in terms for label in spot_labels)
-    not_spot = tuple(NodeSelectorRequirement(key=label.key, operator="NotIn", values=label.spot_values)
-                     for label in spot_labels)
+        return tuple(
+            extended(term, NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values))
+            for term in terms
+            for label in spot_labels
+        )
+    not_spot = tuple(
+        NodeSelectorRequirement(key=label.key, operator="NotIn", values=label.spot_values) for label in spot_labels
+    )
     return tuple(extended(term, *not_spot) for term in terms)
 
 
@@ -146,5 +158,9 @@ def replica_cost_per_hour(pod: PodInfo, node: NodeInfo) -> float | None:
 
 
 def probed(pod: PodInfo, node: NodeInfo) -> ProbedReplica:
-    return ProbedReplica(node=node.name, spot=node.capacity_type == "spot",
-                         cost_per_hour=replica_cost_per_hour(pod, node), carbon_intensity=node.carbon_intensity)
+    return ProbedReplica(
+        node=node.name,
+        spot=node.capacity_type == "spot",
+        cost_per_hour=replica_cost_per_hour(pod, node),
+        carbon_intensity=node.carbon_intensity,
+    )

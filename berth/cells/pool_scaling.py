@@ -46,10 +46,25 @@ from .scaling import (
 )
 from .spot import SpotHistory
 
-__all__ = ["PoolState", "as_pending", "capacity_order", "count_interruption", "current_replicas",
-           "drop_agent_pool", "member_gone", "on_agent_pool", "on_lag", "outstanding", "place_replica",
-           "plan", "replica_template", "scale", "scale_command", "spot_suspended",
-           "track_member"]
+__all__ = [
+    "PoolState",
+    "as_pending",
+    "capacity_order",
+    "count_interruption",
+    "current_replicas",
+    "drop_agent_pool",
+    "member_gone",
+    "on_agent_pool",
+    "on_lag",
+    "outstanding",
+    "place_replica",
+    "plan",
+    "replica_template",
+    "scale",
+    "scale_command",
+    "spot_suspended",
+    "track_member",
+]
 
 
 @dataclass
@@ -105,8 +120,14 @@ def member_gone(state: PoolState, uid: str) -> str | None:
 # -- policies --------------------------------------------------------------------------------
 
 
-def on_agent_pool(state: PoolState, ctx: CellContext, event: PolicyObserved, position: InputPosition,
-                  now: datetime, moving: Collection[str]) -> list[CellDecision]:
+def on_agent_pool(
+    state: PoolState,
+    ctx: CellContext,
+    event: PolicyObserved,
+    position: InputPosition,
+    now: datetime,
+    moving: Collection[str],
+) -> list[CellDecision]:
     info = event.agent_pool
     if info is None:
         return []
@@ -119,8 +140,9 @@ def on_agent_pool(state: PoolState, ctx: CellContext, event: PolicyObserved, pos
             return []  # a pool Berth places but does not scale
         state.pools[key] = merge_cluster_spec(file_policy, info.spec)
     except (AgentPoolSpecError, ValueError) as exc:
-        message = (f"AgentPool {key} ignored: {exc}"
-                   + ("; the pools file's policy stays" if file_policy is not None else ""))
+        message = f"AgentPool {key} ignored: {exc}" + (
+            "; the pools file's policy stays" if file_policy is not None else ""
+        )
         if state.messages.get(key) == message:
             return []
         state.messages[key] = message
@@ -141,8 +163,9 @@ def _pending_replicas(ctx: CellContext, key: str) -> list[PodInfo]:
     return [e.pod for e in ctx.queue.pending.values() if agent_pool_of(e.pod) == key]
 
 
-def current_replicas(state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None,
-                     lag: PoolLagState | None = None) -> int:
+def current_replicas(
+    state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None, lag: PoolLagState | None = None
+) -> int:
     current = state.replicas.get(key)
     if current is not None:
         return current
@@ -168,8 +191,9 @@ def spot_suspended(state: PoolState, key: str) -> bool:
     return history is not None and history.suspended
 
 
-def count_interruption(state: PoolState, ctx: CellContext, key: str, at: datetime, position: InputPosition,
-                       now: datetime) -> list[CellDecision]:
+def count_interruption(
+    state: PoolState, ctx: CellContext, key: str, at: datetime, position: InputPosition, now: datetime
+) -> list[CellDecision]:
     """Count a spot interruption of one of the pool's nodes; record ``spot-suspended`` when it
     crosses the pool's threshold."""
     threshold = _threshold(state, key)
@@ -177,14 +201,17 @@ def count_interruption(state: PoolState, ctx: CellContext, key: str, at: datetim
     if not history.record(at, threshold):
         return []
     assert threshold is not None
-    message = (f"{len(history.times)} spot interruptions within {threshold.window_seconds:.0f}s "
-               f"(threshold {threshold.count}): the pool's replicas go to on-demand nodes until "
-               f"{threshold.window_seconds:.0f}s pass without one")
+    message = (
+        f"{len(history.times)} spot interruptions within {threshold.window_seconds:.0f}s "
+        f"(threshold {threshold.count}): the pool's replicas go to on-demand nodes until "
+        f"{threshold.window_seconds:.0f}s pass without one"
+    )
     return [CellDecision(ctx.recorder.record(position, key, "spot-suspended", now, message=message, part="spot"))]
 
 
-def _maybe_resume_spot(state: PoolState, ctx: CellContext, key: str, now: datetime,
-                       position: InputPosition) -> list[CellDecision]:
+def _maybe_resume_spot(
+    state: PoolState, ctx: CellContext, key: str, now: datetime, position: InputPosition
+) -> list[CellDecision]:
     history = state.spot.get(key)
     threshold = _threshold(state, key)
     if history is None or not history.quiet_since(now, threshold):
@@ -197,8 +224,14 @@ def _maybe_resume_spot(state: PoolState, ctx: CellContext, key: str, now: dateti
 # -- scaling ---------------------------------------------------------------------------------
 
 
-def on_lag(state: PoolState, ctx: CellContext, lag: PoolLagState, position: InputPosition, now: datetime,
-           moving: Collection[str]) -> list[CellDecision]:
+def on_lag(
+    state: PoolState,
+    ctx: CellContext,
+    lag: PoolLagState,
+    position: InputPosition,
+    now: datetime,
+    moving: Collection[str],
+) -> list[CellDecision]:
     """A pool's lag state: scale the pool if its policy says so (and the room is there)."""
     key = f"{lag.namespace}/{lag.pool}"
     policy = state.pools.get(key)
@@ -213,26 +246,41 @@ def on_lag(state: PoolState, ctx: CellContext, lag: PoolLagState, position: Inpu
     members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
     costs = [replica_cost_per_hour(m, nodes[m.node_name]) for m in members]  # type: ignore[index]
     planned = outstanding(state, ctx, key, template, current)
-    verdict = decide_scale(ScalingInput(
-        policy=policy, lag=lag, current=current, last_scaled_at=state.scaled_at.get(key),
-        memory=memory, spot_suspended=spot_suspended(state, key),
-        spot_replicas=sum(1 for m in members if nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
-        pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
-        priced_replicas=sum(1 for c in costs if c is not None),
-        carbon_intensity=_cleanest_intensity(ctx),
-        probe=_probe(ctx, template, policy, planned) if template is not None else None))
+    verdict = decide_scale(
+        ScalingInput(
+            policy=policy,
+            lag=lag,
+            current=current,
+            last_scaled_at=state.scaled_at.get(key),
+            memory=memory,
+            spot_suspended=spot_suspended(state, key),
+            spot_replicas=sum(1 for m in members if nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
+            pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
+            priced_replicas=sum(1 for c in costs if c is not None),
+            carbon_intensity=_cleanest_intensity(ctx),
+            probe=_probe(ctx, template, policy, planned) if template is not None else None,
+        )
+    )
     if verdict is None:
         return decisions
     if template is not None:
         planned = [*outstanding(state, ctx, key, template, current), *([template] * (verdict.replicas - current))]
-    decisions.extend(_conclude_scale(state, ctx, key, current, verdict, position, now, lag.updated_at, planned,
-                                     moving))
+    decisions.extend(_conclude_scale(state, ctx, key, current, verdict, position, now, lag.updated_at, planned, moving))
     return decisions
 
 
-def _conclude_scale(state: PoolState, ctx: CellContext, key: str, current: int, verdict: ScaleVerdict,
-                    position: InputPosition, now: datetime, at: datetime, planned: list[PodInfo],
-                    moving: Collection[str]) -> list[CellDecision]:
+def _conclude_scale(
+    state: PoolState,
+    ctx: CellContext,
+    key: str,
+    current: int,
+    verdict: ScaleVerdict,
+    position: InputPosition,
+    now: datetime,
+    at: datetime,
+    planned: list[PodInfo],
+    moving: Collection[str],
+) -> list[CellDecision]:
     decisions: list[CellDecision] = []
     if verdict.outcome == "held":
         if state.messages.get(key) != verdict.reason:
@@ -240,30 +288,44 @@ def _conclude_scale(state: PoolState, ctx: CellContext, key: str, current: int, 
             decisions.append(CellDecision(ctx.recorder.record(position, key, "held", now, message=verdict.reason)))
     else:
         state.messages.pop(key, None)
-        decisions.append(scale(state, ctx, key, current, verdict.replicas, verdict.reason, position, now,
-                               scaled_at=at))
+        decisions.append(scale(state, ctx, key, current, verdict.replicas, verdict.reason, position, now, scaled_at=at))
     if verdict.fallback is not None:
         decisions.extend(_fall_back(state, ctx, key, verdict, position, now, at, planned, moving))
     return decisions
 
 
-def _fall_back(state: PoolState, ctx: CellContext, key: str, verdict: ScaleVerdict, position: InputPosition,
-               now: datetime, at: datetime, planned: list[PodInfo], moving: Collection[str]) -> list[CellDecision]:
+def _fall_back(
+    state: PoolState,
+    ctx: CellContext,
+    key: str,
+    verdict: ScaleVerdict,
+    position: InputPosition,
+    now: datetime,
+    at: datetime,
+    planned: list[PodInfo],
+    moving: Collection[str],
+) -> list[CellDecision]:
     """Scale the pool serving the fallback model (same namespace; by ``spec.model``, else by
     name) by the replicas' worth of tokens the pool could not get, in the room left after
     the pool's own ``planned`` replicas."""
     fallback = verdict.fallback
     assert fallback is not None
     namespace = key.split("/", 1)[0]
-    candidates = sorted(k for k, p in state.pools.items() if k != key and k.startswith(namespace + "/")
-                        and (p.model == fallback.model or k == f"{namespace}/{fallback.model}"))
+    candidates = sorted(
+        k
+        for k, p in state.pools.items()
+        if k != key
+        and k.startswith(namespace + "/")
+        and (p.model == fallback.model or k == f"{namespace}/{fallback.model}")
+    )
     if not candidates:
         return []
     target = candidates[0]
     policy = state.pools[target]
     current = current_replicas(state, ctx, target, policy)
-    wanted = min(policy.max_replicas,
-                 current + math.ceil(fallback.tokens_per_second / policy.tokens_per_second_per_replica))
+    wanted = min(
+        policy.max_replicas, current + math.ceil(fallback.tokens_per_second / policy.tokens_per_second_per_replica)
+    )
     template = replica_template(state, ctx, target, policy)
     if wanted <= current:
         return []
@@ -272,35 +334,56 @@ def _fall_back(state: PoolState, ctx: CellContext, key: str, verdict: ScaleVerdi
         wanted = current + len(plan(ctx, template, policy, wanted - current, order, prior=list(planned)))
     if wanted <= current:
         return []
-    reason = (f"fallback for {key} ({fallback.replicas} replica(s) short): model {fallback.model} "
-              f"takes {fallback.tokens_per_second:.0f} tokens/s")
+    reason = (
+        f"fallback for {key} ({fallback.replicas} replica(s) short): model {fallback.model} "
+        f"takes {fallback.tokens_per_second:.0f} tokens/s"
+    )
     return [scale(state, ctx, target, current, wanted, reason, position, now, scaled_at=at, part="fallback")]
 
 
-def scale(state: PoolState, ctx: CellContext, key: str, current: int, replicas: int, reason: str,
-          position: InputPosition, now: datetime, *, scaled_at: datetime | None = None,
-          part: str | None = None) -> CellDecision:
+def scale(
+    state: PoolState,
+    ctx: CellContext,
+    key: str,
+    current: int,
+    replicas: int,
+    reason: str,
+    position: InputPosition,
+    now: datetime,
+    *,
+    scaled_at: datetime | None = None,
+    part: str | None = None,
+) -> CellDecision:
     """A ``scaled`` record and its ScalePool command; the pool's count is ``replicas`` from now."""
     state.replicas[key] = replicas
     if scaled_at is not None:
         state.scaled_at[key] = scaled_at
-    record = ctx.recorder.record(position, key, "scaled", now, message=f"{current} → {replicas} replicas: {reason}",
-                                 part=part)
+    record = ctx.recorder.record(
+        position, key, "scaled", now, message=f"{current} → {replicas} replicas: {reason}", part=part
+    )
     command = scale_command(ctx.cell, key, current, replicas, reason, now).model_copy(
-        update={"decision_id": record.decision_id, "command_id": digest(record.decision_id, 0)})
+        update={"decision_id": record.decision_id, "command_id": digest(record.decision_id, 0)}
+    )
     return CellDecision(record, (command,))
 
 
 def scale_command(cell: int, key: str, current: int, replicas: int, reason: str, now: datetime) -> ScalePool:
     """The command alone; its ids are placeholders the decision that carries it replaces."""
     namespace, name = key.split("/", 1)
-    return ScalePool(command_id="-", decision_id="-", cell=cell, issued_at=now, pool=name,
-                     namespace=namespace, replicas=max(replicas, 0), previous_replicas=max(current, 0),
-                     reason=reason)
+    return ScalePool(
+        command_id="-",
+        decision_id="-",
+        cell=cell,
+        issued_at=now,
+        pool=name,
+        namespace=namespace,
+        replicas=max(replicas, 0),
+        previous_replicas=max(current, 0),
+        reason=reason,
+    )
 
 
-def outstanding(state: PoolState, ctx: CellContext, key: str, template: PodInfo | None,
-                current: int) -> list[PodInfo]:
+def outstanding(state: PoolState, ctx: CellContext, key: str, template: PodInfo | None, current: int) -> list[PodInfo]:
     """Replicas asked for that do not exist here yet (neither pending nor bound): room for
     them is spoken for, so probes place them first."""
     if template is None:
@@ -320,8 +403,9 @@ def replica_template(state: PoolState, ctx: CellContext, key: str, policy: PoolP
         return None
     namespace, name = key.split("/", 1)
     try:
-        return replica_pod(AgentPool(namespace, name, policy.model_dump(mode="json", by_alias=True,
-                                                                        exclude_none=True)), 0)
+        return replica_pod(
+            AgentPool(namespace, name, policy.model_dump(mode="json", by_alias=True, exclude_none=True)), 0
+        )
     except ReplicaError:
         return None
 
@@ -329,8 +413,14 @@ def replica_template(state: PoolState, ctx: CellContext, key: str, policy: PoolP
 # -- where replicas go -----------------------------------------------------------------------
 
 
-def plan(ctx: CellContext, template: PodInfo, policy: PoolPolicy, count: int, order: list[CapacityClass],
-         prior: list[PodInfo] | None = None) -> list[ProbedReplica]:
+def plan(
+    ctx: CellContext,
+    template: PodInfo,
+    policy: PoolPolicy,
+    count: int,
+    order: list[CapacityClass],
+    prior: list[PodInfo] | None = None,
+) -> list[ProbedReplica]:
     """Where ``count`` replicas would go, class by class in ``order``, after ``prior``."""
     probe = _probe(ctx, template, policy, prior)
     found: list[ProbedReplica] = []
@@ -353,15 +443,16 @@ def _probe(ctx: CellContext, template: PodInfo, policy: PoolPolicy, prior: list[
         if count <= 0:
             return []
         candidate = constrained(with_preferences(template, policy), capacity, regions, ctx.spot_labels)
-        names = ctx.engine.probe([*found, *([candidate] * count)])[len(found):]
+        names = ctx.engine.probe([*found, *([candidate] * count)])[len(found) :]
         found.extend([candidate] * len(names))
         return [probed(template, nodes[name]) for name in names if name in nodes]
 
     return probe
 
 
-def capacity_order(state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None, *,
-                   moving: bool) -> list[CapacityClass]:
+def capacity_order(
+    state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None, *, moving: bool
+) -> list[CapacityClass]:
     """The node classes a replica of the pool may use, in order of preference. While the pool
     moves off a reclaimed spot node its replacements try on-demand first."""
     cost = policy.cost if policy is not None else None
@@ -380,8 +471,11 @@ def capacity_order(state: PoolState, ctx: CellContext, key: str, policy: PoolPol
 
 def _cleanest_intensity(ctx: CellContext) -> float | None:
     book = ctx.nodes
-    values = [n.carbon_intensity for name, n in sorted(book.nodes.items())
-              if n.carbon_intensity is not None and not n.unschedulable and name not in book.cordoned]
+    values = [
+        n.carbon_intensity
+        for name, n in sorted(book.nodes.items())
+        if n.carbon_intensity is not None and not n.unschedulable and name not in book.cordoned
+    ]
     return min(values) if values else None
 
 
@@ -396,8 +490,11 @@ def place_replica(state: PoolState, ctx: CellContext, pod: PodInfo, key: str, *,
     outcome = Outcome()
     for capacity in order:
         candidate = constrained(pod, capacity, regions, ctx.spot_labels)
-        outcome = (ctx.engine.schedule(candidate, preempt=False, extra_scores=terms) if terms
-                   else ctx.engine.schedule(candidate))
+        outcome = (
+            ctx.engine.schedule(candidate, preempt=False, extra_scores=terms)
+            if terms
+            else ctx.engine.schedule(candidate)
+        )
         if outcome.placed:
             return outcome
     if terms:

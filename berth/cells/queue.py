@@ -28,8 +28,21 @@ from berth.schemas import CommandResult, InputPosition, PodInfo, PodRouted, Scal
 
 from .records import digest
 
-__all__ = ["PendingPod", "QueueState", "activate", "drop_from_active", "forget_pod", "observe_bound",
-           "is_schedulable_here", "observe_pending", "on_result", "pod_deleted", "queue_key", "requeue_unschedulable", "shape"]
+__all__ = [
+    "PendingPod",
+    "QueueState",
+    "activate",
+    "drop_from_active",
+    "forget_pod",
+    "observe_bound",
+    "is_schedulable_here",
+    "observe_pending",
+    "on_result",
+    "pod_deleted",
+    "queue_key",
+    "requeue_unschedulable",
+    "shape",
+]
 
 _IDENTITY = {"uid", "name", "creation_time", "owner", "annotations"}
 _SCALE_POOL = ScalePool.model_fields["type"].default

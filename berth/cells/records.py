@@ -44,10 +44,21 @@ class Recorder:
         self.config_hash = config_hash
         self.config_version = config_version
 
-    def record(self, position: InputPosition, subject: str, outcome: str, now: datetime, *,
-               node: str | None = None, gpu_devices: Iterable[int] = (), message: str = "",
-               verdicts: Iterable[NodeVerdict] = (), snapshot: str | None = None,
-               part: str | None = None, pods: Iterable[str] = ()) -> DecisionRecord:
+    def record(
+        self,
+        position: InputPosition,
+        subject: str,
+        outcome: str,
+        now: datetime,
+        *,
+        node: str | None = None,
+        gpu_devices: Iterable[int] = (),
+        message: str = "",
+        verdicts: Iterable[NodeVerdict] = (),
+        snapshot: str | None = None,
+        part: str | None = None,
+        pods: Iterable[str] = (),
+    ) -> DecisionRecord:
         """A signed record: ``decision_hash`` covers every other field, canonically encoded.
         ``snapshot`` is the engine's snapshot hash before the decision (default: now); ``part``
         tells apart two decisions about one subject from one input (e.g. a pool's spot
@@ -55,16 +66,26 @@ class Recorder:
         ident: tuple[object, ...] = (self.cell_name, position.topic, position.partition, position.offset, subject)
         decision_id = digest(*ident, *((part,) if part is not None else ()))
         fields: dict[str, Any] = {
-            "decision_id": decision_id, "cell": self.cell_name, "input": position, "subject": subject,
-            "outcome": outcome, "node": node, "gpu_devices": tuple(gpu_devices), "message": message,
-            "verdicts": tuple(verdicts), "pods": tuple(pods), "config_version": self.config_version,
-            "snapshot_hash": snapshot or self.engine.snapshot_hash(), "config_hash": self.config_hash,
+            "decision_id": decision_id,
+            "cell": self.cell_name,
+            "input": position,
+            "subject": subject,
+            "outcome": outcome,
+            "node": node,
+            "gpu_devices": tuple(gpu_devices),
+            "message": message,
+            "verdicts": tuple(verdicts),
+            "pods": tuple(pods),
+            "config_version": self.config_version,
+            "snapshot_hash": snapshot or self.engine.snapshot_hash(),
+            "config_hash": self.config_hash,
             "event_time": now,
         }
         unsigned = DecisionRecord(decision_hash="-", **fields)
         # An empty ``pods`` stays out of the signed form, so that records made before the field
         # existed keep their hashes when a newer auditor replays them.
         excluded = {"decision_hash"} if unsigned.pods else {"decision_hash", "pods"}
-        canonical = json.dumps(unsigned.model_dump(mode="json", exclude=excluded),
-                               sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(
+            unsigned.model_dump(mode="json", exclude=excluded), sort_keys=True, separators=(",", ":")
+        )
         return unsigned.model_copy(update={"decision_hash": digest(canonical, size=32)})

@@ -194,10 +194,12 @@ def grid_dirty(policy: PoolPolicy, now: datetime, carbon_intensity: float | None
     carbon = policy.carbon
     if carbon is None or carbon.time_shifting is None or not carbon.time_shifting.enabled:
         return None
-    if (carbon.max_carbon_intensity is not None and carbon_intensity is not None
-            and carbon_intensity > carbon.max_carbon_intensity):
-        return (f"carbon intensity {carbon_intensity:.0f} gCO2/kWh above the pool's "
-                f"{carbon.max_carbon_intensity:.0f}")
+    if (
+        carbon.max_carbon_intensity is not None
+        and carbon_intensity is not None
+        and carbon_intensity > carbon.max_carbon_intensity
+    ):
+        return f"carbon intensity {carbon_intensity:.0f} gCO2/kWh above the pool's {carbon.max_carbon_intensity:.0f}"
     hours = carbon.time_shifting.hours()
     if hours is not None:
         start, end = hours
@@ -254,8 +256,7 @@ def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
     pool as it is. See the module docstring for the rule."""
     policy, current = inputs.policy, inputs.current
     if current > policy.max_replicas:
-        return ScaleVerdict(policy.max_replicas, f"above maxReplicas {policy.max_replicas}",
-                            wanted=policy.max_replicas)
+        return ScaleVerdict(policy.max_replicas, f"above maxReplicas {policy.max_replicas}", wanted=policy.max_replicas)
     target_ms = target_ttft_ms(policy)
     wanted = need(inputs)
     over = _over_budget(inputs, wanted)
@@ -276,8 +277,7 @@ def _over_budget(inputs: ScalingInput, wanted: Need) -> ScaleVerdict | None:
     yet is not shrunk again."""
     policy, current = inputs.policy, inputs.current
     cost = policy.cost
-    if (cost is None or cost.max_cost_per_hour is None or not inputs.pool_cost_per_hour
-            or inputs.priced_replicas <= 0):
+    if cost is None or cost.max_cost_per_hour is None or not inputs.pool_cost_per_hour or inputs.priced_replicas <= 0:
         return None
     price = inputs.pool_cost_per_hour / inputs.priced_replicas
     budget = cost.max_cost_per_hour
@@ -286,9 +286,11 @@ def _over_budget(inputs: ScalingInput, wanted: Need) -> ScaleVerdict | None:
     keep = max(policy.min_replicas, math.floor(budget / price + 1e-9))
     if keep >= current:
         return None
-    why = (f"over budget: {current} replicas at {price:.2f}/h each cost {current * price:.2f}/h, above "
-           f"maxCostPerHour {budget:g}; {keep} fit" + (f" (minReplicas {policy.min_replicas})"
-                                                      if keep * price > budget + 1e-9 else ""))
+    why = (
+        f"over budget: {current} replicas at {price:.2f}/h each cost {current * price:.2f}/h, above "
+        f"maxCostPerHour {budget:g}; {keep} fit"
+        + (f" (minReplicas {policy.min_replicas})" if keep * price > budget + 1e-9 else "")
+    )
     fallback = None
     short = wanted.replicas - keep
     if short > 0 and cost.fallback_model:
@@ -308,16 +310,25 @@ def _why_up(inputs: ScalingInput, wanted: Need, target_ms: float) -> str:
     asked = wanted.steady if wanted.term == "steady" else wanted.drain
     bound = f" (maxReplicas {policy.max_replicas})" if asked > policy.max_replicas else ""
     if wanted.term == "steady":
-        return (f"steady: demand {wanted.demand:.0f} tokens/s needs {asked} replicas{bound} at "
-                f"{TARGET_UTILISATION:.0%} of {policy.tokens_per_second_per_replica:.0f} tokens/s each")
-    slo = (f"{target_ms:.0f}ms (SLO {policy.ttft_slo_ms:.0f}ms"
-           + (f" less {policy.ttft_slo_ms - target_ms:.0f}ms headroom)" if target_ms != policy.ttft_slo_ms else ")"))
+        return (
+            f"steady: demand {wanted.demand:.0f} tokens/s needs {asked} replicas{bound} at "
+            f"{TARGET_UTILISATION:.0%} of {policy.tokens_per_second_per_replica:.0f} tokens/s each"
+        )
+    slo = f"{target_ms:.0f}ms (SLO {policy.ttft_slo_ms:.0f}ms" + (
+        f" less {policy.ttft_slo_ms - target_ms:.0f}ms headroom)" if target_ms != policy.ttft_slo_ms else ")"
+    )
     led = wanted.projected_tokens > lag.tokens_in_queue
-    return (f"drain: {lag.tokens_in_queue} tokens queued"
-            + (f", {wanted.projected_tokens:.0f} in {policy.model_load_seconds:.0f}s (the model load time) at "
-               f"demand {wanted.demand:.0f} tokens/s," if led else "")
-            + f" need {asked} replicas{bound} to wait at most {slo}"
-            + (f"; expected TTFT now {lag.expected_ttft_ms:.0f}ms" if lag.expected_ttft_ms is not None else ""))
+    return (
+        f"drain: {lag.tokens_in_queue} tokens queued"
+        + (
+            f", {wanted.projected_tokens:.0f} in {policy.model_load_seconds:.0f}s (the model load time) at "
+            f"demand {wanted.demand:.0f} tokens/s,"
+            if led
+            else ""
+        )
+        + f" need {asked} replicas{bound} to wait at most {slo}"
+        + (f"; expected TTFT now {lag.expected_ttft_ms:.0f}ms" if lag.expected_ttft_ms is not None else "")
+    )
 
 
 def _shrink(inputs: ScalingInput, wanted: Need, target_ms: float) -> ScaleVerdict | None:
@@ -344,9 +355,13 @@ def _shrink(inputs: ScalingInput, wanted: Need, target_ms: float) -> ScaleVerdic
         decided = f"the highest steady need of the last {policy.cooldown_s:.0f}s"
     else:
         decided = f"the need now ({wanted.term})"
-    return ScaleVerdict(down_to, f"queue short: expected TTFT {ttft_after_ms:.0f}ms with {down_to} replicas, "
-                                 f"under half the target {target_ms:.0f}ms; {down_to} is {decided}, "
-                                 f"demand {wanted.demand:.0f} tokens/s", wanted=down_to)
+    return ScaleVerdict(
+        down_to,
+        f"queue short: expected TTFT {ttft_after_ms:.0f}ms with {down_to} replicas, "
+        f"under half the target {target_ms:.0f}ms; {down_to} is {decided}, "
+        f"demand {wanted.demand:.0f} tokens/s",
+        wanted=down_to,
+    )
 
 
 def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> ScaleVerdict:
@@ -354,8 +369,12 @@ def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> Sc
     delta = wanted - current
     dirty = None if slo_critical else grid_dirty(policy, inputs.lag.updated_at, inputs.carbon_intensity)
     if dirty is not None:
-        return ScaleVerdict(current, f"{why}; {current} → {wanted} deferred (time shifting): {dirty}; "
-                                     "the SLO itself still holds", outcome="held", wanted=wanted)
+        return ScaleVerdict(
+            current,
+            f"{why}; {current} → {wanted} deferred (time shifting): {dirty}; the SLO itself still holds",
+            outcome="held",
+            wanted=wanted,
+        )
     notes: list[str] = []
     plan = list(_plan(inputs, delta, notes))
     plan = _within_budget(inputs, plan, notes)
@@ -368,11 +387,24 @@ def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> Sc
         notes.append(f"fallback model {cost.fallback_model} asked for {short} replica(s)' worth")
     detail = "; ".join(notes)
     if added == 0:
-        return ScaleVerdict(current, f"{why}; wanted {wanted} replicas but none can be added: {detail}",
-                            outcome="held", wanted=wanted, fallback=fallback, slo_critical=slo_critical,
-                            notes=tuple(notes))
-    return ScaleVerdict(current + added, why + (f"; {detail}" if detail else ""), wanted=wanted,
-                        placed_on=tuple(plan), fallback=fallback, slo_critical=slo_critical, notes=tuple(notes))
+        return ScaleVerdict(
+            current,
+            f"{why}; wanted {wanted} replicas but none can be added: {detail}",
+            outcome="held",
+            wanted=wanted,
+            fallback=fallback,
+            slo_critical=slo_critical,
+            notes=tuple(notes),
+        )
+    return ScaleVerdict(
+        current + added,
+        why + (f"; {detail}" if detail else ""),
+        wanted=wanted,
+        placed_on=tuple(plan),
+        fallback=fallback,
+        slo_critical=slo_critical,
+        notes=tuple(notes),
+    )
 
 
 def _plan(inputs: ScalingInput, delta: int, notes: list[str]) -> Sequence[ProbedReplica]:
@@ -395,8 +427,9 @@ def _plan(inputs: ScalingInput, delta: int, notes: list[str]) -> Sequence[Probed
                 spot = list(probe(min(delta, allowance), "spot"))
         on_demand = list(probe(delta - len(spot), "on-demand")) if delta > len(spot) else []
         if cost.spot_enabled and not inputs.spot_suspended and on_demand:
-            notes.append(f"{len(on_demand)} on on-demand nodes (spot short or above maxSpotPercent "
-                         f"{cost.max_spot_percent:g})")
+            notes.append(
+                f"{len(on_demand)} on on-demand nodes (spot short or above maxSpotPercent {cost.max_spot_percent:g})"
+            )
         plan = spot + on_demand
     if len(plan) < delta:
         notes.append(f"capacity for {len(plan)} of {delta} more replica(s)")
@@ -417,8 +450,10 @@ def _within_budget(inputs: ScalingInput, plan: list[ProbedReplica], notes: list[
         spent += price
         kept.append(replica)
     if len(kept) < len(plan):
-        notes.append(f"maxCostPerHour {cost.max_cost_per_hour:g} allows {len(kept)} of {len(plan)} "
-                     f"(pool at {inputs.pool_cost_per_hour or 0:.2f}/h)")
+        notes.append(
+            f"maxCostPerHour {cost.max_cost_per_hour:g} allows {len(kept)} of {len(plan)} "
+            f"(pool at {inputs.pool_cost_per_hour or 0:.2f}/h)"
+        )
     if any(r.cost_per_hour is None for r in kept):
         notes.append("some prices unknown: counted as 0")
     return kept

@@ -28,8 +28,15 @@ from .records import CellDecision, digest
 __all__ = ["conclude", "schedule_round"]
 
 
-def schedule_round(ctx: CellContext, handovers: HandOverState, gangs: GangState, pools: PoolState,
-                   moving: Collection[str], position: InputPosition, now: datetime) -> list[CellDecision]:
+def schedule_round(
+    ctx: CellContext,
+    handovers: HandOverState,
+    gangs: GangState,
+    pools: PoolState,
+    moving: Collection[str],
+    position: InputPosition,
+    now: datetime,
+) -> list[CellDecision]:
     """Try every active pod once, in queue order, and record what happened to each."""
     queue = ctx.queue
     decisions: list[CellDecision] = []
@@ -71,8 +78,7 @@ def schedule_round(ctx: CellContext, handovers: HandOverState, gangs: GangState,
     return decisions
 
 
-def _place(ctx: CellContext, pools: PoolState, entry: PendingPod, passes_on: bool,
-           moving: Collection[str]) -> Outcome:
+def _place(ctx: CellContext, pools: PoolState, entry: PendingPod, passes_on: bool, moving: Collection[str]) -> Outcome:
     pod = entry.pod
     pool = agent_pool_of(pod) if pools.pools else None
     if pool is not None and pool in pools.pools:
@@ -80,44 +86,91 @@ def _place(ctx: CellContext, pools: PoolState, entry: PendingPod, passes_on: boo
     return ctx.engine.schedule(pod, preempt=not passes_on)
 
 
-def _gang(ctx: CellContext, gangs: GangState, group: tuple[str, str], position: InputPosition,
-          now: datetime) -> CellDecision | None:
+def _gang(
+    ctx: CellContext, gangs: GangState, group: tuple[str, str], position: InputPosition, now: datetime
+) -> CellDecision | None:
     attempt = try_gang(gangs, ctx.queue, ctx.engine, ctx.recorder, group, position, now)
     if not isinstance(attempt, GangAttempt):
         return attempt
-    return conclude(ctx, attempt.members, attempt.outcome, position, now, subject=attempt.subject,
-                    pod_group=attempt.name, snapshot=attempt.snapshot)
+    return conclude(
+        ctx,
+        attempt.members,
+        attempt.outcome,
+        position,
+        now,
+        subject=attempt.subject,
+        pod_group=attempt.name,
+        snapshot=attempt.snapshot,
+    )
 
 
-def conclude(ctx: CellContext, entries: list[PendingPod], outcome: Outcome, position: InputPosition,
-             now: datetime, *, subject: str, snapshot: str, pod_group: str | None = None) -> CellDecision | None:
+def conclude(
+    ctx: CellContext,
+    entries: list[PendingPod],
+    outcome: Outcome,
+    position: InputPosition,
+    now: datetime,
+    *,
+    subject: str,
+    snapshot: str,
+    pod_group: str | None = None,
+) -> CellDecision | None:
     """Record the engine's outcome for ``entries`` (one pod, or a gang's members)."""
     if not outcome.placed:
         return _unschedulable(ctx, entries, outcome, position, now, subject, snapshot, pod_group)
     first = outcome.placements[0]
     record = ctx.recorder.record(
-        position, subject, "placed", now, node=first.node, gpu_devices=first.gpu_devices,
-        verdicts=outcome.verdicts, snapshot=snapshot,
+        position,
+        subject,
+        "placed",
+        now,
+        node=first.node,
+        gpu_devices=first.gpu_devices,
+        verdicts=outcome.verdicts,
+        snapshot=snapshot,
         message=("preempting " + ", ".join(v.key for v in outcome.victims)) if outcome.victims else "",
         pods=[p.pod.key for p in outcome.placements] if pod_group is not None else (),
     )
     # Victims travel inside the placement: the binder evicts them first, in order, which
     # separate EvictPod commands (other partitions) could not guarantee.
     command_id = digest(record.decision_id, "place")
-    commands: list[Any] = [PlacePods(
-        command_id=command_id, decision_id=record.decision_id, cell=ctx.cell, issued_at=now,
-        pod_group=pod_group, victims=tuple(v.key for v in outcome.victims),
-        victim_uids=tuple(v.uid for v in outcome.victims),
-        placements=tuple(PodPlacement(pod_uid=p.pod.uid, namespace=p.pod.namespace, name=p.pod.name,
-                                      node=p.node, gpu_devices=p.gpu_devices, gpu_milli=p.gpu_milli)
-                         for p in outcome.placements))]
+    commands: list[Any] = [
+        PlacePods(
+            command_id=command_id,
+            decision_id=record.decision_id,
+            cell=ctx.cell,
+            issued_at=now,
+            pod_group=pod_group,
+            victims=tuple(v.key for v in outcome.victims),
+            victim_uids=tuple(v.uid for v in outcome.victims),
+            placements=tuple(
+                PodPlacement(
+                    pod_uid=p.pod.uid,
+                    namespace=p.pod.namespace,
+                    name=p.pod.name,
+                    node=p.node,
+                    gpu_devices=p.gpu_devices,
+                    gpu_milli=p.gpu_milli,
+                )
+                for p in outcome.placements
+            ),
+        )
+    ]
     _mark_in_flight(ctx, outcome, command_id)
     _left_out(ctx, entries, outcome)
     return CellDecision(record, tuple(commands))
 
 
-def _unschedulable(ctx: CellContext, entries: list[PendingPod], outcome: Outcome, position: InputPosition,
-                   now: datetime, subject: str, snapshot: str, pod_group: str | None) -> CellDecision | None:
+def _unschedulable(
+    ctx: CellContext,
+    entries: list[PendingPod],
+    outcome: Outcome,
+    position: InputPosition,
+    now: datetime,
+    subject: str,
+    snapshot: str,
+    pod_group: str | None,
+) -> CellDecision | None:
     queue = ctx.queue
     outcome = counting_cells_tried(entries[0], outcome)
     outcome = counting_foreign_nodes(ctx.foreign, ctx.engine, entries[0], outcome)
@@ -129,8 +182,18 @@ def _unschedulable(ctx: CellContext, entries: list[PendingPod], outcome: Outcome
     for entry in entries:
         entry.last_message = outcome.message
     members = [entry.pod.key for entry in entries] if pod_group is not None else []
-    return CellDecision(ctx.recorder.record(position, subject, "unschedulable", now, snapshot=snapshot,
-                                            message=outcome.message, verdicts=outcome.verdicts, pods=members))
+    return CellDecision(
+        ctx.recorder.record(
+            position,
+            subject,
+            "unschedulable",
+            now,
+            snapshot=snapshot,
+            message=outcome.message,
+            verdicts=outcome.verdicts,
+            pods=members,
+        )
+    )
 
 
 def _left_out(ctx: CellContext, entries: list[PendingPod], outcome: Outcome) -> None:

@@ -70,19 +70,33 @@ def track_bound(state: DrainState, pools: PoolState, pod: PodInfo) -> None:
         move.replacements += 1
 
 
-def on_spot(state: DrainState, pools: PoolState, ctx: CellContext, notice: SpotInterruptionNotice,
-            position: InputPosition, now: datetime) -> list[CellDecision]:
+def on_spot(
+    state: DrainState,
+    pools: PoolState,
+    ctx: CellContext,
+    notice: SpotInterruptionNotice,
+    position: InputPosition,
+    now: datetime,
+) -> list[CellDecision]:
     book = ctx.nodes
     node = book.nodes.get(notice.node)
     if node is None or notice.node in book.cordoned:
         return []
     book.cordoned.add(notice.node)
     show(book, ctx.engine, notice.node)
-    message = (f"spot interruption notice: node reclaimed at {notice.deadline:%H:%M:%S} "
-               f"({notice.notice_seconds:.0f}s notice); cordoned")
+    message = (
+        f"spot interruption notice: node reclaimed at {notice.deadline:%H:%M:%S} "
+        f"({notice.notice_seconds:.0f}s notice); cordoned"
+    )
     record = ctx.recorder.record(position, notice.node, "cordoned", now, node=notice.node, message=message)
-    command = CordonNode(command_id=digest(record.decision_id, 0), decision_id=record.decision_id,
-                         cell=ctx.cell, issued_at=now, node=notice.node, reason=message)
+    command = CordonNode(
+        command_id=digest(record.decision_id, 0),
+        decision_id=record.decision_id,
+        cell=ctx.cell,
+        issued_at=now,
+        node=notice.node,
+        reason=message,
+    )
     decisions = [CellDecision(record, (command,))]
     by_pool: dict[str, list[PodInfo]] = {}
     others: list[PodInfo] = []
@@ -97,36 +111,57 @@ def on_spot(state: DrainState, pools: PoolState, ctx: CellContext, notice: SpotI
         decisions.extend(count_interruption(pools, ctx, key, notice.issued_at, position, now))
         decisions.extend(_surge(state, pools, ctx, key, by_pool[key], notice, position, now))
     for pod in others:
-        decisions.append(_evict(ctx, pod, f"spot node {notice.node} reclaimed at "
-                                          f"{notice.deadline:%H:%M:%S}: drained", position, now))
+        decisions.append(
+            _evict(ctx, pod, f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: drained", position, now)
+        )
     return decisions
 
 
-def _surge(state: DrainState, pools: PoolState, ctx: CellContext, key: str, pods: list[PodInfo],
-           notice: SpotInterruptionNotice, position: InputPosition, now: datetime) -> list[CellDecision]:
+def _surge(
+    state: DrainState,
+    pools: PoolState,
+    ctx: CellContext,
+    key: str,
+    pods: list[PodInfo],
+    notice: SpotInterruptionNotice,
+    position: InputPosition,
+    now: datetime,
+) -> list[CellDecision]:
     """Ask for replacements of ``pods`` (the pool's replicas on the reclaimed node) — as many
     as can be placed elsewhere now."""
     policy = pools.pools[key]
     current = current_replicas(pools, ctx, key, policy)
     template = as_pending(pods[0])
-    found = plan(ctx, template, policy, len(pods), capacity_order(pools, ctx, key, policy, moving=True),
-                 prior=outstanding(pools, ctx, key, template, current))
+    found = plan(
+        ctx,
+        template,
+        policy,
+        len(pods),
+        capacity_order(pools, ctx, key, policy, moving=True),
+        prior=outstanding(pools, ctx, key, template, current),
+    )
     names = ", ".join(p.key for p in pods)
     if not found:
-        message = (f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: no room elsewhere for "
-                   f"{names}; they serve until the reclaim and the pool recreates them after")
+        message = (
+            f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: no room elsewhere for "
+            f"{names}; they serve until the reclaim and the pool recreates them after"
+        )
         return [CellDecision(ctx.recorder.record(position, key, "held", now, message=message))]
-    state.moves[key] = PoolMove(node=notice.node, deadline=notice.deadline, olds=[p.uid for p in pods],
-                                surge_left=len(found))
+    state.moves[key] = PoolMove(
+        node=notice.node, deadline=notice.deadline, olds=[p.uid for p in pods], surge_left=len(found)
+    )
     where = ", ".join(sorted({f"{r.node} ({'spot' if r.spot else 'on-demand'})" for r in found}))
-    reason = (f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: surge {len(found)} "
-              f"replacement(s) for {names} before the deadline (room on {where}); the old replicas "
-              f"are evicted as replacements are bound")
+    reason = (
+        f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: surge {len(found)} "
+        f"replacement(s) for {names} before the deadline (room on {where}); the old replicas "
+        f"are evicted as replacements are bound"
+    )
     return [scale(pools, ctx, key, current, current + len(found), reason, position, now, scaled_at=notice.issued_at)]
 
 
-def advance_moves(state: DrainState, pools: PoolState, ctx: CellContext, position: InputPosition,
-                  now: datetime) -> list[CellDecision]:
+def advance_moves(
+    state: DrainState, pools: PoolState, ctx: CellContext, position: InputPosition, now: datetime
+) -> list[CellDecision]:
     """One old replica evicted (and one surge replica given back) per replacement bound."""
     decisions: list[CellDecision] = []
     for key in sorted(state.moves):
@@ -141,8 +176,10 @@ def advance_moves(state: DrainState, pools: PoolState, ctx: CellContext, positio
             pod = state.node_pods.get(move.node, {}).get(uid)
             if pod is None:
                 continue
-            reason = (f"replacement replica of {key} bound: evicting {pod.key} from spot node {move.node} "
-                      f"before its reclaim at {move.deadline:%H:%M:%S}")
+            reason = (
+                f"replacement replica of {key} bound: evicting {pod.key} from spot node {move.node} "
+                f"before its reclaim at {move.deadline:%H:%M:%S}"
+            )
             extra: tuple[Any, ...] = ()
             if move.surge_left > 0:
                 move.surge_left -= 1
@@ -155,8 +192,9 @@ def advance_moves(state: DrainState, pools: PoolState, ctx: CellContext, positio
     return decisions
 
 
-def pod_gone(state: DrainState, pools: PoolState, ctx: CellContext, uid: str, position: InputPosition,
-             now: datetime) -> list[CellDecision]:
+def pod_gone(
+    state: DrainState, pools: PoolState, ctx: CellContext, uid: str, position: InputPosition, now: datetime
+) -> list[CellDecision]:
     """A pod deleted: forget where it ran; an old replica of an open move that left without our
     eviction (the reclaim) gives its surge replica back."""
     node = state.pod_node.pop(uid, None)
@@ -173,21 +211,43 @@ def pod_gone(state: DrainState, pools: PoolState, ctx: CellContext, uid: str, po
     if uid not in move.evicted and move.surge_left > 0:
         move.surge_left -= 1
         current = current_replicas(pools, ctx, key, pools.pools.get(key))
-        decisions.append(scale(pools, ctx, key, current, current - 1,
-                               f"old replica left spot node {move.node} (reclaimed): surge replica "
-                               "given back", position, now, part=f"give-back/{uid}"))
+        decisions.append(
+            scale(
+                pools,
+                ctx,
+                key,
+                current,
+                current - 1,
+                f"old replica left spot node {move.node} (reclaimed): surge replica given back",
+                position,
+                now,
+                part=f"give-back/{uid}",
+            )
+        )
     if move.done:
         del state.moves[key]
     return decisions
 
 
-def _evict(ctx: CellContext, pod: PodInfo, reason: str, position: InputPosition, now: datetime,
-           extra: tuple[Any, ...] = ()) -> CellDecision:
+def _evict(
+    ctx: CellContext, pod: PodInfo, reason: str, position: InputPosition, now: datetime, extra: tuple[Any, ...] = ()
+) -> CellDecision:
     record = ctx.recorder.record(position, pod.key, "evicting", now, node=pod.node_name, message=reason)
-    command = EvictPod(command_id=digest(record.decision_id, "evict"), decision_id=record.decision_id,
-                       cell=ctx.cell, issued_at=now, pod_uid=pod.uid, namespace=pod.namespace,
-                       name=pod.name, node=pod.node_name, reason=reason)
-    fixed = tuple(c.model_copy(update={"decision_id": record.decision_id,
-                                       "command_id": digest(record.decision_id, i, c.command_id)})
-                  for i, c in enumerate(extra))
+    command = EvictPod(
+        command_id=digest(record.decision_id, "evict"),
+        decision_id=record.decision_id,
+        cell=ctx.cell,
+        issued_at=now,
+        pod_uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        node=pod.node_name,
+        reason=reason,
+    )
+    fixed = tuple(
+        c.model_copy(
+            update={"decision_id": record.decision_id, "command_id": digest(record.decision_id, i, c.command_id)}
+        )
+        for i, c in enumerate(extra)
+    )
     return CellDecision(record, (command, *fixed))

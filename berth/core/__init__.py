@@ -25,5 +25,17 @@ from berth.core.engine import Engine, Outcome, Placement
 from berth.core.scheduler import Framework, Scheduler
 from berth.core.state import ClusterState
 
-__all__ = ["ClusterState", "ConfigError", "Decision", "Engine", "Framework", "Outcome", "Placement", "Scheduler",
-           "SchedulerConfig", "default_config", "default_document", "parse_config"]
+__all__ = [
+    "ClusterState",
+    "ConfigError",
+    "Decision",
+    "Engine",
+    "Framework",
+    "Outcome",
+    "Placement",
+    "Scheduler",
+    "SchedulerConfig",
+    "default_config",
+    "default_document",
+    "parse_config",
+]

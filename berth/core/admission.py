@@ -110,29 +110,39 @@ def _fmt(resource: str, amount: int) -> str:
     return format_canonical(resource, amount)
 
 
-def _min_violation(kind: str, resource: str, bound: int, requests: Mapping[str, int],
-                   limits: Mapping[str, int]) -> str | None:
+def _min_violation(
+    kind: str, resource: str, bound: int, requests: Mapping[str, int], limits: Mapping[str, int]
+) -> str | None:
     if resource not in requests:
         return f"minimum {resource} usage per {kind} is {_fmt(resource, bound)}.  No request is specified"
     if requests[resource] < bound:
-        return (f"minimum {resource} usage per {kind} is {_fmt(resource, bound)}, "
-                f"but request is {_fmt(resource, requests[resource])}")
+        return (
+            f"minimum {resource} usage per {kind} is {_fmt(resource, bound)}, "
+            f"but request is {_fmt(resource, requests[resource])}"
+        )
     if resource in limits and limits[resource] < bound:
-        return (f"minimum {resource} usage per {kind} is {_fmt(resource, bound)}, "
-                f"but limit is {_fmt(resource, limits[resource])}")
+        return (
+            f"minimum {resource} usage per {kind} is {_fmt(resource, bound)}, "
+            f"but limit is {_fmt(resource, limits[resource])}"
+        )
     return None
 
 
-def _max_violation(kind: str, resource: str, bound: int, requests: Mapping[str, int],
-                   limits: Mapping[str, int]) -> str | None:
+def _max_violation(
+    kind: str, resource: str, bound: int, requests: Mapping[str, int], limits: Mapping[str, int]
+) -> str | None:
     if resource not in limits:
         return f"maximum {resource} usage per {kind} is {_fmt(resource, bound)}.  No limit is specified"
     if limits[resource] > bound:
-        return (f"maximum {resource} usage per {kind} is {_fmt(resource, bound)}, "
-                f"but limit is {_fmt(resource, limits[resource])}")
+        return (
+            f"maximum {resource} usage per {kind} is {_fmt(resource, bound)}, "
+            f"but limit is {_fmt(resource, limits[resource])}"
+        )
     if resource in requests and requests[resource] > bound:
-        return (f"maximum {resource} usage per {kind} is {_fmt(resource, bound)}, "
-                f"but request is {_fmt(resource, requests[resource])}")
+        return (
+            f"maximum {resource} usage per {kind} is {_fmt(resource, bound)}, "
+            f"but request is {_fmt(resource, requests[resource])}"
+        )
     return None
 
 
@@ -146,8 +156,9 @@ def _with_defaults(container: ContainerResources, item: LimitRangeItem) -> Conta
     return replace(container, requests=dict(sorted(requests.items())), limits=dict(sorted(limits.items())))
 
 
-def apply_limit_ranges(resources: PodResources,
-                       limit_ranges: Sequence[LimitRangeInfo]) -> tuple[PodResources, list[str]]:
+def apply_limit_ranges(
+    resources: PodResources, limit_ranges: Sequence[LimitRangeInfo]
+) -> tuple[PodResources, list[str]]:
     """Apply the namespace's LimitRanges to a pod, as the LimitRanger admission plugin does.
 
     Returns the defaulted resources and the violations (empty = admitted). Defaults of a
@@ -174,13 +185,11 @@ def apply_limit_ranges(resources: PodResources,
             if item.type == "Container":
                 for container in resources.containers + resources.init_containers:
                     for name in sorted(item.min):
-                        found = _min_violation("Container", name, item.min[name], container.requests,
-                                               container.limits)
+                        found = _min_violation("Container", name, item.min[name], container.requests, container.limits)
                         if found:
                             violations.append(found)
                     for name in sorted(item.max):
-                        found = _max_violation("Container", name, item.max[name], container.requests,
-                                               container.limits)
+                        found = _max_violation("Container", name, item.max[name], container.requests, container.limits)
                         if found:
                             violations.append(found)
             else:
@@ -212,14 +221,13 @@ def limit_range_message(violations: Sequence[str]) -> str:
 
 _COMPUTE = ("cpu", "memory", "ephemeral-storage")
 # Quota demands an explicit per-container value only for these (a kube backward-compat rule).
-_MUST_SPECIFY = frozenset({"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu",
-                           "limits.memory"})
+_MUST_SPECIFY = frozenset({"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"})
 
 
 def _underlying(quota_key: str) -> str:
     for prefix in ("requests.", "limits."):
         if quota_key.startswith(prefix):
-            return quota_key[len(prefix):]
+            return quota_key[len(prefix) :]
     return quota_key
 
 
@@ -295,8 +303,9 @@ class QuotaLedger:
         ordered = tuple(sorted(quotas, key=lambda q: (q.namespace, q.name)))
         return cls(ordered, {(q.namespace, q.name): {} for q in ordered})
 
-    def _charged(self, namespace: str, priority_class_name: str | None, usage: Mapping[str, int],
-                 sign: int) -> QuotaLedger:
+    def _charged(
+        self, namespace: str, priority_class_name: str | None, usage: Mapping[str, int], sign: int
+    ) -> QuotaLedger:
         used = {key: dict(value) for key, value in self.used.items()}
         for quota in self.quotas:
             if not _applies(quota, namespace, priority_class_name):
@@ -307,18 +316,17 @@ class QuotaLedger:
                     bucket[key] = max(0, bucket.get(key, 0) + sign * usage[key])
         return QuotaLedger(self.quotas, used)
 
-    def charge(self, namespace: str, priority_class_name: str | None,
-               resources: PodResources) -> QuotaLedger:
+    def charge(self, namespace: str, priority_class_name: str | None, resources: PodResources) -> QuotaLedger:
         """Count an existing pod (bound before the window, so never rejected) against quotas."""
         return self._charged(namespace, priority_class_name, quota_usage(resources), 1)
 
-    def release(self, namespace: str, priority_class_name: str | None,
-                resources: PodResources) -> QuotaLedger:
+    def release(self, namespace: str, priority_class_name: str | None, resources: PodResources) -> QuotaLedger:
         """A pod is gone (deleted, evicted): give its usage back."""
         return self._charged(namespace, priority_class_name, quota_usage(resources), -1)
 
-    def admit(self, pod_name: str, namespace: str, priority_class_name: str | None,
-              resources: PodResources) -> QuotaDecision:
+    def admit(
+        self, pod_name: str, namespace: str, priority_class_name: str | None, resources: PodResources
+    ) -> QuotaDecision:
         """Admit a new pod or reject it with kube-apiserver's quota message.
 
         Mirrors the quota evaluator: for each applicable quota, first the per-container
@@ -341,23 +349,17 @@ class QuotaLedger:
                     if key not in have:
                         missing.setdefault(key, []).append(container.name)
             if missing:
-                parts = "; ".join(f"{key} for: {','.join(sorted(set(names)))}"
-                                  for key, names in sorted(missing.items()))
-                return QuotaDecision(
-                    forbidden(pod_name, f"failed quota: {quota.name}: must specify {parts}"), self)
+                parts = "; ".join(
+                    f"{key} for: {','.join(sorted(set(names)))}" for key, names in sorted(missing.items())
+                )
+                return QuotaDecision(forbidden(pod_name, f"failed quota: {quota.name}: must specify {parts}"), self)
         for quota in self.quotas:
             if not _applies(quota, namespace, priority_class_name):
                 continue
             used = self.used[(quota.namespace, quota.name)]
             requested = {key: usage[key] for key in quota.hard if key in usage}
-            exceeded = sorted(key for key, amount in requested.items()
-                              if used.get(key, 0) + amount > quota.hard[key])
+            exceeded = sorted(key for key, amount in requested.items() if used.get(key, 0) + amount > quota.hard[key])
             if exceeded:
-                message = "exceeded quota: {}, requested: {}, used: {}, limited: {}".format(
-                    quota.name,
-                    _pretty({key: requested[key] for key in exceeded}),
-                    _pretty({key: used.get(key, 0) for key in exceeded}),
-                    _pretty({key: quota.hard[key] for key in exceeded}),
-                )
+                message = f"exceeded quota: {quota.name}, requested: {_pretty({key: requested[key] for key in exceeded})}, used: {_pretty({key: used.get(key, 0) for key in exceeded})}, limited: {_pretty({key: quota.hard[key] for key in exceeded})}"
                 return QuotaDecision(forbidden(pod_name, message), self)
         return QuotaDecision(None, self._charged(namespace, priority_class_name, usage, 1))

@@ -39,10 +39,9 @@ version: two documents that resolve to the same plugins, weights and args have t
 from __future__ import annotations
 
 import copy
-from types import MappingProxyType
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -72,53 +71,66 @@ MAX_WEIGHT = 1000
 :mod:`berth.core.ranking`); kube's own defaults use 1..3."""
 MAX_KEEP_TOP_SCORES = 1000
 
-_UNSUPPORTED_POINTS = MappingProxyType({
-    "queueSort": "the decision cell orders its queue itself",
-    "preEnqueue": "the decision cell decides what to attempt",
-    "preBind": "binding is the binder service's job",
-    "bind": "binding is the binder service's job",
-    "postBind": "binding is the binder service's job",
-})
+_UNSUPPORTED_POINTS = MappingProxyType(
+    {
+        "queueSort": "the decision cell orders its queue itself",
+        "preEnqueue": "the decision cell decides what to attempt",
+        "preBind": "binding is the binder service's job",
+        "bind": "binding is the binder service's job",
+        "postBind": "binding is the binder service's job",
+    }
+)
 # KubeSchedulerConfiguration keys that mean nothing to a pure core; accepted so that a kube
 # configuration file can be reused, and ignored.
-_IGNORED_TOP_LEVEL = frozenset({
-    "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
-    "metricsBindAddress", "enableProfiling", "enableContentionProfiling",
-    "podInitialBackoffSeconds", "podMaxBackoffSeconds", "delayCacheUntilActive",
-})
+_IGNORED_TOP_LEVEL = frozenset(
+    {
+        "parallelism",
+        "leaderElection",
+        "clientConnection",
+        "healthzBindAddress",
+        "metricsBindAddress",
+        "enableProfiling",
+        "enableContentionProfiling",
+        "podInitialBackoffSeconds",
+        "podMaxBackoffSeconds",
+        "delayCacheUntilActive",
+    }
+)
 MIN_FEASIBLE_NODES_TO_FIND = 100
 """kube-scheduler's ``minFeasibleNodesToFind``: below this many nodes every node is evaluated,
 and a percentage never asks for fewer."""
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 """kube-scheduler's ``minFeasibleNodesPercentageToFind``: the floor of the adaptive percentage."""
 
-_NODE_RESOURCES_FIT_STRATEGY = ("NodeResourcesFit with pluginConfig args "
-                                "scoringStrategy: {{type: {kind}, resources: [{{name: cpu, weight: 1}}, "
-                                "{{name: memory, weight: 1}}]{extra}}}")
-LEGACY_PLUGINS: Mapping[str, str] = MappingProxyType({
-    # Removed in kube-scheduler v1.23 (config v1beta2): the strategies became NodeResourcesFit's.
-    "NodeResourcesMostAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="MostAllocated", extra=""),
-    "NodeResourcesLeastAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="LeastAllocated",
-                                                                       extra=""),
-    "RequestedToCapacityRatio": _NODE_RESOURCES_FIT_STRATEGY.format(
-        kind="RequestedToCapacityRatio",
-        extra=", requestedToCapacityRatio: {shape: [{utilization: 0, score: 0}, "
-              "{utilization: 100, score: 10}]}"),
-    "NodeResourceLimits": "nothing: it was removed in v1.19; NodeResourcesFit filters and scores "
-                          "requests",
-    # Removed in v1.23 / v1.24 / v1.27.
-    "NodeLabel": "NodeAffinity with pluginConfig args addedAffinity (a node affinity every pod "
-                 "of the profile gets)",
-    "ServiceAffinity": "InterPodAffinity (pod affinity on the service's pod labels)",
-    "NodePreferAvoidPods": "nothing: it was removed in v1.24; use taints (TaintToleration)",
-    "SelectorSpread": "PodTopologySpread with pluginConfig args defaultingType: System",
-    "DefaultPodTopologySpread": "PodTopologySpread with pluginConfig args defaultingType: System",
-    # Per-cloud volume limits, merged into NodeVolumeLimits (v1.21, removed v1.27/v1.31).
-    "EBSLimits": "NodeVolumeLimits",
-    "GCEPDLimits": "NodeVolumeLimits",
-    "AzureDiskLimits": "NodeVolumeLimits",
-    "CinderLimits": "NodeVolumeLimits",
-})
+_NODE_RESOURCES_FIT_STRATEGY = (
+    "NodeResourcesFit with pluginConfig args "
+    "scoringStrategy: {{type: {kind}, resources: [{{name: cpu, weight: 1}}, "
+    "{{name: memory, weight: 1}}]{extra}}}"
+)
+LEGACY_PLUGINS: Mapping[str, str] = MappingProxyType(
+    {
+        # Removed in kube-scheduler v1.23 (config v1beta2): the strategies became NodeResourcesFit's.
+        "NodeResourcesMostAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="MostAllocated", extra=""),
+        "NodeResourcesLeastAllocated": _NODE_RESOURCES_FIT_STRATEGY.format(kind="LeastAllocated", extra=""),
+        "RequestedToCapacityRatio": _NODE_RESOURCES_FIT_STRATEGY.format(
+            kind="RequestedToCapacityRatio",
+            extra=", requestedToCapacityRatio: {shape: [{utilization: 0, score: 0}, {utilization: 100, score: 10}]}",
+        ),
+        "NodeResourceLimits": "nothing: it was removed in v1.19; NodeResourcesFit filters and scores requests",
+        # Removed in v1.23 / v1.24 / v1.27.
+        "NodeLabel": "NodeAffinity with pluginConfig args addedAffinity (a node affinity every pod "
+        "of the profile gets)",
+        "ServiceAffinity": "InterPodAffinity (pod affinity on the service's pod labels)",
+        "NodePreferAvoidPods": "nothing: it was removed in v1.24; use taints (TaintToleration)",
+        "SelectorSpread": "PodTopologySpread with pluginConfig args defaultingType: System",
+        "DefaultPodTopologySpread": "PodTopologySpread with pluginConfig args defaultingType: System",
+        # Per-cloud volume limits, merged into NodeVolumeLimits (v1.21, removed v1.27/v1.31).
+        "EBSLimits": "NodeVolumeLimits",
+        "GCEPDLimits": "NodeVolumeLimits",
+        "AzureDiskLimits": "NodeVolumeLimits",
+        "CinderLimits": "NodeVolumeLimits",
+    }
+)
 """Plugins kube-scheduler removed → what a v1.34 configuration writes instead."""
 
 
@@ -148,11 +160,11 @@ class PluginSetDoc(_Doc):
 
 
 class PluginsDoc(_Doc):
-    multiPoint: PluginSetDoc = PluginSetDoc()  # noqa: N815 - kube's key
-    preFilter: PluginSetDoc = PluginSetDoc()  # noqa: N815
+    multiPoint: PluginSetDoc = PluginSetDoc()
+    preFilter: PluginSetDoc = PluginSetDoc()
     filter: PluginSetDoc = PluginSetDoc()
-    postFilter: PluginSetDoc = PluginSetDoc()  # noqa: N815
-    preScore: PluginSetDoc = PluginSetDoc()  # noqa: N815
+    postFilter: PluginSetDoc = PluginSetDoc()
+    preScore: PluginSetDoc = PluginSetDoc()
     score: PluginSetDoc = PluginSetDoc()
     reserve: PluginSetDoc = PluginSetDoc()
     permit: PluginSetDoc = PluginSetDoc()
@@ -164,19 +176,19 @@ class PluginConfigDoc(_Doc):
 
 
 class ProfileDoc(_Doc):
-    schedulerName: str = Field(default=DEFAULT_PROFILE, min_length=1)  # noqa: N815
+    schedulerName: str = Field(default=DEFAULT_PROFILE, min_length=1)
     plugins: PluginsDoc | None = None
-    pluginConfig: tuple[PluginConfigDoc, ...] = ()  # noqa: N815
-    keepTopScores: int = Field(default=10, ge=0, le=MAX_KEEP_TOP_SCORES)  # noqa: N815
-    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)  # noqa: N815
+    pluginConfig: tuple[PluginConfigDoc, ...] = ()
+    keepTopScores: int = Field(default=10, ge=0, le=MAX_KEEP_TOP_SCORES)
+    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)
 
 
 class ConfigDoc(_Doc):
     model_config = ConfigDict(extra="allow", frozen=True)
-    apiVersion: Literal["berth.io/v1alpha1", "kubescheduler.config.k8s.io/v1"]  # noqa: N815
+    apiVersion: Literal["berth.io/v1alpha1", "kubescheduler.config.k8s.io/v1"]
     kind: Literal["BerthSchedulerConfiguration", "KubeSchedulerConfiguration"]
     profiles: tuple[ProfileDoc, ...] = (ProfileDoc(),)
-    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)  # noqa: N815
+    percentageOfNodesToScore: int | None = Field(default=None, ge=0, le=100)
 
 
 # --- the resolved configuration ---------------------------------------------------------------
@@ -206,18 +218,25 @@ class ResolvedProfile:
         return tuple(seen)
 
     def to_dict(self) -> dict[str, Any]:
-        sampling = ({} if self.percentage_of_nodes_to_score is None else
-                    {"percentageOfNodesToScore": self.percentage_of_nodes_to_score})
+        sampling = (
+            {}
+            if self.percentage_of_nodes_to_score is None
+            else {"percentageOfNodesToScore": self.percentage_of_nodes_to_score}
+        )
         return {
             "schedulerName": self.scheduler_name,
             "keepTopScores": self.keep_top_scores,
             **sampling,  # absent when unset: hashes of existing configurations do not change
-            "plugins": {point: [{"name": name, **({"weight": self.weights[name]}
-                                                  if point == "score" else {})}
-                                for name in self.points.get(point, ())]
-                        for point in EXTENSION_POINTS},
-            "pluginConfig": {name: self.args[name].model_dump(mode="json", by_alias=True)
-                             for name in sorted(self.args)},
+            "plugins": {
+                point: [
+                    {"name": name, **({"weight": self.weights[name]} if point == "score" else {})}
+                    for name in self.points.get(point, ())
+                ]
+                for point in EXTENSION_POINTS
+            },
+            "pluginConfig": {
+                name: self.args[name].model_dump(mode="json", by_alias=True) for name in sorted(self.args)
+            },
         }
 
 
@@ -240,8 +259,7 @@ class SchedulerConfig:
         raise KeyError(f"no profile {scheduler_name!r}; profiles: {known}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"apiVersion": API_VERSIONS[0], "kind": KINDS[0],
-                "profiles": [p.to_dict() for p in self.profiles]}
+        return {"apiVersion": API_VERSIONS[0], "kind": KINDS[0], "profiles": [p.to_dict() for p in self.profiles]}
 
     def canonical_json(self) -> bytes:
         """The resolved configuration as canonical JSON (what ``hash`` covers)."""
@@ -297,8 +315,10 @@ def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) 
             if not isinstance(raw_plugins, Mapping):
                 continue
             for point in sorted(set(raw_plugins) & set(_UNSUPPORTED_POINTS)):
-                errors.append(f"profiles[{index}].plugins.{point}: extension point not supported "
-                              f"by Berth's core ({_UNSUPPORTED_POINTS[point]})")
+                errors.append(
+                    f"profiles[{index}].plugins.{point}: extension point not supported "
+                    f"by Berth's core ({_UNSUPPORTED_POINTS[point]})"
+                )
     if errors:
         raise ConfigError(errors)
     try:
@@ -315,15 +335,17 @@ def parse_config(data: Any, registry: Mapping[str, type[Plugin]] | None = None) 
         if profile.schedulerName in seen_names:
             errors.append(f"{where}.schedulerName: duplicate profile {profile.schedulerName!r}")
         seen_names.add(profile.schedulerName)
-        resolved = _resolve_profile(profile, base, registry, where, errors,
-                                    document.percentageOfNodesToScore)
+        resolved = _resolve_profile(profile, base, registry, where, errors, document.percentageOfNodesToScore)
         if resolved is not None:
             profiles.append(resolved)
     if errors:
         raise ConfigError(errors)
     resolved_profiles = tuple(profiles)
-    digest = sha256_hex(canonical_json({"apiVersion": API_VERSIONS[0], "kind": KINDS[0],
-                                        "profiles": [p.to_dict() for p in resolved_profiles]}))
+    digest = sha256_hex(
+        canonical_json(
+            {"apiVersion": API_VERSIONS[0], "kind": KINDS[0], "profiles": [p.to_dict() for p in resolved_profiles]}
+        )
+    )
     return SchedulerConfig(profiles=resolved_profiles, hash=digest)
 
 
@@ -337,9 +359,10 @@ def _base_profile(registry: Mapping[str, type[Plugin]]) -> _Base:
     raw = default_document()
     document = ConfigDoc.model_validate(raw)
     profile = document.profiles[0]
-    return _Base(plugins=profile.plugins or PluginsDoc(),
-                 plugin_config={entry.name: entry.args for entry in profile.pluginConfig
-                                if entry.name in registry})
+    return _Base(
+        plugins=profile.plugins or PluginsDoc(),
+        plugin_config={entry.name: entry.args for entry in profile.pluginConfig if entry.name in registry},
+    )
 
 
 def _merge_set(default: PluginSetDoc, custom: PluginSetDoc) -> PluginSetDoc:
@@ -359,13 +382,17 @@ def _merge_set(default: PluginSetDoc, custom: PluginSetDoc) -> PluginSetDoc:
                 replaced.add(index)
             enabled.append(entry)
     enabled += [entry for index, entry in enumerate(custom.enabled) if index not in replaced]
-    return PluginSetDoc(enabled=tuple(enabled),
-                        disabled=tuple(custom.disabled) + tuple(default.disabled))
+    return PluginSetDoc(enabled=tuple(enabled), disabled=tuple(custom.disabled) + tuple(default.disabled))
 
 
-def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, type[Plugin]],
-                     where: str, errors: list[str],
-                     percentage: int | None = None) -> ResolvedProfile | None:
+def _resolve_profile(
+    profile: ProfileDoc,
+    base: _Base,
+    registry: Mapping[str, type[Plugin]],
+    where: str,
+    errors: list[str],
+    percentage: int | None = None,
+) -> ResolvedProfile | None:
     """One profile merged onto the built-in one and validated; None (with ``errors`` extended)
     when it is invalid."""
     start = len(errors)
@@ -374,8 +401,10 @@ def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, ty
     _check_plugin_entries(custom, registry, where, errors)
     if len(errors) > start:
         return None
-    merged = {point: _merge_set(getattr(base.plugins, point), getattr(custom, point))
-              for point in ("multiPoint", *EXTENSION_POINTS)}
+    merged = {
+        point: _merge_set(getattr(base.plugins, point), getattr(custom, point))
+        for point in ("multiPoint", *EXTENSION_POINTS)
+    }
     points: dict[str, tuple[str, ...]] = {}
     for point, base_class in EXTENSION_POINTS.items():
         order = _point_order(point, base_class, merged, registry, where, errors)
@@ -396,9 +425,9 @@ def _resolve_profile(profile: ProfileDoc, base: _Base, registry: Mapping[str, ty
         weights=weights,
         args={name: args[name] for name in used if name in args},
         keep_top_scores=profile.keepTopScores,
-        percentage_of_nodes_to_score=(profile.percentageOfNodesToScore
-                                      if profile.percentageOfNodesToScore is not None
-                                      else percentage),
+        percentage_of_nodes_to_score=(
+            profile.percentageOfNodesToScore if profile.percentageOfNodesToScore is not None else percentage
+        ),
     )
 
 
@@ -416,8 +445,9 @@ def nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
     return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
-def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin]], where: str,
-                          errors: list[str]) -> None:
+def _check_plugin_entries(
+    custom: PluginsDoc, registry: Mapping[str, type[Plugin]], where: str, errors: list[str]
+) -> None:
     """Every plugin the profile names exists, extends the point it is enabled at, and has a
     weight in range."""
     known = ", ".join(sorted(registry))
@@ -434,11 +464,9 @@ def _check_plugin_entries(custom: PluginsDoc, registry: Mapping[str, type[Plugin
                 if kind == "enabled" and point != "multiPoint":
                     base_class = EXTENSION_POINTS[point]
                     if not issubclass(registry[entry.name], base_class):
-                        errors.append(f"{path}.name: plugin {entry.name!r} does not extend "
-                                      f"{point}")
+                        errors.append(f"{path}.name: plugin {entry.name!r} does not extend {point}")
                 if entry.weight is not None and not 0 <= entry.weight <= MAX_WEIGHT:
-                    errors.append(f"{path}.weight: must be between 0 and {MAX_WEIGHT}, "
-                                  f"got {entry.weight}")
+                    errors.append(f"{path}.weight: must be between 0 and {MAX_WEIGHT}, got {entry.weight}")
 
 
 def _unknown_plugin(name: str, known: str) -> str:
@@ -446,14 +474,21 @@ def _unknown_plugin(name: str, known: str) -> str:
     plugin kube-scheduler removed."""
     replacement = LEGACY_PLUGINS.get(name)
     if replacement is not None:
-        return (f"plugin {name!r} was removed from kube-scheduler; its v1.34 equivalent is "
-                f"{replacement} (Berth's plugins: {known})")
+        return (
+            f"plugin {name!r} was removed from kube-scheduler; its v1.34 equivalent is "
+            f"{replacement} (Berth's plugins: {known})"
+        )
     return f"unknown plugin {name!r}; known: {known}"
 
 
-def _point_order(point: str, base_class: type[Plugin], merged: Mapping[str, PluginSetDoc],
-                 registry: Mapping[str, type[Plugin]], where: str,
-                 errors: list[str]) -> tuple[str, ...] | None:
+def _point_order(
+    point: str,
+    base_class: type[Plugin],
+    merged: Mapping[str, PluginSetDoc],
+    registry: Mapping[str, type[Plugin]],
+    where: str,
+    errors: list[str],
+) -> tuple[str, ...] | None:
     """kube's expansion of ``multiPoint`` into one extension point: the multiPoint plugins whose
     class implements it and that are not disabled there, after the point's explicit plugins that
     also appear in multiPoint and before its other explicit ones. None (with an error) when the
@@ -462,8 +497,7 @@ def _point_order(point: str, base_class: type[Plugin], merged: Mapping[str, Plug
     explicit = [entry.name for entry in specific.enabled]
     if len(set(explicit)) != len(explicit):
         duplicate = sorted({n for n in explicit if explicit.count(n) > 1})
-        errors.append(f"{where}.plugins.{point}: plugin(s) enabled more than once: "
-                      f"{', '.join(duplicate)}")
+        errors.append(f"{where}.plugins.{point}: plugin(s) enabled more than once: {', '.join(duplicate)}")
         return None
     disabled = {entry.name for entry in specific.disabled}
     if "*" in disabled:
@@ -477,12 +511,10 @@ def _point_order(point: str, base_class: type[Plugin], merged: Mapping[str, Plug
         if entry.name in explicit:
             overrides.append(entry.name)
         elif entry.name in from_multi:
-            errors.append(f"{where}.plugins.multiPoint: plugin {entry.name!r} enabled "
-                          "more than once")
+            errors.append(f"{where}.plugins.multiPoint: plugin {entry.name!r} enabled more than once")
         else:
             from_multi.append(entry.name)
-    return tuple([n for n in explicit if n in overrides] + from_multi
-                 + [n for n in explicit if n not in overrides])
+    return tuple([n for n in explicit if n in overrides] + from_multi + [n for n in explicit if n not in overrides])
 
 
 def _score_weights(scored: Sequence[str], merged: Mapping[str, PluginSetDoc]) -> dict[str, int]:
@@ -499,9 +531,14 @@ def _score_weights(scored: Sequence[str], merged: Mapping[str, PluginSetDoc]) ->
     return weights
 
 
-def _plugin_args(profile: ProfileDoc, used: Mapping[str, None], base: _Base,
-                 registry: Mapping[str, type[Plugin]], where: str,
-                 errors: list[str]) -> dict[str, PluginArgs]:
+def _plugin_args(
+    profile: ProfileDoc,
+    used: Mapping[str, None],
+    base: _Base,
+    registry: Mapping[str, type[Plugin]],
+    where: str,
+    errors: list[str],
+) -> dict[str, PluginArgs]:
     """Validated args of every plugin the profile uses or configures: its ``pluginConfig``
     entry, else the built-in one, else the Args model's defaults."""
     known = ", ".join(sorted(registry))

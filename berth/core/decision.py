@@ -51,8 +51,7 @@ class RejectionGroup:
     count: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plugin": self.plugin, "code": self.code, "reasons": list(self.reasons),
-                "count": self.count}
+        return {"plugin": self.plugin, "code": self.code, "reasons": list(self.reasons), "count": self.count}
 
 
 @dataclass(frozen=True, slots=True)

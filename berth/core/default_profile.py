@@ -49,65 +49,22 @@ DEFAULT_DOCUMENT: dict[str, Any] = {
             "plugins": {
                 "multiPoint": {
                     "enabled": [
-                        {
-                            "name": "NodeUnschedulable"
-                        },
-                        {
-                            "name": "NodeName"
-                        },
-                        {
-                            "name": "TaintToleration",
-                            "weight": 3
-                        },
-                        {
-                            "name": "NodeAffinity",
-                            "weight": 2
-                        },
-                        {
-                            "name": "NodeResourcesFit",
-                            "weight": 1
-                        },
-                        {
-                            "name": "PodTopologySpread",
-                            "weight": 2
-                        },
-                        {
-                            "name": "InterPodAffinity",
-                            "weight": 2
-                        },
-                        {
-                            "name": "NodeResourcesBalancedAllocation",
-                            "weight": 1
-                        },
-                        {
-                            "name": "GpuDeviceFit"
-                        },
-                        {
-                            "name": "GpuBinPack",
-                            "weight": 2
-                        },
-                        {
-                            "name": "GpuTopologyFitness",
-                            "weight": 1
-                        },
-                        {
-                            "name": "GpuFragmentation",
-                            "weight": 10
-                        },
-                        {
-                            "name": "ModelCache",
-                            "weight": 1
-                        },
-                        {
-                            "name": "DataLocality",
-                            "weight": 1
-                        },
-                        {
-                            "name": "DynamicResources"
-                        },
-                        {
-                            "name": "DefaultPreemption"
-                        }
+                        {"name": "NodeUnschedulable"},
+                        {"name": "NodeName"},
+                        {"name": "TaintToleration", "weight": 3},
+                        {"name": "NodeAffinity", "weight": 2},
+                        {"name": "NodeResourcesFit", "weight": 1},
+                        {"name": "PodTopologySpread", "weight": 2},
+                        {"name": "InterPodAffinity", "weight": 2},
+                        {"name": "NodeResourcesBalancedAllocation", "weight": 1},
+                        {"name": "GpuDeviceFit"},
+                        {"name": "GpuBinPack", "weight": 2},
+                        {"name": "GpuTopologyFitness", "weight": 1},
+                        {"name": "GpuFragmentation", "weight": 10},
+                        {"name": "ModelCache", "weight": 1},
+                        {"name": "DataLocality", "weight": 1},
+                        {"name": "DynamicResources"},
+                        {"name": "DefaultPreemption"},
                     ]
                 }
             },
@@ -117,30 +74,16 @@ DEFAULT_DOCUMENT: dict[str, Any] = {
                     "args": {
                         "scoringStrategy": {
                             "type": "LeastAllocated",
-                            "resources": [
-                                {
-                                    "name": "cpu",
-                                    "weight": 1
-                                },
-                                {
-                                    "name": "memory",
-                                    "weight": 1
-                                }
-                            ]
+                            "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}],
                         },
                         "gpuScoringStrategy": {
                             "type": "MostAllocated",
-                            "resources": [
-                                {
-                                    "name": "nvidia.com/gpu",
-                                    "weight": 1
-                                }
-                            ]
-                        }
-                    }
+                            "resources": [{"name": "nvidia.com/gpu", "weight": 1}],
+                        },
+                    },
                 }
-            ]
+            ],
         }
-    ]
+    ],
 }
 """The document; :func:`berth.core.config.default_document` hands out deep copies."""

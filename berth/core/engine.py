@@ -97,8 +97,9 @@ class Outcome:
         decision = self.decision
         if decision is None:
             return ()
-        verdicts = [_verdict(score.node, None, dict(sorted(score.scores)), score.total)
-                    for score in decision.top_scores]
+        verdicts = [
+            _verdict(score.node, None, dict(sorted(score.scores)), score.total) for score in decision.top_scores
+        ]
         if not decision.rejections:
             return tuple(verdicts)
         if self.node_names is not None:
@@ -198,9 +199,15 @@ class Engine:
 
     # -- the commit path ------------------------------------------------------------------------
 
-    def schedule(self, pod: PodInfo, *, preempt: bool = True, profile: str | None = None,
-                 extra_scores: Sequence[tuple[str, int]] = (),
-                 max_nodes_to_score: int | None = None) -> Outcome:
+    def schedule(
+        self,
+        pod: PodInfo,
+        *,
+        preempt: bool = True,
+        profile: str | None = None,
+        extra_scores: Sequence[tuple[str, int]] = (),
+        max_nodes_to_score: int | None = None,
+    ) -> Outcome:
         """One scheduling cycle for ``pod``, committed: a fitting pod is assumed on its node.
 
         ``preempt``: when no node fits and the profile's PostFilter nominates one, continue with
@@ -218,14 +225,22 @@ class Engine:
         observer.attempt(pod.uid, _attempt_result(outcome), profile or self.profile, observer.clock() - started)
         return outcome
 
-    def _schedule(self, pod: PodInfo, preempt: bool, profile: str | None,
-                  extra_scores: Sequence[tuple[str, int]], max_nodes_to_score: int | None = None) -> Outcome:
+    def _schedule(
+        self,
+        pod: PodInfo,
+        preempt: bool,
+        profile: str | None,
+        extra_scores: Sequence[tuple[str, int]],
+        max_nodes_to_score: int | None = None,
+    ) -> Outcome:
         if extra_scores:
             decision = self._scored_framework(profile or self.profile, tuple(extra_scores)).schedule(
-                pod, self._state, max_nodes_to_score=max_nodes_to_score)
+                pod, self._state, max_nodes_to_score=max_nodes_to_score
+            )
             return self._conclude(pod, decision)
-        decision = self._scheduler.schedule(pod, self._state, profile or self.profile,
-                                            max_nodes_to_score=max_nodes_to_score)
+        decision = self._scheduler.schedule(
+            pod, self._state, profile or self.profile, max_nodes_to_score=max_nodes_to_score
+        )
         if decision.status == "preempting" and preempt:
             return self._preempt(pod, decision, profile or self.profile)
         return self._conclude(pod, decision)
@@ -242,8 +257,9 @@ class Engine:
             if placed is not None:
                 # Where each victim holds its room, also when it is only assumed (its own
                 # binding still in flight, so its PodInfo names no node yet).
-                removed.append(placed.pod.model_copy(update={"node_name": placed.node_name,
-                                                             "gpu_devices": placed.gpu_devices}))
+                removed.append(
+                    placed.pod.model_copy(update={"node_name": placed.node_name, "gpu_devices": placed.gpu_devices})
+                )
             self._state.remove_pod(uid)
         decision = self._scheduler.schedule(pod, self._state, profile)
         victims = tuple(sorted(removed, key=lambda p: p.key))
@@ -255,11 +271,19 @@ class Engine:
         return outcome
 
     def _conclude(self, pod: PodInfo, decision: Decision, *, victims: tuple[PodInfo, ...] = ()) -> Outcome:
-        names = tuple(self._state.node_names()) if (
-            decision.rejections and decision.nodes_total <= NODE_LEVEL_VERDICTS) else None
+        names = (
+            tuple(self._state.node_names())
+            if (decision.rejections and decision.nodes_total <= NODE_LEVEL_VERDICTS)
+            else None
+        )
         if decision.status not in _COMMITTED:
-            return Outcome(message=decision.message, victims=victims, rejected=_rejected_nodes(decision),
-                           decision=decision, node_names=names)
+            return Outcome(
+                message=decision.message,
+                victims=victims,
+                rejected=_rejected_nodes(decision),
+                decision=decision,
+                node_names=names,
+            )
         self._assume(pod, decision)
         placement = Placement(pod, decision.node or "", tuple(decision.gpu_devices), decision.gpu_milli)
         return Outcome(placements=(placement,), victims=victims, decision=decision, node_names=names)
@@ -286,13 +310,13 @@ class Engine:
             seconds = observer.clock() - started
             placed = {p.pod.uid for p in result.placements} if result.placed else set()
             for pod in pods:
-                observer.attempt(pod.uid, "scheduled" if pod.uid in placed else "unschedulable",
-                                 profile or self.profile, seconds)
+                observer.attempt(
+                    pod.uid, "scheduled" if pod.uid in placed else "unschedulable", profile or self.profile, seconds
+                )
         if not result.placed:
             message = result.messages.get(pods[0].uid, "") or next(iter(result.messages.values()), "")
             return Outcome(message=message, member_messages=dict(result.messages), override_verdicts=())
-        return Outcome(placements=tuple(result.placements), member_messages=dict(result.messages),
-                       override_verdicts=())
+        return Outcome(placements=tuple(result.placements), member_messages=dict(result.messages), override_verdicts=())
 
     def probe(self, pods: Sequence[PodInfo]) -> tuple[str, ...]:
         """Nodes where ``pods`` would go, placed one after the other without preemption and
@@ -326,8 +350,9 @@ class Engine:
         """The profile with ``extra`` Score plugins appended (built once per combination)."""
         framework = self._scored.get((profile, extra))
         if framework is None:
-            document = _with_extra_scores(self.scheduler_document, profile,
-                                          set(self.config.profile(profile).plugin_names()), extra)
+            document = _with_extra_scores(
+                self.scheduler_document, profile, set(self.config.profile(profile).plugin_names()), extra
+            )
             framework = Framework(parse_config(document), profile)
             framework.prepare(self._state)
             framework.observer = self._observer
@@ -345,8 +370,11 @@ class _GangHost:
         self.profile = profile
 
     def place_one(self, pod: PodInfo, within: tuple[str, str] | None) -> tuple[Placement | None, str]:
-        target = pod if within is None else pod.model_copy(
-            update={"node_selector": {**pod.node_selector, within[0]: within[1]}})
+        target = (
+            pod
+            if within is None
+            else pod.model_copy(update={"node_selector": {**pod.node_selector, within[0]: within[1]}})
+        )
         decision = self.engine._scheduler.schedule(target, self.engine._state, self.profile)
         if decision.status != "placed":
             return None, decision.message
@@ -401,8 +429,9 @@ def _rejected_nodes(decision: Decision) -> RejectedNodes:
     return RejectedNodes(nodes=decision.nodes_total, reasons=reasons)
 
 
-def _with_extra_scores(document: Mapping[str, Any], profile: str, present: set[str],
-                       extra: tuple[tuple[str, int], ...]) -> dict[str, Any]:
+def _with_extra_scores(
+    document: Mapping[str, Any], profile: str, present: set[str], extra: tuple[tuple[str, int], ...]
+) -> dict[str, Any]:
     """A copy of the scheduler document whose ``profile`` also enables ``extra`` Score plugins
     (those it does not run already) with their weights, through ``multiPoint``. A document
     without ``profiles`` is returned unchanged: its implicit default profile runs no extra

@@ -99,15 +99,21 @@ class ProfileFilters:
     a state never share an entry. Holds no per-cycle state.
     """
 
-    def __init__(self, pre_filter_plugins: Sequence[PreFilterPlugin],
-                 filter_plugins: Sequence[FilterPlugin], config_hash: str, profile: str) -> None:
+    def __init__(
+        self,
+        pre_filter_plugins: Sequence[PreFilterPlugin],
+        filter_plugins: Sequence[FilterPlugin],
+        config_hash: str,
+        profile: str,
+    ) -> None:
         self.pre_filter_plugins = pre_filter_plugins
         self.filter_plugins = filter_plugins
         self.config_hash = config_hash
         self.profile = profile
 
-    def find_feasible(self, cycle: CycleContext, only: Sequence[str] | None,
-                      sampling: Sampling = EVERY_NODE) -> Feasibility:
+    def find_feasible(
+        self, cycle: CycleContext, only: Sequence[str] | None, sampling: Sampling = EVERY_NODE
+    ) -> Feasibility:
         """PreFilter + Filter for the cycle's pod over every node of its state, or only over the
         nodes named in ``only`` (others are ignored, not reported); with an active ``sampling``,
         only until enough feasible nodes are found (see the module docstring)."""
@@ -115,8 +121,7 @@ class ProfileFilters:
         all_nodes = state.order()
         if only is not None:
             wanted = {state.slot_of(name) for name in only} - {None}
-            all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp,
-                                                                 count=len(wanted)))]
+            all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp, count=len(wanted)))]
         table = StatusTable()
         codes = np.full(all_nodes.size, -1, dtype=np.int32)
         started = cycle.timer.start()
@@ -125,12 +130,10 @@ class ProfileFilters:
         if rejection is not None:
             # kube: every node gets the PreFilter status; its message replaces the histogram.
             codes[:] = table.intern(rejection)
-            return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes, tuple(table.statuses),
-                                                        rejection))
+            return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes, tuple(table.statuses), rejection))
         positions = np.arange(all_nodes.size)
         if restrict is not None:
-            slots = np.fromiter((s for s in (state.slot_of(n) for n in restrict) if s is not None),
-                                dtype=np.intp)
+            slots = np.fromiter((s for s in (state.slot_of(n) for n in restrict) if s is not None), dtype=np.intp)
             inside = np.isin(all_nodes, slots)
             absent = Status.unresolvable(messages.plugins_not_satisfied(restricting))
             codes[~inside] = table.intern(absent)
@@ -144,9 +147,15 @@ class ProfileFilters:
         statuses = _compact(codes, table.statuses)
         return Feasibility(all_nodes[found], Diagnosis(all_nodes, codes, statuses))
 
-    def _filter_then_cut(self, cycle: CycleContext, candidates: NodeArray,
-                         positions: npt.NDArray[np.intp], codes: npt.NDArray[np.int32],
-                         table: StatusTable, limit: int) -> npt.NDArray[np.intp]:
+    def _filter_then_cut(
+        self,
+        cycle: CycleContext,
+        candidates: NodeArray,
+        positions: npt.NDArray[np.intp],
+        codes: npt.NDArray[np.int32],
+        table: StatusTable,
+        limit: int,
+    ) -> npt.NDArray[np.intp]:
         """Filter every candidate (vectorised, memoised), then keep what a visit from the pod's
         start would have seen: the first ``limit`` feasible nodes in visit order, and no status
         for the nodes after the last of them."""
@@ -165,8 +174,7 @@ class ProfileFilters:
         codes[positions[visit > cut]] = -1  # after the limit-th feasible node: not evaluated
         return passed[rank <= cut]
 
-    def _pre_filter(self, cycle: CycleContext
-                    ) -> tuple[Status | None, frozenset[str] | None, set[str]]:
+    def _pre_filter(self, cycle: CycleContext) -> tuple[Status | None, frozenset[str] | None, set[str]]:
         """Run the PreFilters: ``(rejection, restrict, restricting)`` — the status that rejects
         the pod on every node (None: none does), the node names the plugins in ``restricting``
         restrict the candidates to (None: no restriction). Skipping plugins are recorded."""
@@ -193,15 +201,22 @@ class ProfileFilters:
                 restricting.add(plugin.NAME)
                 restrict = result.node_names if restrict is None else restrict & result.node_names
                 if not restrict:
-                    reason = (messages.plugins_not_satisfied_simultaneously(restricting)
-                              if len(restricting) > 1 else
-                              messages.plugin_not_satisfied(next(iter(restricting))))
+                    reason = (
+                        messages.plugins_not_satisfied_simultaneously(restricting)
+                        if len(restricting) > 1
+                        else messages.plugin_not_satisfied(next(iter(restricting)))
+                    )
                     return Status.unresolvable(reason), None, restricting
         return deferred, restrict, restricting
 
-    def _filter(self, cycle: CycleContext, candidates: NodeArray, positions: npt.NDArray[np.intp],
-                codes: npt.NDArray[np.int32], table: StatusTable
-                ) -> tuple[NodeArray, npt.NDArray[np.intp]]:
+    def _filter(
+        self,
+        cycle: CycleContext,
+        candidates: NodeArray,
+        positions: npt.NDArray[np.intp],
+        codes: npt.NDArray[np.int32],
+        table: StatusTable,
+    ) -> tuple[NodeArray, npt.NDArray[np.intp]]:
         """Run the Filters over ``candidates`` (at ``positions`` of ``codes``); a node leaves at
         its first rejection, whose status is interned into ``table`` and its index written into
         ``codes``. Returns the nodes every filter passed, and their positions."""
@@ -244,23 +259,21 @@ class ProfileFilters:
             candidates = candidates[keep]
         return candidates, positions
 
-    def _memo_filter(self, memo: NodeMemo, plugin: FilterPlugin, signature: Hashable,
-                     cycle: CycleContext, candidates: NodeArray
-                     ) -> tuple[npt.NDArray[np.int32], Sequence[Status]]:
+    def _memo_filter(
+        self, memo: NodeMemo, plugin: FilterPlugin, signature: Hashable, cycle: CycleContext, candidates: NodeArray
+    ) -> tuple[npt.NDArray[np.int32], Sequence[Status]]:
         """A memoised Filter: ask the plugin only about candidates that changed since their
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.profile, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version, candidate_mask(state, candidates),
-                           state.slot_bound)
+        todo = stale_nodes(entry.versions, state.node_version, candidate_mask(state, candidates), state.slot_bound)
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
                 entry.codes[todo] = -1
             else:
                 # Index -1 (passed) picks the trailing -1.
-                mapping = np.array([entry.intern(s) for s in result.statuses] + [-1],
-                                   dtype=np.int32)
+                mapping = np.array([entry.intern(s) for s in result.statuses] + [-1], dtype=np.int32)
                 entry.codes[todo] = mapping[result.codes]
             entry.versions[todo] = state.node_version.take(todo)
         if candidates.size == state.node_count and state.order_is_identity():

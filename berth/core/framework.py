@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Mapping
-from types import MappingProxyType
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,7 +70,6 @@ from pydantic import BaseModel, ConfigDict
 from berth.core.observe import NOT_TIMED, CycleTimer
 from berth.core.state import ClusterState, StateExtension
 from berth.schemas.cluster import PodInfo
-
 
 __all__ = [
     "MAX_NODE_SCORE",
@@ -202,8 +201,7 @@ class FilterResult:
         return cls(np.where(passed, -1, 0).astype(np.int32), (status,))
 
     @classmethod
-    def from_codes(cls, codes: npt.NDArray[np.integer[Any]],
-                   statuses: tuple[Status, ...]) -> FilterResult:
+    def from_codes(cls, codes: npt.NDArray[np.integer[Any]], statuses: tuple[Status, ...]) -> FilterResult:
         return cls(np.asarray(codes, dtype=np.int32), statuses)
 
     def passed(self, count: int) -> npt.NDArray[np.bool_]:
@@ -304,8 +302,9 @@ class CycleContext:
 
     __slots__ = ("pod", "state", "profile", "framework", "data", "skip_filter", "skip_score", "timer")
 
-    def __init__(self, pod: PodInfo, state: ClusterState, profile: str,
-                 framework: Any = None, timer: CycleTimer = NOT_TIMED) -> None:
+    def __init__(
+        self, pod: PodInfo, state: ClusterState, profile: str, framework: Any = None, timer: CycleTimer = NOT_TIMED
+    ) -> None:
         self.pod = pod
         self.state = state
         self.profile = profile
@@ -413,8 +412,9 @@ class ScorePlugin(Plugin):
         """Raw integer scores aligned with ``nodes`` (the feasible nodes, in name order)."""
         raise NotImplementedError
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         """Map raw scores into ``0..MAX_NODE_SCORE`` (identity by default, for plugins whose
         raw scores already are in range). The framework multiplies the result by the plugin's
         configured weight."""
@@ -437,14 +437,16 @@ class PermitPlugin(Plugin):
         return PermitResult()
 
 
-EXTENSION_POINTS: Mapping[str, type[Plugin]] = MappingProxyType({
-    "preFilter": PreFilterPlugin,
-    "filter": FilterPlugin,
-    "postFilter": PostFilterPlugin,
-    "preScore": PreScorePlugin,
-    "score": ScorePlugin,
-    "reserve": ReservePlugin,
-    "permit": PermitPlugin,
-})
+EXTENSION_POINTS: Mapping[str, type[Plugin]] = MappingProxyType(
+    {
+        "preFilter": PreFilterPlugin,
+        "filter": FilterPlugin,
+        "postFilter": PostFilterPlugin,
+        "preScore": PreScorePlugin,
+        "score": ScorePlugin,
+        "reserve": ReservePlugin,
+        "permit": PermitPlugin,
+    }
+)
 """Configuration key of each extension point → the base class a plugin must derive from to be
 enabled there. Order = execution order within a cycle."""

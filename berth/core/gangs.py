@@ -70,8 +70,9 @@ class GangResult(Generic[P]):
         return bool(self.placements)
 
 
-def _attempt(host: GangHost[P, D], pods: Sequence[PodInfo], within: D | None,
-             need: int) -> tuple[list[tuple[PodInfo, P]], dict[str, str]]:
+def _attempt(
+    host: GangHost[P, D], pods: Sequence[PodInfo], within: D | None, need: int
+) -> tuple[list[tuple[PodInfo, P]], dict[str, str]]:
     """Place members in order; stop as soon as ``need`` can no longer be reached."""
     placed: list[tuple[PodInfo, P]] = []
     failed: dict[str, str] = {}
@@ -91,8 +92,7 @@ def _roll_back(host: GangHost[P, D], placed: list[tuple[PodInfo, P]]) -> None:
         host.unassume(placement)
 
 
-def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int,
-               group: str) -> GangResult[P]:
+def place_gang(host: GangHost[P, D], pods: Sequence[PodInfo], min_member: int, group: str) -> GangResult[P]:
     """Place ``pods`` (one gang, in queue order) so that at least ``min_member`` run, or none.
 
     Inside a preferred domain every pending member must fit (a gang split across domains is the

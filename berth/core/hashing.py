@@ -39,8 +39,9 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False, default=_plain)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_plain
+)
 """One encoder for every call: ``json.dumps`` with options builds a new one each time, which
 costs a third of encoding a pod. Encoding keeps no state in the encoder (thread-safe)."""
 
@@ -80,8 +81,9 @@ def name_hash64(text: str) -> int:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def tie_break_keys(pod_uid: str, node_hashes: npt.NDArray[np.uint64], *,
-                   overwrite: bool = False) -> npt.NDArray[np.uint64]:
+def tie_break_keys(
+    pod_uid: str, node_hashes: npt.NDArray[np.uint64], *, overwrite: bool = False
+) -> npt.NDArray[np.uint64]:
     """Per-node tie-break keys for this pod: ``(blake2b64(node name) XOR blake2b64(pod uid))``
     times the 64-bit golden-ratio constant (Fibonacci hashing; the high bits depend on every bit
     of the XOR). Deterministic, well spread, a different node order for every pod (so equal

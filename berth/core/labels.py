@@ -102,9 +102,7 @@ def compile_selector(selector: LabelSelector | None, *, nil_matches: bool = Fals
     """Compile a ``LabelSelector``. ``None`` gives :data:`NOTHING` unless ``nil_matches``."""
     if selector is None:
         return EVERYTHING if nil_matches else NOTHING
-    requirements = [Requirement(key, "In", frozenset((value,)))
-                    for key, value in selector.match_labels.items()]
-    requirements += [Requirement(e.key, e.operator, frozenset(e.values))
-                     for e in selector.match_expressions]
+    requirements = [Requirement(key, "In", frozenset((value,))) for key, value in selector.match_labels.items()]
+    requirements += [Requirement(e.key, e.operator, frozenset(e.values)) for e in selector.match_expressions]
     # Sorted so that equal selectors compile to equal values (hashable, cacheable).
     return CompiledSelector(tuple(sorted(set(requirements), key=_requirement_key)))

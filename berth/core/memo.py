@@ -132,8 +132,12 @@ def candidate_mask(state: ClusterState, nodes: npt.NDArray[np.intp]) -> npt.NDAr
     return mask
 
 
-def stale_nodes(versions: npt.NDArray[np.int64], current: npt.NDArray[np.int64],
-                in_nodes: npt.NDArray[np.bool_], bound: int | None = None) -> npt.NDArray[np.intp]:
+def stale_nodes(
+    versions: npt.NDArray[np.int64],
+    current: npt.NDArray[np.int64],
+    in_nodes: npt.NDArray[np.bool_],
+    bound: int | None = None,
+) -> npt.NDArray[np.intp]:
     """Slots among ``in_nodes`` whose memoised result is older than the node. Compares whole
     contiguous arrays (cheap) and keeps the few changed slots that matter. ``bound``: compare
     only the slots below it (``ClusterState.slot_bound``: no node ever had a higher slot, so

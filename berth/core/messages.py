@@ -8,9 +8,9 @@ format their own.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
-import dataclasses
 
 __all__ = [
     "AFFINITY_CONFLICT",
@@ -83,8 +83,9 @@ def plugins_not_satisfied_simultaneously(plugins: Iterable[str]) -> str:
     return f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(plugins))}] simultaneously"
 
 
-def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
-              prefilter_message: str = "", postfilter_message: str = "") -> str:
+def fit_error(
+    total_nodes: int, reason_counts: Mapping[str, int], *, prefilter_message: str = "", postfilter_message: str = ""
+) -> str:
     """kube's ``FitError.Error()``.
 
     ``0/<total> nodes are available: <count> <reason>, ... .`` — one ``"<count> <reason>"`` per
@@ -108,8 +109,9 @@ def fit_error(total_nodes: int, reason_counts: Mapping[str, int], *,
     return message
 
 
-def with_more_nodes(message: str, total_nodes: int, reason_counts: Mapping[str, int],
-                    more_nodes: int, more_reasons: Mapping[str, int]) -> str:
+def with_more_nodes(
+    message: str, total_nodes: int, reason_counts: Mapping[str, int], more_nodes: int, more_reasons: Mapping[str, int]
+) -> str:
     """A FitError over ``total_nodes`` (histogram ``reason_counts``) restated over those and
     ``more_nodes`` others that rejected the pod for ``more_reasons`` — the nodes of the decision
     cells a pod was tried in before (kube-scheduler has one cache, so its message counts every
@@ -127,7 +129,7 @@ def with_more_nodes(message: str, total_nodes: int, reason_counts: Mapping[str, 
     merged = dict(reason_counts)
     for reason, count in more_reasons.items():
         merged[reason] = merged.get(reason, 0) + count
-    return fit_error(total_nodes + more_nodes, merged) + message[len(base):]
+    return fit_error(total_nodes + more_nodes, merged) + message[len(base) :]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +168,7 @@ def parse_fit_error(message: str) -> FitErrorParts | None:
     if head is None:
         return None
     total = int(head.group(1))
-    rest = message[head.end():]
+    rest = message[head.end() :]
     if not rest:
         return FitErrorParts(total, {}) if fit_error(total, {}) == message else None
     if not rest.startswith(" "):
@@ -175,14 +177,16 @@ def parse_fit_error(message: str) -> FitErrorParts | None:
     for cut, char in enumerate(rest):
         if char != "." or (cut + 1 < len(rest) and rest[cut + 1] != " "):
             continue
-        body, post = rest[:cut], rest[cut + 2:]
+        body, post = rest[:cut], rest[cut + 2 :]
         reasons = _histogram(body)
         if reasons is not None:
             parts = FitErrorParts(total, reasons, postfilter_message=post)
         else:
             parts = FitErrorParts(total, {}, prefilter_message=body, postfilter_message=post)
-        if fit_error(total, parts.reasons, prefilter_message=parts.prefilter_message,
-                     postfilter_message=post) == message:
+        if (
+            fit_error(total, parts.reasons, prefilter_message=parts.prefilter_message, postfilter_message=post)
+            == message
+        ):
             return parts
         return None
     return None
@@ -238,8 +242,9 @@ def with_more_preemption(message: str, more_nodes: int, more_reasons: Mapping[st
     return fit_error(parts.total, parts.reasons, prefilter_message=parts.prefilter_message, postfilter_message=post)
 
 
-def unresolvable_postfilter(post_filter_plugins: Sequence[str], total_nodes: int, *,
-                            preemption_never: bool = False) -> str:
+def unresolvable_postfilter(
+    post_filter_plugins: Sequence[str], total_nodes: int, *, preemption_never: bool = False
+) -> str:
     """The PostFilter part kube's default plugins write when every one of ``total_nodes`` nodes
     rejected the pod as UnschedulableAndUnresolvable (in the profile's PostFilter order;
     plugins other than DynamicResources and DefaultPreemption say nothing here)."""
@@ -248,13 +253,17 @@ def unresolvable_postfilter(post_filter_plugins: Sequence[str], total_nodes: int
         if plugin == "DynamicResources":
             said.append(DRA_NO_CLAIMS_TO_DEALLOCATE)
         elif plugin == "DefaultPreemption":
-            said.append(PREEMPTION_NOT_ELIGIBLE_NEVER if preemption_never else
-                        preemption_failed(fit_error(total_nodes, {PREEMPTION_NOT_HELPFUL: total_nodes})))
+            said.append(
+                PREEMPTION_NOT_ELIGIBLE_NEVER
+                if preemption_never
+                else preemption_failed(fit_error(total_nodes, {PREEMPTION_NOT_HELPFUL: total_nodes}))
+            )
     return ", ".join(said)
 
 
-def over_more_nodes(message: str, more_nodes: int, more_reasons: Mapping[str, int], *,
-                    postfilter_if_none: str = "") -> str:
+def over_more_nodes(
+    message: str, more_nodes: int, more_reasons: Mapping[str, int], *, postfilter_if_none: str = ""
+) -> str:
     """A FitError restated over ``more_nodes`` other nodes that each rejected the pod for one
     UnschedulableAndUnresolvable reason (``more_reasons``: reason → nodes): they join the
     head's count and the histogram (a PreFilter's message, which speaks for every node, stays),
@@ -273,9 +282,14 @@ def over_more_nodes(message: str, more_nodes: int, more_reasons: Mapping[str, in
     if not parts.prefilter_message:
         for reason, count in more_reasons.items():
             reasons[reason] = reasons.get(reason, 0) + count
-    return fit_error(parts.total + more_nodes, reasons, prefilter_message=parts.prefilter_message,
-                     postfilter_message=_preemption_over_more_nodes(parts.postfilter_message, more_nodes,
-                                                                    {PREEMPTION_NOT_HELPFUL: more_nodes}))
+    return fit_error(
+        parts.total + more_nodes,
+        reasons,
+        prefilter_message=parts.prefilter_message,
+        postfilter_message=_preemption_over_more_nodes(
+            parts.postfilter_message, more_nodes, {PREEMPTION_NOT_HELPFUL: more_nodes}
+        ),
+    )
 
 
 # --- SchedulingGates (plugins/schedulinggates; the apiserver's pod strategy) -------------------
@@ -421,5 +435,7 @@ def gang_not_found(group: str) -> str:
 
 def gang_failed(group: str, fitted: int, min_member: int) -> str:
     """Given to the members that did fit when their gang as a whole did not."""
-    return (f"pod group {group} did not fit as a whole: only {fitted} of minMember {min_member} "
-            "members fit at once, so none was placed")
+    return (
+        f"pod group {group} did not fit as a whole: only {fitted} of minMember {min_member} "
+        "members fit at once, so none was placed"
+    )

@@ -54,9 +54,14 @@ class _Histogram:
             self.undecided &= ~hit
 
 
-def node_level_rejections(state: ClusterState, pod: PodInfo, filters: Sequence[str], *,
-                          pre_filters: Sequence[str] = (NODE_AFFINITY,),
-                          added_affinity: Sequence[NodeSelectorTerm] | None = None) -> tuple[dict[str, int], int]:
+def node_level_rejections(
+    state: ClusterState,
+    pod: PodInfo,
+    filters: Sequence[str],
+    *,
+    pre_filters: Sequence[str] = (NODE_AFFINITY,),
+    added_affinity: Sequence[NodeSelectorTerm] | None = None,
+) -> tuple[dict[str, int], int]:
     """``(reason → nodes, nodes passing)`` over every node of ``state``: the first rejection by
     the node-level Filters among ``filters`` (the profile's Filter plugins, in its order; others
     are ignored), after NodeAffinity's PreFilter restriction when it is among ``pre_filters``.
@@ -78,9 +83,12 @@ def node_level_rejections(state: ClusterState, pod: PodInfo, filters: Sequence[s
             histogram.reject(untolerated_hard_taints(state, pod.tolerations, nodes), messages.UNTOLERATED_TAINT)
         elif name == NODE_AFFINITY:
             if added_affinity is not None:
-                histogram.reject(~match_node_selector_terms(state, added_affinity, nodes),
-                                 messages.NODE_AFFINITY_ENFORCED_NOT_MATCH)
+                histogram.reject(
+                    ~match_node_selector_terms(state, added_affinity, nodes), messages.NODE_AFFINITY_ENFORCED_NOT_MATCH
+                )
             if pod.node_selector or required is not None:
-                histogram.reject(~match_required_node_affinity(state, pod.node_selector, required, nodes),
-                                 messages.NODE_AFFINITY_NOT_MATCH)
+                histogram.reject(
+                    ~match_required_node_affinity(state, pod.node_selector, required, nodes),
+                    messages.NODE_AFFINITY_NOT_MATCH,
+                )
     return histogram.counts, int(histogram.undecided.sum())

@@ -36,8 +36,9 @@ NODE_NAME_FIELD = "metadata.name"
 """The one field ``matchFields`` may name (kube: ``metav1.ObjectNameField``)."""
 
 
-def match_requirement(state: ClusterState, requirement: NodeSelectorRequirement,
-                      nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def match_requirement(
+    state: ClusterState, requirement: NodeSelectorRequirement, nodes: npt.NDArray[np.intp]
+) -> npt.NDArray[np.bool_]:
     """One ``matchExpressions`` requirement over the node slots ``nodes``."""
     codes = state.label_codes(requirement.key)[nodes]
     op = requirement.operator
@@ -57,8 +58,9 @@ def match_requirement(state: ClusterState, requirement: NodeSelectorRequirement,
     raise ValueError(f"unsupported node selector operator {op!r}")
 
 
-def _match_field(state: ClusterState, requirement: NodeSelectorRequirement,
-                 nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def _match_field(
+    state: ClusterState, requirement: NodeSelectorRequirement, nodes: npt.NDArray[np.intp]
+) -> npt.NDArray[np.bool_]:
     if requirement.key != NODE_NAME_FIELD:
         # kube rejects other fields at validation time; a selector we cannot evaluate matches
         # nothing rather than everything.
@@ -73,8 +75,7 @@ def _match_field(state: ClusterState, requirement: NodeSelectorRequirement,
     return np.zeros(nodes.shape, dtype=bool)
 
 
-def match_node_term(state: ClusterState, term: NodeSelectorTerm,
-                    nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def match_node_term(state: ClusterState, term: NodeSelectorTerm, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
     """One node selector term: all its expressions and fields hold. An empty term matches no
     node (kube: "a null or empty node selector term matches no objects")."""
     if not term.match_expressions and not term.match_fields:
@@ -87,8 +88,9 @@ def match_node_term(state: ClusterState, term: NodeSelectorTerm,
     return mask
 
 
-def match_node_selector_terms(state: ClusterState, terms: Sequence[NodeSelectorTerm],
-                              nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def match_node_selector_terms(
+    state: ClusterState, terms: Sequence[NodeSelectorTerm], nodes: npt.NDArray[np.intp]
+) -> npt.NDArray[np.bool_]:
     """Terms ORed. No terms at all matches no node (kube validates that away)."""
     mask = np.zeros(nodes.shape, dtype=bool)
     for term in terms:
@@ -96,8 +98,9 @@ def match_node_selector_terms(state: ClusterState, terms: Sequence[NodeSelectorT
     return mask
 
 
-def match_node_selector(state: ClusterState, node_selector: Mapping[str, str],
-                        nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def match_node_selector(
+    state: ClusterState, node_selector: Mapping[str, str], nodes: npt.NDArray[np.intp]
+) -> npt.NDArray[np.bool_]:
     """``spec.nodeSelector``: every key present with exactly that value."""
     mask = np.ones(nodes.shape, dtype=bool)
     for key, value in node_selector.items():
@@ -106,13 +109,15 @@ def match_node_selector(state: ClusterState, node_selector: Mapping[str, str],
     return mask
 
 
-def match_required_node_affinity(state: ClusterState, node_selector: Mapping[str, str],
-                                 required: Sequence[NodeSelectorTerm] | None,
-                                 nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def match_required_node_affinity(
+    state: ClusterState,
+    node_selector: Mapping[str, str],
+    required: Sequence[NodeSelectorTerm] | None,
+    nodes: npt.NDArray[np.intp],
+) -> npt.NDArray[np.bool_]:
     """kube's ``GetRequiredNodeAffinity(pod).Match``: ``nodeSelector`` AND the required node
     affinity terms (None: no requirement)."""
-    mask = (match_node_selector(state, node_selector, nodes) if node_selector
-            else np.ones(nodes.shape, dtype=bool))
+    mask = match_node_selector(state, node_selector, nodes) if node_selector else np.ones(nodes.shape, dtype=bool)
     if required is not None:
         mask &= match_node_selector_terms(state, required, nodes)
     return mask

@@ -50,8 +50,15 @@ class CycleObserver(Protocol):
         """A preemption evicts ``victims`` pods to place its preemptor."""
 
 
-_STATUS_NAMES = {0: "Success", 1: "Error", 2: "Unschedulable", 3: "UnschedulableAndUnresolvable",
-                 4: "Wait", 5: "Skip", 6: "Pending"}
+_STATUS_NAMES = {
+    0: "Success",
+    1: "Error",
+    2: "Unschedulable",
+    3: "UnschedulableAndUnresolvable",
+    4: "Wait",
+    5: "Skip",
+    6: "Pending",
+}
 
 
 def status_name(code: Code | int) -> str:
@@ -90,8 +97,7 @@ class CycleTimer:
         """One plugin's call at ``point`` ran from ``started`` (from :meth:`plugin_start`) until
         now; nothing when ``started`` is None."""
         if started is not None and self.observer is not None:
-            name = ("Success" if status is None else status if isinstance(status, str)
-                    else status_name(status.code))
+            name = "Success" if status is None else status if isinstance(status, str) else status_name(status.code)
             self.observer.plugin(plugin, point, name, self.observer.clock() - started)
 
     def preemption_attempt(self) -> None:

@@ -74,8 +74,7 @@ def _scaled(value: int | str, total: int) -> int:
     return math.ceil(int(value.rstrip("%")) * total / 100)
 
 
-def disruptions_allowed(pdbs: Iterable[PodDisruptionBudgetInfo],
-                        pods: Iterable[PodInfo]) -> dict[tuple[str, str], int]:
+def disruptions_allowed(pdbs: Iterable[PodDisruptionBudgetInfo], pods: Iterable[PodInfo]) -> dict[tuple[str, str], int]:
     """``status.disruptionsAllowed`` as the disruption controller computes it from live pods.
 
     Healthy = bound and Running; expected = every bound, non-terminal pod the budget selects
@@ -112,8 +111,9 @@ class Candidate:
     pdb_violations: int
 
 
-def _split_by_pdb(victims: Sequence[PodInfo], pdbs: Sequence[PodDisruptionBudgetInfo],
-                  allowed: Mapping[tuple[str, str], int]) -> tuple[list[PodInfo], list[PodInfo]]:
+def _split_by_pdb(
+    victims: Sequence[PodInfo], pdbs: Sequence[PodDisruptionBudgetInfo], allowed: Mapping[tuple[str, str], int]
+) -> tuple[list[PodInfo], list[PodInfo]]:
     """(violating, non-violating), order kept: evicting the violating ones would take a budget
     below zero, counting down each budget as its pods are (hypothetically) evicted in order."""
     budget = {key: allowed.get(key, 0) for key in ((b.namespace, b.name) for b in pdbs)}
@@ -175,7 +175,13 @@ def pick_candidate(candidates: Sequence[Candidate]) -> Candidate | None:
         # least work); ties then fall to the node name instead of kube's random rotation.
         earliest_top = min(v.creation_time.timestamp() for v in c.victims if v.priority == top)
         offset = 2**31  # kube shifts priorities to be non-negative before summing
-        return (c.pdb_violations, top, sum(v.priority + offset for v in c.victims), len(c.victims),
-                -earliest_top, c.node)
+        return (
+            c.pdb_violations,
+            top,
+            sum(v.priority + offset for v in c.victims),
+            len(c.victims),
+            -earliest_top,
+            c.node,
+        )
 
     return min(candidates, key=rank)

@@ -68,8 +68,7 @@ def rank(pod: PodInfo, state: ClusterState, scores: Scores, wanted: int) -> npt.
     return ranked if candidates is None else candidates[ranked]
 
 
-def top_scores(state: ClusterState, scores: Scores,
-               positions: npt.NDArray[np.intp]) -> tuple[NodeScore, ...]:
+def top_scores(state: ClusterState, scores: Scores, positions: npt.NDArray[np.intp]) -> tuple[NodeScore, ...]:
     """The decision's report of the nodes at ``positions`` of ``scores.nodes``: name, total and
     weighted score per plugin."""
     # One gather per plugin, then plain Python over at most keep_top_scores entries.
@@ -82,12 +81,12 @@ def top_scores(state: ClusterState, scores: Scores,
         rows = scores.matrix.take(positions, axis=1).T.tolist()
     else:
         rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
-    return tuple(NodeScore(name, total, tuple(zip(plugins, row)))
-                 for name, total, row in zip(names, totals, rows))
+    return tuple(NodeScore(name, total, tuple(zip(plugins, row))) for name, total, row in zip(names, totals, rows))
 
 
-def _selection_keys(pod: PodInfo, state: ClusterState, scores: Scores,
-                    positions: npt.NDArray[np.intp] | None) -> npt.NDArray[np.int64]:
+def _selection_keys(
+    pod: PodInfo, state: ClusterState, scores: Scores, positions: npt.NDArray[np.intp] | None
+) -> npt.NDArray[np.int64]:
     """``total << 40 | inverted high bits of the tie-break hash`` for ``positions`` of
     ``scores.nodes`` (None: all): larger is better, unique unless the hash collides."""
     nodes = scores.nodes if positions is None else scores.nodes.take(positions)
@@ -112,8 +111,9 @@ def _best_keys(key: npt.NDArray[np.int64], wanted: int) -> npt.NDArray[np.intp]:
     return np.concatenate([better, equal])
 
 
-def _keys_above_cut(key: npt.NDArray[np.int64], floor: int, wanted: int, above: int,
-                    at_floor: int) -> npt.NDArray[np.intp] | None:
+def _keys_above_cut(
+    key: npt.NDArray[np.int64], floor: int, wanted: int, above: int, at_floor: int
+) -> npt.NDArray[np.intp] | None:
     """Positions (ascending) of every selection key at or above a cut placed among the keys
     of the ``at_floor`` nodes whose total is ``floor``, so that about twice the
     ``wanted - above`` of them still needed pass it (their low bits are a well-spread hash);

@@ -58,8 +58,7 @@ REGISTRY: Mapping[str, type[Plugin]] = MappingProxyType({cls.NAME: cls for cls i
 """Plugin name → class. Read-only."""
 
 
-def with_plugins(*classes: type[Plugin],
-                 base: Mapping[str, type[Plugin]] = REGISTRY) -> Mapping[str, type[Plugin]]:
+def with_plugins(*classes: type[Plugin], base: Mapping[str, type[Plugin]] = REGISTRY) -> Mapping[str, type[Plugin]]:
     """A registry extended with more plugin classes (tests, experiments). Names must be new."""
     merged = dict(base)
     for cls in classes:

@@ -59,11 +59,13 @@ from berth.schemas.cluster import PodInfo
 
 __all__ = ["Feasibility", "Framework", "Scheduler", "Scores"]
 
-_CODE_NAMES = MappingProxyType({
-    Code.UNSCHEDULABLE: "Unschedulable",
-    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
-    Code.ERROR: "Error",
-})
+_CODE_NAMES = MappingProxyType(
+    {
+        Code.UNSCHEDULABLE: "Unschedulable",
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
+        Code.ERROR: "Error",
+    }
+)
 
 
 class Framework:
@@ -73,8 +75,12 @@ class Framework:
     number of states. Instances hold no per-cycle state.
     """
 
-    def __init__(self, config: SchedulerConfig, profile: str = DEFAULT_PROFILE,
-                 registry: Mapping[str, type[Plugin]] | None = None) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        profile: str = DEFAULT_PROFILE,
+        registry: Mapping[str, type[Plugin]] | None = None,
+    ) -> None:
         if registry is None:
             registry = REGISTRY
         resolved = config.profile(profile)
@@ -82,8 +88,7 @@ class Framework:
         self.name = resolved.scheduler_name
         self.config_hash = config.hash
         self.keep_top_scores = resolved.keep_top_scores
-        instances = {name: registry[name](resolved.args.get(name))
-                     for name in resolved.plugin_names()}
+        instances = {name: registry[name](resolved.args.get(name)) for name in resolved.plugin_names()}
         self.plugins: Mapping[str, Plugin] = instances
         for plugin in instances.values():
             plugin.bind_framework(self)
@@ -102,17 +107,17 @@ class Framework:
         # Selection packs (total, tie-break hash) into one int64: totals must stay below 2**22.
         top_total = MAX_NODE_SCORE * sum(self.weights.values())
         if top_total >= TOTAL_LIMIT:
-            raise ValueError(f"profile {self.name!r}: score weights sum to "
-                             f"{sum(self.weights.values())}, too large to rank exactly")
+            raise ValueError(
+                f"profile {self.name!r}: score weights sum to {sum(self.weights.values())}, too large to rank exactly"
+            )
         self._extension_factories = tuple(
-            {ext.KEY: ext for plugin in instances.values()
-             for ext in plugin.STATE_EXTENSIONS}.values())
-        self.filters = ProfileFilters(self.pre_filter_plugins, self.filter_plugins,
-                                      self.config_hash, self.name)
-        self.scorer = ProfileScorer(self.pre_score_plugins, self.score_plugins, self.weights,
-                                    self.config_hash, self.name)
-        self.sampling = Sampling(resolved.percentage_of_nodes_to_score, None,
-                                 bool(self.score_plugins))
+            {ext.KEY: ext for plugin in instances.values() for ext in plugin.STATE_EXTENSIONS}.values()
+        )
+        self.filters = ProfileFilters(self.pre_filter_plugins, self.filter_plugins, self.config_hash, self.name)
+        self.scorer = ProfileScorer(
+            self.pre_score_plugins, self.score_plugins, self.weights, self.config_hash, self.name
+        )
+        self.sampling = Sampling(resolved.percentage_of_nodes_to_score, None, bool(self.score_plugins))
         """How many feasible nodes a cycle looks for (every node unless configured)."""
         self.observer: CycleObserver | None = None
         """Times the cycles of :meth:`schedule` (:mod:`berth.core.observe`); None: not timed."""
@@ -124,8 +129,7 @@ class Framework:
         for factory in self._extension_factories:
             state.ensure_extension(factory)
 
-    def schedule(self, pod: PodInfo, state: ClusterState, *,
-                 max_nodes_to_score: int | None = None) -> Decision:
+    def schedule(self, pod: PodInfo, state: ClusterState, *, max_nodes_to_score: int | None = None) -> Decision:
         """One scheduling cycle for ``pod`` on ``state`` → a sealed :class:`Decision`.
         The state is not modified (extensions may be attached on first use).
         ``max_nodes_to_score``: stop filtering after that many feasible nodes (a pool's
@@ -143,36 +147,38 @@ class Framework:
         }
         if state.node_count == 0:
             # kube-scheduler's ErrNoNodesAvailable: no FitError, no preemption attempt.
-            return Decision(status="unschedulable", message=messages.NO_NODES_TO_SCHEDULE, nodes_total=0,
-                            feasible_nodes=0, **base).sealed()
+            return Decision(
+                status="unschedulable", message=messages.NO_NODES_TO_SCHEDULE, nodes_total=0, feasible_nodes=0, **base
+            ).sealed()
         sampling = self.sampling
         if max_nodes_to_score is not None:
             sampling = Sampling(sampling.percentage, max_nodes_to_score, sampling.scoring)
         feasibility = self.filters.find_feasible(cycle, None, sampling)
         diagnosis = feasibility.diagnosis
         rejections, node_groups, width = _summarise(diagnosis)
-        summary = {"nodes_total": int(diagnosis.nodes.size),
-                   "feasible_nodes": int(feasibility.feasible.size),
-                   "rejections": rejections, "node_groups": node_groups,
-                   "node_group_width": width}
+        summary = {
+            "nodes_total": int(diagnosis.nodes.size),
+            "feasible_nodes": int(feasibility.feasible.size),
+            "rejections": rejections,
+            "node_groups": node_groups,
+            "node_group_width": width,
+        }
         error = next((s for s in diagnosis.statuses if s.code is Code.ERROR), None)
         if error is not None:
-            return Decision(status="error", message=f"{error.plugin}: {error.message}",
-                            **base, **summary).sealed()
+            return Decision(status="error", message=f"{error.plugin}: {error.message}", **base, **summary).sealed()
         if feasibility.feasible.size == 0:
             return self._unschedulable(cycle, diagnosis, base, summary)
 
         scores = self.scorer.score(cycle, feasibility.feasible)
         if scores.error is not None:
-            return Decision(status="error", message=f"{scores.error.plugin}: "
-                                                    f"{scores.error.message}",
-                            **base, **summary).sealed()
+            return Decision(
+                status="error", message=f"{scores.error.plugin}: {scores.error.message}", **base, **summary
+            ).sealed()
         ranked = rank(pod, state, scores, max(1, self.keep_top_scores))
         top = top_scores(state, scores, ranked[: self.keep_top_scores])
         return self._reserve_and_permit(cycle, int(scores.nodes[ranked[0]]), base, summary, top)
 
-    def find_feasible(self, pod: PodInfo, state: ClusterState,
-                      nodes: Sequence[str] | None = None) -> Feasibility:
+    def find_feasible(self, pod: PodInfo, state: ClusterState, nodes: Sequence[str] | None = None) -> Feasibility:
         """PreFilter + Filter from scratch for ``pod`` on ``state``, optionally only on the
         named nodes (others are ignored, not reported). For preemption's what-ifs: remove the
         victims from the state, call this, add them back."""
@@ -185,8 +191,9 @@ class Framework:
 
     # ------------------------------------------------------------------ cycle parts
 
-    def _reserve_and_permit(self, cycle: CycleContext, chosen: int, base: dict, summary: dict,
-                            top: tuple[NodeScore, ...]) -> Decision:
+    def _reserve_and_permit(
+        self, cycle: CycleContext, chosen: int, base: dict, summary: dict, top: tuple[NodeScore, ...]
+    ) -> Decision:
         """Reserve and Permit on the chosen node slot: the ``placed`` (or ``held``) decision,
         or, when a plugin fails, the reserved plugins undone and the pod rejected there."""
         timer = cycle.timer
@@ -202,8 +209,7 @@ class Framework:
             if not result.status.is_success:
                 timer.point("Reserve", result.status, started)
                 self._unreserve(cycle, reserved, chosen)
-                return self._rejected_on_node(result.status.with_plugin(plugin.NAME), base,
-                                              summary, top)
+                return self._rejected_on_node(result.status.with_plugin(plugin.NAME), base, summary, top)
             if result.gpu_devices:
                 gpu_devices = tuple(result.gpu_devices)
             if result.gpu_milli is not None:
@@ -222,9 +228,15 @@ class Framework:
                 self._unreserve(cycle, reserved, chosen)
                 return self._rejected_on_node(status, base, summary, top)
         timer.point("Permit", Status(Code.WAIT) if held else None, started)
-        return Decision(status="held" if held else "placed", node=cycle.state.name_of(chosen),
-                        gpu_devices=gpu_devices, gpu_milli=gpu_milli, top_scores=top,
-                        **base, **summary).sealed()
+        return Decision(
+            status="held" if held else "placed",
+            node=cycle.state.name_of(chosen),
+            gpu_devices=gpu_devices,
+            gpu_milli=gpu_milli,
+            top_scores=top,
+            **base,
+            **summary,
+        ).sealed()
 
     def _unreserve(self, cycle: CycleContext, reserved: list[ReservePlugin], node: int) -> None:
         started = cycle.timer.start()
@@ -234,18 +246,24 @@ class Framework:
             cycle.timer.plugin(plugin.NAME, "Unreserve", None, plugin_started)
         cycle.timer.point("Unreserve", None, started)
 
-    def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict,
-                       summary: dict) -> Decision:
+    def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict, summary: dict) -> Decision:
         post, postfilter_message = self._post_filter(cycle, diagnosis)
         prefilter = diagnosis.prefilter_status
         message = messages.fit_error(
-            int(diagnosis.nodes.size), _reason_counts(diagnosis),
+            int(diagnosis.nodes.size),
+            _reason_counts(diagnosis),
             prefilter_message=prefilter.message if prefilter else "",
-            postfilter_message=postfilter_message)
+            postfilter_message=postfilter_message,
+        )
         if post is not None and post.nominated_node:
-            return Decision(status="preempting", message=message,
-                            nominated_node=post.nominated_node, victims=tuple(post.victims),
-                            **base, **summary).sealed()
+            return Decision(
+                status="preempting",
+                message=message,
+                nominated_node=post.nominated_node,
+                victims=tuple(post.victims),
+                **base,
+                **summary,
+            ).sealed()
         return Decision(status="unschedulable", message=message, **base, **summary).sealed()
 
     def _post_filter(self, cycle: CycleContext, diagnosis: Diagnosis) -> tuple[PostFilterResult | None, str]:
@@ -268,15 +286,14 @@ class Framework:
         timer.point("PostFilter", Status(Code.UNSCHEDULABLE), started)
         return None, ", ".join(said)
 
-    def _rejected_on_node(self, status: Status, base: dict, summary: dict,
-                          top: tuple[NodeScore, ...]) -> Decision:
+    def _rejected_on_node(self, status: Status, base: dict, summary: dict, top: tuple[NodeScore, ...]) -> Decision:
         if status.code is Code.ERROR:
-            return Decision(status="error", message=f"{status.plugin}: {status.message}",
-                            top_scores=top, **base, **summary).sealed()
+            return Decision(
+                status="error", message=f"{status.plugin}: {status.message}", top_scores=top, **base, **summary
+            ).sealed()
         # kube reports a Reserve/Permit rejection as a FitError over the one chosen node.
         message = messages.fit_error(1, {reason: 1 for reason in status.reasons})
-        return Decision(status="unschedulable", message=message, top_scores=top,
-                        **base, **summary).sealed()
+        return Decision(status="unschedulable", message=message, top_scores=top, **base, **summary).sealed()
 
 
 def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
@@ -296,9 +313,10 @@ def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], str, i
     if not diagnosis.statuses:  # nothing rejected (the common case)
         return (), "", 1
     per_status = np.bincount(codes[codes >= 0], minlength=len(diagnosis.statuses)).tolist()
-    groups = tuple(RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name),
-                                  reasons=s.reasons, count=count)
-                   for s, count in zip(diagnosis.statuses, per_status))
+    groups = tuple(
+        RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name), reasons=s.reasons, count=count)
+        for s, count in zip(diagnosis.statuses, per_status)
+    )
     packed, width = pack_node_groups(codes, len(groups))
     return groups, packed, width
 
@@ -307,25 +325,28 @@ class Scheduler:
     """Every profile of a configuration; routes a pod to the profile named by its
     ``schedulerName`` (or ``default_profile``)."""
 
-    def __init__(self, config: SchedulerConfig,
-                 registry: Mapping[str, type[Plugin]] | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, registry: Mapping[str, type[Plugin]] | None = None) -> None:
         self.config = config
-        self.frameworks = {p.scheduler_name: Framework(config, p.scheduler_name, registry)
-                           for p in config.profiles}
+        self.frameworks = {p.scheduler_name: Framework(config, p.scheduler_name, registry) for p in config.profiles}
 
     @property
     def config_hash(self) -> str:
         return self.config.hash
 
-    def schedule(self, pod: PodInfo, state: ClusterState, profile: str | None = None, *,
-                 max_nodes_to_score: int | None = None) -> Decision:
+    def schedule(
+        self, pod: PodInfo, state: ClusterState, profile: str | None = None, *, max_nodes_to_score: int | None = None
+    ) -> Decision:
         framework = self.frameworks.get(profile or pod.scheduler_name)
         if framework is None:
             known = ", ".join(sorted(self.frameworks))
             return Decision(
-                pod_uid=pod.uid, pod=pod.key, profile=profile or pod.scheduler_name,
-                status="error", message=f"no profile {profile or pod.scheduler_name!r} "
-                                        f"(profiles: {known})",
-                pod_hash=sha256_hex(canonical_json(pod)), snapshot_hash=state.snapshot_hash(),
-                config_hash=self.config.hash).sealed()
+                pod_uid=pod.uid,
+                pod=pod.key,
+                profile=profile or pod.scheduler_name,
+                status="error",
+                message=f"no profile {profile or pod.scheduler_name!r} (profiles: {known})",
+                pod_hash=sha256_hex(canonical_json(pod)),
+                snapshot_hash=state.snapshot_hash(),
+                config_hash=self.config.hash,
+            ).sealed()
         return framework.schedule(pod, state, max_nodes_to_score=max_nodes_to_score)

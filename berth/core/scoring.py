@@ -50,9 +50,14 @@ class ProfileScorer:
     a state never share an entry. Holds no per-cycle state.
     """
 
-    def __init__(self, pre_score_plugins: Sequence[PreScorePlugin],
-                 score_plugins: Sequence[ScorePlugin], weights: Mapping[str, int],
-                 config_hash: str, profile: str) -> None:
+    def __init__(
+        self,
+        pre_score_plugins: Sequence[PreScorePlugin],
+        score_plugins: Sequence[ScorePlugin],
+        weights: Mapping[str, int],
+        config_hash: str,
+        profile: str,
+    ) -> None:
         self.pre_score_plugins = pre_score_plugins
         self.score_plugins = score_plugins
         self.weights = weights
@@ -89,8 +94,15 @@ class ProfileScorer:
             if signature is not None and in_feasible is None:
                 in_feasible = candidate_mask(state, feasible)
             if signature is not None and type(plugin).normalizes_per_node():
-                weighted = self._memo_weighted(cycle, plugin, signature, feasible, in_feasible,  # type: ignore[arg-type]
-                                               row, dense)
+                weighted = self._memo_weighted(
+                    cycle,
+                    plugin,
+                    signature,
+                    feasible,
+                    in_feasible,  # type: ignore[arg-type]
+                    row,
+                    dense,
+                )
                 if weighted is not None:
                     per_plugin[plugin.NAME] = weighted
                     timer.plugin(plugin.NAME, "Score", None, plugin_started)
@@ -101,8 +113,7 @@ class ProfileScorer:
             normalized = plugin.normalize_score(cycle, feasible, raw).astype(np.int64, copy=False)
             # One unsigned reduction catches both ends: negatives wrap to huge values.
             if normalized.size and int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:
-                return Scores(feasible, matrix[:done].sum(axis=0), per_plugin,
-                              _invalid_score(plugin, normalized))
+                return Scores(feasible, matrix[:done].sum(axis=0), per_plugin, _invalid_score(plugin, normalized))
             weighted = np.multiply(normalized, self.weights[plugin.NAME], out=row)
             per_plugin[plugin.NAME] = weighted
             timer.plugin(plugin.NAME, "Score", None, plugin_started)
@@ -123,9 +134,14 @@ class ProfileScorer:
                 return status.with_plugin(plugin.NAME)
         return None
 
-    def _raw_scores(self, cycle: CycleContext, plugin: ScorePlugin, signature: Hashable | None,
-                    feasible: NodeArray,
-                    in_feasible: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+    def _raw_scores(
+        self,
+        cycle: CycleContext,
+        plugin: ScorePlugin,
+        signature: Hashable | None,
+        feasible: NodeArray,
+        in_feasible: npt.NDArray[np.bool_] | None,
+    ) -> npt.NDArray[np.int64]:
         """The plugin's raw scores of ``feasible``: asked directly without a signature, else
         from the raw-score memo, asking only about nodes changed since."""
         if signature is None:
@@ -139,9 +155,16 @@ class ProfileScorer:
             entry.versions[todo] = state.node_version.take(todo)
         return entry.values.take(feasible)
 
-    def _memo_weighted(self, cycle: CycleContext, plugin: ScorePlugin, signature: Hashable,
-                       feasible: NodeArray, in_feasible: npt.NDArray[np.bool_],
-                       out: npt.NDArray[np.int64], dense: bool) -> npt.NDArray[np.int64] | None:
+    def _memo_weighted(
+        self,
+        cycle: CycleContext,
+        plugin: ScorePlugin,
+        signature: Hashable,
+        feasible: NodeArray,
+        in_feasible: npt.NDArray[np.bool_],
+        out: npt.NDArray[np.int64],
+        dense: bool,
+    ) -> npt.NDArray[np.int64] | None:
         """The weighted scores of ``feasible`` for a plugin that normalises node by node,
         memoised as weighted scores: only nodes changed since are scored, normalised and
         checked. None if one of them is out of range (nothing is recorded then). Written into
@@ -167,5 +190,8 @@ class ProfileScorer:
 def _invalid_score(plugin: ScorePlugin, normalized: npt.NDArray[np.int64]) -> Status:
     """kube's error for a normalised score outside ``0..MAX_NODE_SCORE``, naming the first."""
     bad = int(normalized[(normalized < 0) | (normalized > MAX_NODE_SCORE)][0])
-    return Status.error(f"plugin {plugin.NAME!r} returns an invalid score {bad}, it should in the "
-                        f"range of [0, {MAX_NODE_SCORE}] after normalizing", plugin=plugin.NAME)
+    return Status.error(
+        f"plugin {plugin.NAME!r} returns an invalid score {bad}, it should in the "
+        f"range of [0, {MAX_NODE_SCORE}] after normalizing",
+        plugin=plugin.NAME,
+    )

@@ -158,7 +158,6 @@ class StateExtension:
         """A pod released what it held."""
 
 
-
 class ClusterState:
     """The cluster as the scheduler sees it; see the module docstring for the layout.
 
@@ -215,10 +214,8 @@ class ClusterState:
         self._resource_column: dict[str, int] = {n: i for i, n in enumerate(FIXED_RESOURCES)}
         # Column-major: plugins read one resource over many nodes (``column(...)``), which is
         # a contiguous gather in Fortran order and a strided one in C order.
-        self.allocatable = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64,
-                                    order="F")
-        self.requested = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64,
-                                  order="F")
+        self.allocatable = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64, order="F")
+        self.requested = np.zeros((self._capacity, len(FIXED_RESOURCES)), dtype=np.int64, order="F")
         self.nonzero_requested = np.zeros((self._capacity, 2), dtype=np.int64, order="F")
 
     def _init_labels_and_taints(self) -> None:
@@ -514,8 +511,7 @@ class ClusterState:
             self.unschedulable_nodes += 1
         ids = [self._taint_id_for(t) for t in node.taints]
         if len(ids) > self.taint_table.shape[1]:
-            extra = np.full((self._capacity, len(ids) - self.taint_table.shape[1]), -1,
-                            dtype=np.int32)
+            extra = np.full((self._capacity, len(ids) - self.taint_table.shape[1]), -1, dtype=np.int32)
             self.taint_table = np.hstack([self.taint_table, extra])
         self.taint_table[slot] = -1
         self.taint_table[slot, : len(ids)] = ids
@@ -579,8 +575,7 @@ class ClusterState:
             return
         self.remove_policy(kind, namespace, name)
         self._policies[key] = obj
-        digest = object_digest("policy", {"kind": kind, "namespace": namespace, "name": name,
-                                          "object": obj})
+        digest = object_digest("policy", {"kind": kind, "namespace": namespace, "name": name, "object": obj})
         self._policy_digest[key] = digest
         self._add_digest(digest)
 
@@ -595,9 +590,11 @@ class ClusterState:
 
     def policies(self, kind: str) -> list[tuple[str, str, FrozenModel]]:
         """``(namespace, name, object)`` of every policy of ``kind``, sorted."""
-        return [(ns, name, obj) for (k, ns, name), obj in sorted(self._policies.items(),
-                                                                 key=lambda item: item[0])
-                if k == kind]
+        return [
+            (ns, name, obj)
+            for (k, ns, name), obj in sorted(self._policies.items(), key=lambda item: item[0])
+            if k == kind
+        ]
 
     # ------------------------------------------------------------------ pod mutations
 
@@ -608,8 +605,7 @@ class ClusterState:
             raise ValueError(f"pod {pod.key} is not bound (node_name is empty); use assume()")
         self._place(pod, pod.node_name, pod.gpu_devices, None, assumed=False)
 
-    def assume(self, pod: PodInfo, node: str, gpu_devices: Sequence[int] = (),
-               gpu_milli: int | None = None) -> None:
+    def assume(self, pod: PodInfo, node: str, gpu_devices: Sequence[int] = (), gpu_milli: int | None = None) -> None:
         """Record the scheduler's own decision: the pod holds capacity on ``node`` until the
         binding is observed (:meth:`upsert_bound_pod`) or the assumption is dropped
         (:meth:`forget`). Replaces an earlier placement of the same UID."""
@@ -639,12 +635,18 @@ class ClusterState:
         elif pod.node_name:
             self.upsert_bound_pod(pod)
 
-    def _place(self, pod: PodInfo, node: str, gpu_devices: tuple[int, ...],
-               gpu_milli: int | None, *, assumed: bool) -> None:
+    def _place(
+        self, pod: PodInfo, node: str, gpu_devices: tuple[int, ...], gpu_milli: int | None, *, assumed: bool
+    ) -> None:
         existing = self._pods.get(pod.uid)
         if existing is not None:
-            if (existing.pod == pod and existing.node_name == node and existing.assumed == assumed
-                    and existing.gpu_devices == gpu_devices and existing.gpu_milli == gpu_milli):
+            if (
+                existing.pod == pod
+                and existing.node_name == node
+                and existing.assumed == assumed
+                and existing.gpu_devices == gpu_devices
+                and existing.gpu_milli == gpu_milli
+            ):
                 return
             self._release(existing)
         columns: list[int] = []
@@ -657,8 +659,13 @@ class ClusterState:
         amounts.append(1)
         digest = _pod_digest(self.pod_json(pod), node, gpu_devices, gpu_milli)
         placed = PlacedPod(
-            pod=pod, node_name=node, gpu_devices=gpu_devices, gpu_milli=gpu_milli,
-            assumed=assumed, request_columns=tuple(columns), request_amounts=tuple(amounts),
+            pod=pod,
+            node_name=node,
+            gpu_devices=gpu_devices,
+            gpu_milli=gpu_milli,
+            assumed=assumed,
+            request_columns=tuple(columns),
+            request_amounts=tuple(amounts),
             nonzero_cpu=pod.requests.get("cpu") or DEFAULT_MILLI_CPU_REQUEST,
             nonzero_memory=pod.requests.get("memory") or DEFAULT_MEMORY_REQUEST,
             digest=digest,
@@ -768,8 +775,7 @@ class ClusterState:
         """Whether any placed pod has a required pod anti-affinity term."""
         return bool(self._pods_with_required_anti_affinity)
 
-    def pods_matching(self, namespaces: Iterable[str] | None,
-                      selector: CompiledSelector) -> list[PlacedPod]:
+    def pods_matching(self, namespaces: Iterable[str] | None, selector: CompiledSelector) -> list[PlacedPod]:
         """Placed pods in ``namespaces`` (None: every namespace) whose labels match
         ``selector``, sorted by UID. Uses the label index, so the cost is about the number of
         pods carrying the selector's most selective label, not the number of pods."""
@@ -834,12 +840,10 @@ class ClusterState:
         return self._extensions.get(key)
 
 
-def _pod_digest(pod_json: bytes, node: str, gpu_devices: tuple[int, ...],
-                gpu_milli: int | None) -> int:
+def _pod_digest(pod_json: bytes, node: str, gpu_devices: tuple[int, ...], gpu_milli: int | None) -> int:
     """``object_digest("pod", {...})`` of a placement, reusing the pod's canonical JSON: the
     bytes are exactly the canonical JSON of ``{"gpu_devices", "gpu_milli", "node", "pod"}``."""
-    head = canonical_json({"gpu_devices": list(gpu_devices), "gpu_milli": gpu_milli,
-                           "node": node})
+    head = canonical_json({"gpu_devices": list(gpu_devices), "gpu_milli": gpu_milli, "node": node})
     return object_digest_of_bytes("pod", head[:-1] + b',"pod":' + pod_json + b"}")
 
 

@@ -15,8 +15,14 @@ import numpy.typing as npt
 from berth.core.state import ClusterState
 from berth.schemas.cluster import Taint, Toleration
 
-__all__ = ["HARD_EFFECTS", "UNSCHEDULABLE_TAINT", "tolerated_by_any", "tolerates",
-           "untolerated_hard_taints", "untolerated_lookup"]
+__all__ = [
+    "HARD_EFFECTS",
+    "UNSCHEDULABLE_TAINT",
+    "tolerated_by_any",
+    "tolerates",
+    "untolerated_hard_taints",
+    "untolerated_lookup",
+]
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 """The effects the TaintToleration Filter enforces; PreferNoSchedule only scores."""
@@ -40,8 +46,9 @@ def tolerated_by_any(tolerations: Iterable[Toleration], taint: Taint) -> bool:
     return any(tolerates(toleration, taint) for toleration in tolerations)
 
 
-def untolerated_hard_taints(state: ClusterState, tolerations: Sequence[Toleration],
-                            nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def untolerated_hard_taints(
+    state: ClusterState, tolerations: Sequence[Toleration], nodes: npt.NDArray[np.intp]
+) -> npt.NDArray[np.bool_]:
     """Per node of ``nodes``: has it a NoSchedule/NoExecute taint none of ``tolerations``
     tolerates? (kube's ``FindMatchingUntoleratedTaint`` with the DoNotSchedule filter.)"""
     if state.hard_taint_nodes == 0:
@@ -50,8 +57,9 @@ def untolerated_hard_taints(state: ClusterState, tolerations: Sequence[Toleratio
     return lookup[state.taint_table[nodes]].any(axis=1)
 
 
-def untolerated_lookup(state: ClusterState, tolerations: Sequence[Toleration],
-                       effects: frozenset[str]) -> npt.NDArray[np.bool_]:
+def untolerated_lookup(
+    state: ClusterState, tolerations: Sequence[Toleration], effects: frozenset[str]
+) -> npt.NDArray[np.bool_]:
     """Per distinct taint id of the state (plus a trailing False that the -1 padding of the
     taint table indexes): is it of one of ``effects`` and tolerated by none of
     ``tolerations``?"""

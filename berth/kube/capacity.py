@@ -58,8 +58,9 @@ def parse_spot_labels(text: str) -> tuple[SpotLabel, ...]:
         key, sep, value_text = item.partition("=")
         spot_values = [v.strip() for v in value_text.split("|") if v.strip()]
         if not sep or not key.strip() or not spot_values:
-            raise ValueError(f"spot label {item!r}: expected KEY=VALUE (several values: KEY=V1|V2), "
-                             "e.g. example.com/lifecycle=spot")
+            raise ValueError(
+                f"spot label {item!r}: expected KEY=VALUE (several values: KEY=V1|V2), e.g. example.com/lifecycle=spot"
+            )
         values.setdefault(key.strip(), []).extend(spot_values)
     return tuple(SpotLabel(key, tuple(dict.fromkeys(found))) for key, found in values.items())
 

@@ -81,17 +81,26 @@ def _template_from_requirements(spec: Mapping[str, Any]) -> dict[str, Any]:
         if locality:
             annotations[ANNOTATION_GPU_LOCALITY] = str(locality)
         if gpu.get("type"):
-            pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": LABEL_GPU_PRODUCT, "operator": "In", "values": [str(gpu["type"])]}]}]}}}
+            pod_spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": LABEL_GPU_PRODUCT, "operator": "In", "values": [str(gpu["type"])]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
     elif "fraction" in gpu:
         annotations[ANNOTATION_GPU_FRACTION] = str(gpu["fraction"])
         if "memoryMiB" in gpu:
             annotations[ANNOTATION_GPU_MEMORY] = str(gpu["memoryMiB"])
     limits = {k: v for k, v in requests.items() if k not in ("cpu", "memory")}
     resources: dict[str, Any] = {"requests": requests, **({"limits": limits} if limits else {})}
-    pod_spec["containers"] = [{"name": "server", "image": "registry.example/model-server:1",
-                               "resources": resources}]
+    pod_spec["containers"] = [{"name": "server", "image": "registry.example/model-server:1", "resources": resources}]
     return {"metadata": {"annotations": annotations}, "spec": pod_spec}
 
 
@@ -103,11 +112,16 @@ def replica_manifest(pool: AgentPool, index: int) -> dict[str, Any]:
     spec.setdefault("schedulerName", "berth")
     labels = dict(metadata.get("labels") or {})
     labels[LABEL_AGENT_POOL] = pool.name
-    metadata.update({
-        "name": f"{pool.name}-{index}", "namespace": pool.namespace, "labels": labels,
-        "ownerReferences": [{"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "name": pool.name,
-                             "controller": True}],
-    })
+    metadata.update(
+        {
+            "name": f"{pool.name}-{index}",
+            "namespace": pool.namespace,
+            "labels": labels,
+            "ownerReferences": [
+                {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "name": pool.name, "controller": True}
+            ],
+        }
+    )
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -119,8 +133,9 @@ def replica_admission(pool: AgentPool, index: int, policies: Sequence[object] = 
     classes = {p.name: p for p in policies if isinstance(p, PriorityClassInfo)}
     ranges = [p for p in policies if isinstance(p, LimitRangeInfo) and p.namespace == pool.namespace]
     try:
-        return pod_from_manifest(replica_manifest(pool, index), priority_classes=classes,
-                                 limit_ranges=sorted(ranges, key=lambda r: r.name))
+        return pod_from_manifest(
+            replica_manifest(pool, index), priority_classes=classes, limit_ranges=sorted(ranges, key=lambda r: r.name)
+        )
     except ManifestError as exc:
         raise ReplicaError(f"AgentPool {pool.key}: spec.template: {exc}") from exc
 

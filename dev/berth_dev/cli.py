@@ -8,14 +8,13 @@ Heavy imports happen inside the commands, so ``berth --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-dev_app = typer.Typer(help="Run Kafka and Postgres locally without Docker (for demos and tests).",
-                      no_args_is_help=True)
+dev_app = typer.Typer(help="Run Kafka and Postgres locally without Docker (for demos and tests).", no_args_is_help=True)
 
 err = Console(stderr=True)
 
@@ -38,15 +37,23 @@ def _devstack(action: str, **kwargs: Any) -> Any:
 
 @dev_app.command("up")
 def dev_up(
-    with_kubernetes: Annotated[bool, typer.Option(
-        help="Also run etcd and kube-apiserver v1.34 (built from the Go module proxy on first use, "
-             "about 10 minutes), print BERTH_KUBECONFIG, and start Berth's services against it "
-             "(see --services).")] = False,
-    services: Annotated[bool, typer.Option(
-        "--services/--no-services",
-        help="With --with-kubernetes: migrate the audit store, create the topics and start ingest, "
-             "inventory, token-lag, decision, audit and binder (--backend kube) in the background, "
-             "so pods with schedulerName: berth get scheduled. --no-services: the infrastructure only.")] = True,
+    with_kubernetes: Annotated[
+        bool,
+        typer.Option(
+            help="Also run etcd and kube-apiserver v1.34 (built from the Go module proxy on first use, "
+            "about 10 minutes), print BERTH_KUBECONFIG, and start Berth's services against it "
+            "(see --services)."
+        ),
+    ] = False,
+    services: Annotated[
+        bool,
+        typer.Option(
+            "--services/--no-services",
+            help="With --with-kubernetes: migrate the audit store, create the topics and start ingest, "
+            "inventory, token-lag, decision, audit and binder (--backend kube) in the background, "
+            "so pods with schedulerName: berth get scheduled. --no-services: the infrastructure only.",
+        ),
+    ] = True,
 ) -> None:
     """Start Kafka 3.9.1 (KRaft) and Postgres 15 in the background; print their endpoints.
 
@@ -65,13 +72,21 @@ def dev_nodes(
     prefix: Annotated[str, typer.Option(help="Node name prefix.")] = "gpu-",
     zones: Annotated[str, typer.Option(help="Comma-separated zones to spread over.")] = "zone-a,zone-b",
     spot_fraction: Annotated[float, typer.Option(min=0, max=1, help="Share of spot nodes.")] = 0.0,
-    label: Annotated[Optional[list[str]], typer.Option(
-        help="KEY=VALUE label on every node, repeatable (e.g. --label berth.io/node-pool=inference); it may "
-             "override the GPU Feature Discovery labels the nodes get anyway.")] = None,
-    taint: Annotated[Optional[list[str]], typer.Option(
-        help="KEY=VALUE:EFFECT (or KEY:EFFECT) taint on every node, repeatable; EFFECT is NoSchedule, "
-             "PreferNoSchedule or NoExecute.")] = None,
-    kubeconfig: Annotated[Optional[str], typer.Option(envvar="BERTH_KUBECONFIG", help="Cluster to use.")] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="KEY=VALUE label on every node, repeatable (e.g. --label berth.io/node-pool=inference); it may "
+            "override the GPU Feature Discovery labels the nodes get anyway."
+        ),
+    ] = None,
+    taint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="KEY=VALUE:EFFECT (or KEY:EFFECT) taint on every node, repeatable; EFFECT is NoSchedule, "
+            "PreferNoSchedule or NoExecute."
+        ),
+    ] = None,
+    kubeconfig: Annotated[str | None, typer.Option(envvar="BERTH_KUBECONFIG", help="Cluster to use.")] = None,
     delete: Annotated[bool, typer.Option(help="Delete the fake nodes instead.")] = False,
 ) -> None:
     """Create fake GPU nodes (API objects with labels, taints, capacity and GPU topology; no kubelet)."""
@@ -88,9 +103,18 @@ def dev_nodes(
         taints = tuple(parse_taint(item) for item in taint or ())
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--taint") from exc
-    names = _devstack("fake_nodes", count=count, kubeconfig=kubeconfig, gpus=gpus, product=product,
-                      prefix=prefix, zones=[z for z in zones.split(",") if z], spot_fraction=spot_fraction,
-                      taints=taints, labels=labels or None)
+    names = _devstack(
+        "fake_nodes",
+        count=count,
+        kubeconfig=kubeconfig,
+        gpus=gpus,
+        product=product,
+        prefix=prefix,
+        zones=[z for z in zones.split(",") if z],
+        spot_fraction=spot_fraction,
+        taints=taints,
+        labels=labels or None,
+    )
     err.print(f"{len(names)} fake nodes ready" + (f": {names[0]} … {names[-1]}" if names else ""))
 
 
@@ -110,8 +134,9 @@ def dev_status() -> None:
 
 def demo(
     speed: Annotated[float, typer.Option(help="Simulated seconds per real second.")] = 20.0,
-    keep_logs: Annotated[Optional[Path], typer.Option(
-        file_okay=False, help="Keep the services' logs and the workload in this folder.")] = None,
+    keep_logs: Annotated[
+        Path | None, typer.Option(file_okay=False, help="Keep the services' logs and the workload in this folder.")
+    ] = None,
 ) -> None:
     """Berth's main job: Kafka, Postgres and every service on a 1,000-pod GPU workload, then replay."""
     from berth_dev.demo import main as demo_main

@@ -33,6 +33,8 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+from berth.services.audit import db
+from berth.services.audit.models import DecisionRow
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -41,8 +43,6 @@ from sqlalchemy import func, select
 
 from berth.bus import ensure_topics
 from berth.core.messages import parse_fit_error
-from berth.services.audit import db
-from berth.services.audit.models import DecisionRow
 from berth.settings import BerthSettings, DatabaseSettings
 from berth_dev.devstack.procs import free_ports
 from berth_dev.devstack.stack import DevStack
@@ -66,15 +66,18 @@ def _recorded_stack() -> dict[str, str] | None:
         db.upgrade(DatabaseSettings(url=env["BERTH_DATABASE_URL"]))
         with engine.connect() as connection:
             if connection.scalar(select(func.count()).select_from(DecisionRow)):
-                raise ServiceFailed("the running dev stack already holds a demo run; for a fresh one: "
-                                    "berth dev down && berth dev up (or stop it to let the demo start its own)")
+                raise ServiceFailed(
+                    "the running dev stack already holds a demo run; for a fresh one: "
+                    "berth dev down && berth dev up (or stop it to let the demo start its own)"
+                )
     finally:
         engine.dispose()
     return env
 
 
-def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 900.0,
-             keep_logs: Path | None = None) -> dict[str, Any]:
+def run_demo(
+    *, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 900.0, keep_logs: Path | None = None
+) -> dict[str, Any]:
     """Run the demo; returns the summary printed as the last line.
 
     With a `berth dev up` stack running, the demo uses it and leaves it up (so that
@@ -92,8 +95,10 @@ def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 
                 stack = DevStack().start()
         try:
             env = existing or stack.env()  # type: ignore[union-attr]
-            console.print(f"[green]✓[/] Kafka at {env['BERTH_KAFKA_BOOTSTRAP']}, Postgres at "
-                          f"{DatabaseSettings(url=env['BERTH_DATABASE_URL']).redacted_url()}")
+            console.print(
+                f"[green]✓[/] Kafka at {env['BERTH_KAFKA_BOOTSTRAP']}, Postgres at "
+                f"{DatabaseSettings(url=env['BERTH_DATABASE_URL']).redacted_url()}"
+            )
             os.environ.update(env)
             settings = BerthSettings()
             db.upgrade(settings.database)
@@ -104,15 +109,18 @@ def run_demo(*, speed: float = DEFAULT_SPEED, seed: int = 1, timeout_s: float = 
             if stack is not None:
                 with console.status("stopping Kafka and Postgres …"):
                     stack.stop()
-            console.print("[green]✓[/] stopped everything the demo started"
-                          + ("; the dev stack stays up" if existing else "")
-                          + (f"; service logs in {work}" if keep_logs else ""))
+            console.print(
+                "[green]✓[/] stopped everything the demo started"
+                + ("; the dev stack stays up" if existing else "")
+                + (f"; service logs in {work}" if keep_logs else "")
+            )
     summary["elapsed_s"] = round(time.monotonic() - started, 1)
     return summary
 
 
-def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, speed: float,
-                  seed: int, timeout_s: float) -> dict[str, Any]:
+def _run_pipeline(
+    settings: BerthSettings, env: dict[str, str], work: Path, *, speed: float, seed: int, timeout_s: float
+) -> dict[str, Any]:
     from berth_dev.workloads import from_documents, generated_documents, write_documents, write_pools_file
 
     documents = generated_documents(f"demo:{seed}")
@@ -128,10 +136,14 @@ def _run_pipeline(settings: BerthSettings, env: dict[str, str], work: Path, *, s
             services.start("token-lag", ["run", "--pools", str(pools)])
             services.start("decision", ["run", "--pools", str(pools)])
             services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
-            services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", str(speed),
-                                           "--port", str(sim_port), "--no-progress"])
-        console.print("[green]✓[/] services running: " + ", ".join(
-            f"{name} (pid {service.pid})" for name, service in services.services.items()))
+            services.start(
+                "cluster-sim",
+                ["run", "--workload", str(workload), "--speed", str(speed), "--port", str(sim_port), "--no-progress"],
+            )
+        console.print(
+            "[green]✓[/] services running: "
+            + ", ".join(f"{name} (pid {service.pid})" for name, service in services.services.items())
+        )
         status = _follow(services, sim_url, timeout_s=timeout_s, malformed_at=0.5)
         # The cluster stands still (binder first: with no cluster to bind to it would fail
         # commands and the cell would place those pods again), so the pipeline drains.
@@ -187,8 +199,11 @@ WITHDRAWN = {
     "node removed": "deleted with their node",
     "deleted": "deleted through the API",
 }
-VERDICT = {"unschedulable": "after an unschedulable verdict", "undecided": "before any verdict",
-           "other scheduler": "(another scheduler's)"}
+VERDICT = {
+    "unschedulable": "after an unschedulable verdict",
+    "undecided": "before any verdict",
+    "other scheduler": "(another scheduler's)",
+}
 TOP_REASONS = 5
 
 
@@ -259,17 +274,27 @@ def pod_fates(pods: dict[str, Any]) -> PodFates:
         reasons[row] = reasons.get(row, 0) + count
     ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
     if len(ranked) > TOP_REASONS:
-        ranked = [*ranked[:TOP_REASONS - 1], ("other reasons", sum(n for _, n in ranked[TOP_REASONS - 1:]))]
+        ranked = [*ranked[: TOP_REASONS - 1], ("other reasons", sum(n for _, n in ranked[TOP_REASONS - 1 :]))]
     details = {
-        "placed": [(PLACED_THEN.get(cause, cause), n) for cause, n in
-                   sorted(ledger["placed_then"].items(), key=lambda item: list(PLACED_THEN).index(item[0])
-                          if item[0] in PLACED_THEN else len(PLACED_THEN)) if n],
+        "placed": [
+            (PLACED_THEN.get(cause, cause), n)
+            for cause, n in sorted(
+                ledger["placed_then"].items(),
+                key=lambda item: list(PLACED_THEN).index(item[0]) if item[0] in PLACED_THEN else len(PLACED_THEN),
+            )
+            if n
+        ],
         "unschedulable": ranked,
-        "deleted_while_pending": [(f"{WITHDRAWN.get(cause, cause)} {VERDICT.get(stage, stage)}", n)
-                                  for cause, by in sorted(withdrawn.items()) for stage, n in sorted(by.items()) if n],
+        "deleted_while_pending": [
+            (f"{WITHDRAWN.get(cause, cause)} {VERDICT.get(stage, stage)}", n)
+            for cause, by in sorted(withdrawn.items())
+            for stage, n in sorted(by.items())
+            if n
+        ],
     }
-    return PodFates(total=pods["workload"] + replicas, workload=pods["workload"], replicas=replicas,
-                    counts=counts, details=details)
+    return PodFates(
+        total=pods["workload"] + replicas, workload=pods["workload"], replicas=replicas, counts=counts, details=details
+    )
 
 
 def _status(sim_url: str) -> dict[str, Any] | None:
@@ -285,8 +310,13 @@ def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_a
     """Show progress until every pod is decided; inject one malformed record on the way."""
     deadline = time.monotonic() + timeout_s
     injected = False
-    columns = (TextColumn("{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=16),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         arrived = progress.add_task("pods arrived", total=None, detail="")
         decided = progress.add_task("pods decided", total=None, detail="")
@@ -301,13 +331,21 @@ def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_a
             pods = status["pods"]
             fates = pod_fates(pods)
             # Arrived: the workload's pods (the pools' replicas are created by the cluster itself).
-            progress.update(arrived, completed=pods["arrived"] + pods["refused"], total=pods["workload"],
-                            detail=f"sim {status['sim_seconds']:.0f}s, +{fates.replicas} replicas")
+            progress.update(
+                arrived,
+                completed=pods["arrived"] + pods["refused"],
+                total=pods["workload"],
+                detail=f"sim {status['sim_seconds']:.0f}s, +{fates.replicas} replicas",
+            )
             # Decided: of what Berth has to decide (the pods it placed and those pending for it),
             # how many are placed or known unschedulable. Pods deleted while pending leave it.
             counts = fates.counts
-            progress.update(decided, completed=fates.decided, total=fates.decidable,
-                            detail=f"placed {counts['placed']}, unschedulable {counts['unschedulable']}")
+            progress.update(
+                decided,
+                completed=fates.decided,
+                total=fates.decidable,
+                detail=f"placed {counts['placed']}, unschedulable {counts['unschedulable']}",
+            )
             if not injected and pods["arrived"] >= malformed_at * pods["workload"]:
                 asyncio.run(_publish_malformed())
                 injected = True
@@ -319,7 +357,6 @@ def _follow(services: Supervisor, sim_url: str, *, timeout_s: float, malformed_a
 async def _publish_malformed() -> None:
     """A pod event a buggy producer might send: no CloudEvents headers, a negative request."""
     from aiokafka import AIOKafkaProducer
-
     from berth.schemas.topics import PODS
 
     producer = AIOKafkaProducer(bootstrap_servers=os.environ["BERTH_KAFKA_BOOTSTRAP"])
@@ -332,8 +369,9 @@ async def _publish_malformed() -> None:
 
 
 async def _count_dead_letters(settings: BerthSettings) -> int:
-    from berth.bus import EventConsumer
     from berth.schemas.topics import DEAD_LETTER
+
+    from berth.bus import EventConsumer
 
     count = 0
     async with EventConsumer(settings.kafka, [DEAD_LETTER], group_id=None, name="demo-dlq") as consumer:
@@ -344,13 +382,15 @@ async def _count_dead_letters(settings: BerthSettings) -> int:
 
 async def _kafka_counts(settings: BerthSettings) -> tuple[int, int]:
     """(decision inputs, decision records) committed to Kafka: what the audit must hold."""
-    from berth.bus import EventConsumer
     from berth.schemas import DecisionRecord
     from berth.schemas.topics import DECISION_INPUTS, DECISIONS
 
+    from berth.bus import EventConsumer
+
     inputs = decisions = 0
-    async with EventConsumer(settings.kafka, [DECISION_INPUTS, DECISIONS], group_id=None,
-                             name="demo-count") as consumer:
+    async with EventConsumer(
+        settings.kafka, [DECISION_INPUTS, DECISIONS], group_id=None, name="demo-count"
+    ) as consumer:
         async for item in consumer.events(idle_timeout_s=2):
             if item.topic == DECISION_INPUTS.name:
                 inputs += 1
@@ -412,8 +452,10 @@ def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any,
     table.add_column(style="bold")
     table.add_column(justify="right")
     rows: list[tuple[str, Any]] = [("nodes (GPU nodes carry 8 devices)", status["nodes"])]
-    rows += [(("  " * depth + ("└ " if depth == 2 else "")) + escape(label), f"{count:,}")
-             for label, count, depth in pod_rows(fates)]
+    rows += [
+        (("  " * depth + ("└ " if depth == 2 else "")) + escape(label), f"{count:,}")
+        for label, count, depth in pod_rows(fates)
+    ]
     if sum(fates.counts.values()) != fates.total:
         rows.append(("[red]pods not accounted for[/]", fates.total - sum(fates.counts.values())))
     rows += [
@@ -428,9 +470,11 @@ def _print_summary(summary: dict[str, Any], status: dict[str, Any], report: Any,
         table.add_row(label, str(value))
     console.print(table)
     for mismatch in report.mismatches[:20]:
-        console.print(f"[red]replay mismatch[/] {mismatch.kind} {mismatch.cell} {escape(mismatch.subject)} "
-                      f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded))} "
-                      f"replayed {escape(repr(mismatch.replayed))}")
+        console.print(
+            f"[red]replay mismatch[/] {mismatch.kind} {mismatch.cell} {escape(mismatch.subject)} "
+            f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded))} "
+            f"replayed {escape(repr(mismatch.replayed))}"
+        )
     console.print("Ask why: [bold]berth audit explain NAMESPACE/POD[/] (with the stack up: berth dev up)")
 
 

@@ -19,8 +19,18 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-IGNORED = (".git", ".venv", ".cache", ".run", "build", "*.egg-info", "__pycache__", ".pytest_cache",
-           ".hypothesis", ".import_linter_cache")
+IGNORED = (
+    ".git",
+    ".venv",
+    ".cache",
+    ".run",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".import_linter_cache",
+)
 """What the copy leaves out: git-ignored state. Without ``build`` in particular, files a former
 build left there cannot slip into the installed package."""
 
@@ -36,9 +46,24 @@ def install_product(scratch: Path) -> Path:
     git-ignored state. Raises CalledProcessError, with pip's output, when it does not install."""
     source, installed = scratch / "source", scratch / "installed"
     shutil.copytree(checkout(), source, ignore=shutil.ignore_patterns(*IGNORED))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-compile", "--target", str(installed), str(source)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(installed),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return installed
 
 
@@ -50,8 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.CalledProcessError as exc:
             print(f"the product does not install: {exc.stdout}{exc.stderr}", file=sys.stderr)
             return 1
-        arguments = [str(linter), "--no-cache", str(checkout() / "pyproject.toml"),
-                     *(sys.argv[1:] if argv is None else argv)]
+        arguments = [
+            str(linter),
+            "--no-cache",
+            str(checkout() / "pyproject.toml"),
+            *(sys.argv[1:] if argv is None else argv),
+        ]
         return subprocess.run(arguments, cwd=installed).returncode
 
 

@@ -72,15 +72,18 @@ class ServiceProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         while time.monotonic() < deadline:
             if not self.is_alive():
-                raise ServiceFailed(f"{self.name} exited with {self.popen.returncode if self.popen else '?'}:\n"
-                                    f"{procs.tail_file(self.log_path)}")
+                raise ServiceFailed(
+                    f"{self.name} exited with {self.popen.returncode if self.popen else '?'}:\n"
+                    f"{procs.tail_file(self.log_path)}"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=1):
                     return
             except OSError:
                 time.sleep(0.2)
-        raise ServiceFailed(f"{self.name} did not answer on {url} within {timeout:.0f} s:\n"
-                            f"{procs.tail_file(self.log_path)}")
+        raise ServiceFailed(
+            f"{self.name} did not answer on {url} within {timeout:.0f} s:\n{procs.tail_file(self.log_path)}"
+        )
 
     def is_alive(self) -> bool:
         if self.popen is not None:
@@ -115,14 +118,26 @@ class ServiceProcess:
 
     def to_state(self) -> dict[str, Any]:
         """What a detached service's starter records (JSON-able) so that another process can find it."""
-        return {"name": self.name, "args": list(self.args), "pid": self.pid, "metrics_port": self.metrics_port,
-                "log": str(self.log_path)}
+        return {
+            "name": self.name,
+            "args": list(self.args),
+            "pid": self.pid,
+            "metrics_port": self.metrics_port,
+            "log": str(self.log_path),
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ServiceProcess:
         """A handle on a service another process started (probe, stop or kill it; not restart)."""
-        return cls(state["name"], list(state.get("args") or ()), Path(state["log"]), {}, int(state["metrics_port"]),
-                   detached=True, recorded_pid=state.get("pid"))
+        return cls(
+            state["name"],
+            list(state.get("args") or ()),
+            Path(state["log"]),
+            {},
+            int(state["metrics_port"]),
+            detached=True,
+            recorded_pid=state.get("pid"),
+        )
 
 
 class Supervisor:
@@ -140,14 +155,20 @@ class Supervisor:
         self.services: dict[str, ServiceProcess] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, args: Sequence[str] = ("run",), *, ready_timeout: float = 60.0,
-              wait: bool = True, key: str | None = None) -> ServiceProcess:
+    def start(
+        self,
+        name: str,
+        args: Sequence[str] = ("run",),
+        *,
+        ready_timeout: float = 60.0,
+        wait: bool = True,
+        key: str | None = None,
+    ) -> ServiceProcess:
         """Start ``berth <name> <args>``; ``key`` (default ``name``) names this instance in
         :attr:`services` and its log file, for several instances of one service."""
         key = key or name
         [port] = procs.free_ports(1)
-        service = ServiceProcess(name, list(args), self.log_dir / f"{key}.log", self.env, port,
-                                 detached=self.detached)
+        service = ServiceProcess(name, list(args), self.log_dir / f"{key}.log", self.env, port, detached=self.detached)
         service.start()
         self.services[key] = service
         if wait:

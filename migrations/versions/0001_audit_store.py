@@ -66,12 +66,12 @@ def upgrade() -> None:
         sa.Column("decision_hash", sa.String(64), nullable=False),
         sa.Column("event_time", sa.DateTime(timezone=True), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.ForeignKeyConstraint(["config_hash"], ["scheduler_configs.config_hash"],
-                                name="fk_decisions_config_hash_scheduler_configs"),
+        sa.ForeignKeyConstraint(
+            ["config_hash"], ["scheduler_configs.config_hash"], name="fk_decisions_config_hash_scheduler_configs"
+        ),
         sa.PrimaryKeyConstraint("decision_id", name="pk_decisions"),
     )
-    op.create_index("ix_decisions_input_position", "decisions",
-                    ["input_topic", "input_partition", "input_offset"])
+    op.create_index("ix_decisions_input_position", "decisions", ["input_topic", "input_partition", "input_offset"])
     op.create_index("ix_decisions_subject", "decisions", ["subject"])
     op.create_index("ix_decisions_outcome", "decisions", ["outcome"])
     op.create_index("ix_decisions_event_time", "decisions", ["event_time"])
@@ -120,6 +120,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("consumer_positions", "determinism_errors", "command_results", "commands",
-                  "decisions", "checkpoints", "decision_inputs", "scheduler_configs"):
+    for table in (
+        "consumer_positions",
+        "determinism_errors",
+        "command_results",
+        "commands",
+        "decisions",
+        "checkpoints",
+        "decision_inputs",
+        "scheduler_configs",
+    ):
         op.drop_table(table)

@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from berth.settings import load_settings
 
-app = typer.Typer(help="Keep every decision in Postgres; replay, explain and what-if from it.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Keep every decision in Postgres; replay, explain and what-if from it.", no_args_is_help=True)
 
-DatabaseOption = Annotated[Optional[str], typer.Option(
-    "--database-url", envvar="BERTH_DATABASE_URL", show_default=False,
-    help="SQLAlchemy URL of the audit store.")]
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url", envvar="BERTH_DATABASE_URL", show_default=False, help="SQLAlchemy URL of the audit store."
+    ),
+]
 
 
 @app.command("run")
 def run(
-    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                                                 help="Kafka bootstrap servers.")] = None,
+    kafka: Annotated[
+        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+    ] = None,
     database_url: DatabaseOption = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[Optional[int], typer.Option(
-        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[
+        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
+    ] = None,
 ) -> None:
     """Consume decision inputs, decisions, commands and results into Postgres (append-only)."""
     from berth.health import HealthServer, serving
@@ -57,7 +62,6 @@ def explain_command(
     from rich.console import Console
 
     from .db import make_engine
-
     from .explain import explain, render
 
     if pod.count("/") != 1:
@@ -74,7 +78,7 @@ def explain_command(
 
 
 def _parse_time(value: str | None):  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if value is None:
         return None
@@ -82,35 +86,39 @@ def _parse_time(value: str | None):  # type: ignore[no-untyped-def]
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r} is not a time; use ISO 8601, e.g. 2026-11-21T09:00:00Z") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-SinceOption = Annotated[Optional[str], typer.Option(help="Compare decisions from this time (ISO 8601).")]
-UntilOption = Annotated[Optional[str], typer.Option(help="Compare decisions before this time (ISO 8601).")]
+SinceOption = Annotated[str | None, typer.Option(help="Compare decisions from this time (ISO 8601).")]
+UntilOption = Annotated[str | None, typer.Option(help="Compare decisions before this time (ISO 8601).")]
 
 
 def _run_replay(database_url: str | None, since: str | None, until: str | None, other: str | None):  # type: ignore[no-untyped-def]
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from .db import make_engine
-
     from .replay import replay
 
     settings = load_settings(database_url=database_url)
     engine = make_engine(settings.database)
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description} {task.completed} inputs folded"),
-                      transient=True) as progress:
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description} {task.completed} inputs folded"), transient=True
+        ) as progress:
             task = progress.add_task("replaying")
-            return replay(engine, since=_parse_time(since), until=_parse_time(until), other_config=other,
-                          progress=lambda n: progress.advance(task, n))
+            return replay(
+                engine,
+                since=_parse_time(since),
+                until=_parse_time(until),
+                other_config=other,
+                progress=lambda n: progress.advance(task, n),
+            )
     finally:
         engine.dispose()
 
 
 @app.command("replay")
-def replay_command(database_url: DatabaseOption = None, since: SinceOption = None,
-                   until: UntilOption = None) -> None:
+def replay_command(database_url: DatabaseOption = None, since: SinceOption = None, until: UntilOption = None) -> None:
     """Re-derive decisions from Postgres alone and print every mismatch (exit 1 when any)."""
     from rich.console import Console
     from rich.markup import escape
@@ -118,20 +126,27 @@ def replay_command(database_url: DatabaseOption = None, since: SinceOption = Non
     report = _run_replay(database_url, since, until, None)
     console = Console()
     for mismatch in report.mismatches:
-        console.print(f"[red]{mismatch.kind}[/] {mismatch.cell} {escape(mismatch.subject)} "
-                      f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded or '-'))} "
-                      f"replayed {escape(repr(mismatch.replayed or '-'))}")
-    console.print(f"{report.cells} cell(s), {report.inputs} inputs folded, {report.compared} decisions "
-                  f"compared, {len(report.mismatches)} mismatch(es)")
+        console.print(
+            f"[red]{mismatch.kind}[/] {mismatch.cell} {escape(mismatch.subject)} "
+            f"({mismatch.decision_id[:12]}): recorded {escape(repr(mismatch.recorded or '-'))} "
+            f"replayed {escape(repr(mismatch.replayed or '-'))}"
+        )
+    console.print(
+        f"{report.cells} cell(s), {report.inputs} inputs folded, {report.compared} decisions "
+        f"compared, {len(report.mismatches)} mismatch(es)"
+    )
     if report.mismatches:
         raise typer.Exit(1)
 
 
 @app.command("what-if")
 def what_if_command(
-    config: Annotated[Path, typer.Option("--config", exists=True, dir_okay=False,
-                                         help="The other scheduler configuration to try.")],
-    database_url: DatabaseOption = None, since: SinceOption = None, until: UntilOption = None,
+    config: Annotated[
+        Path, typer.Option("--config", exists=True, dir_okay=False, help="The other scheduler configuration to try.")
+    ],
+    database_url: DatabaseOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
 ) -> None:
     """Replay a window under another configuration and report which decisions would change."""
     from rich.console import Console
@@ -142,6 +157,8 @@ def what_if_command(
     report = _run_replay(database_url, since, until, load_cell_config(config).document)
     console = Console()
     for change in report.changes:
-        console.print(f"{escape(change.subject)}: {escape(change.recorded or 'no decision')} → "
-                      f"{escape(change.replayed or 'no decision')}")
+        console.print(
+            f"{escape(change.subject)}: {escape(change.recorded or 'no decision')} → "
+            f"{escape(change.replayed or 'no decision')}"
+        )
     console.print(f"{report.compared} decisions re-derived under {config}; {len(report.changes)} would change")

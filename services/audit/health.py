@@ -35,15 +35,16 @@ def register(health: HealthServer, settings: BerthSettings, *, max_lag: int = DE
     """Add the audit service's readiness checks to ``health``."""
     database = settings.database
     connect_args = {**database.connect_args(), "connect_timeout": CONNECT_TIMEOUT_S}
-    engine = create_engine(database.sqlalchemy_url(), connect_args=connect_args, pool_size=1, max_overflow=0,
-                           pool_pre_ping=True)
+    engine = create_engine(
+        database.sqlalchemy_url(), connect_args=connect_args, pool_size=1, max_overflow=0, pool_pre_ping=True
+    )
     where = database.redacted_url()
 
     def select_one() -> tuple[bool, str]:
         try:
             with engine.connect() as connection:
                 connection.execute(text("SELECT 1")).scalar_one()
-        except Exception as exc:  # noqa: BLE001 - the reason is the answer
+        except Exception as exc:
             return False, f"database {where} does not answer: {type(exc).__name__}: {exc}"
         return True, f"database {where} answers"
 
@@ -73,7 +74,8 @@ class _CaughtUp:
         if self._targets is None or (self._targets.done() and self._targets.exception() is not None):
             failed = self._targets.exception() if self._targets is not None else None
             self._targets = asyncio.get_running_loop().create_task(
-                visible_ends(self.settings, [topic.name for topic in AUDITED_TOPICS]), name="audit log ends")
+                visible_ends(self.settings, [topic.name for topic in AUDITED_TOPICS]), name="audit log ends"
+            )
             if failed is not None:
                 return False, f"cannot read the audited topics' ends: {type(failed).__name__}: {failed}"
         if not self._targets.done():
@@ -82,18 +84,22 @@ class _CaughtUp:
         ok, detail = await self._read_positions()
         if not ok:
             return False, detail
-        behind = {tp: end - self._last.get(tp, 0) for tp, end in targets.items()
-                  if end - self._last.get(tp, 0) > self.max_lag}
+        behind = {
+            tp: end - self._last.get(tp, 0) for tp, end in targets.items() if end - self._last.get(tp, 0) > self.max_lag
+        }
         if behind:
             worst = sorted(behind.items(), key=lambda item: -item[1])[:3]
-            return False, (f"writing the backlog found at start: {len(behind)} partition(s) more than "
-                           f"{self.max_lag} records behind (" + ", ".join(f"{t}[{p}] {n}" for (t, p), n in worst) + ")")
+            return False, (
+                f"writing the backlog found at start: {len(behind)} partition(s) more than "
+                f"{self.max_lag} records behind (" + ", ".join(f"{t}[{p}] {n}" for (t, p), n in worst) + ")"
+            )
         self.caught_up = True
         return True, f"caught up with the backlog found at start ({len(targets)} partitions)"
 
 
-async def visible_ends(settings: BerthSettings, topics: list[str], *, window: int = 500,
-                       timeout_s: float = 60.0) -> dict[tuple[str, int], int]:
+async def visible_ends(
+    settings: BerthSettings, topics: list[str], *, window: int = 500, timeout_s: float = 60.0
+) -> dict[tuple[str, int], int]:
     """``{(topic, partition): offset after its last committed record}`` for every partition of
     ``topics`` (0 when it has none): where the store's positions end once everything is written.
 
@@ -102,8 +108,13 @@ async def visible_ends(settings: BerthSettings, topics: list[str], *, window: in
     records before its end, further back while nothing visible is found)."""
     from aiokafka import AIOKafkaConsumer
 
-    reader: Any = AIOKafkaConsumer(**settings.kafka.client_options(), group_id=None, enable_auto_commit=False,
-                                   isolation_level="read_committed", auto_offset_reset="earliest")
+    reader: Any = AIOKafkaConsumer(
+        **settings.kafka.client_options(),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
     found: dict[tuple[str, int], int] = {}
     try:
         async with asyncio.timeout(timeout_s):
@@ -113,10 +124,10 @@ async def visible_ends(settings: BerthSettings, topics: list[str], *, window: in
     return found
 
 
-async def _read_tails(options: dict[str, Any], reader: Any, topics: list[str], window: int,
-                      found: dict[tuple[str, int], int]) -> None:
+async def _read_tails(
+    options: dict[str, Any], reader: Any, topics: list[str], window: int, found: dict[tuple[str, int], int]
+) -> None:
     from aiokafka import TopicPartition
-
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(**options)
@@ -125,8 +136,11 @@ async def _read_tails(options: dict[str, Any], reader: Any, topics: list[str], w
         described = await admin.describe_topics(topics)
     finally:
         await admin.close()
-    partitions = [TopicPartition(entry["topic"], p["partition"]) for entry in described
-                  for p in sorted(entry["partitions"] or (), key=lambda p: p["partition"])]
+    partitions = [
+        TopicPartition(entry["topic"], p["partition"])
+        for entry in described
+        for p in sorted(entry["partitions"] or (), key=lambda p: p["partition"])
+    ]
     if not partitions:
         return
     await reader.start()

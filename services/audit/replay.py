@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from berth.schemas import InputPosition
+from berth.schemas.topics import CellInput
 from pydantic import TypeAdapter
 from sqlalchemy import Engine, func, select
 
 from berth.cells import Cell, CellConfig
 from berth.metrics import REPLAY_MISMATCHES
-from berth.schemas import InputPosition
-from berth.schemas.topics import CellInput
 
 from .models import DecisionRow, InputRow, SchedulerConfigRow
 
@@ -62,29 +62,44 @@ def _summary(outcome: str, node: str | None, message: str) -> str:
 
 
 def _cells(connection: Any) -> list[tuple[str, int]]:
-    return [(row.cell, row.partition) for row in connection.execute(
-        select(InputRow.cell, InputRow.partition).group_by(InputRow.cell, InputRow.partition)
-        .order_by(InputRow.partition))]
+    return [
+        (row.cell, row.partition)
+        for row in connection.execute(
+            select(InputRow.cell, InputRow.partition)
+            .group_by(InputRow.cell, InputRow.partition)
+            .order_by(InputRow.partition)
+        )
+    ]
 
 
 def _inputs(connection: Any, cell: str) -> Iterator[InputRow]:
-    rows = connection.execute(select(InputRow).where(InputRow.cell == cell)
-                              .order_by(InputRow.sequence).execution_options(yield_per=2000))
+    rows = connection.execute(
+        select(InputRow).where(InputRow.cell == cell).order_by(InputRow.sequence).execution_options(yield_per=2000)
+    )
     yield from rows
 
 
 def _cell_config(connection: Any, cell: str) -> str | None:
-    config_hash = connection.scalar(select(DecisionRow.config_hash).where(DecisionRow.cell == cell)
-                                    .order_by(DecisionRow.input_offset.desc()).limit(1))
+    config_hash = connection.scalar(
+        select(DecisionRow.config_hash)
+        .where(DecisionRow.cell == cell)
+        .order_by(DecisionRow.input_offset.desc())
+        .limit(1)
+    )
     if config_hash is None:
         return None
-    return connection.scalar(select(SchedulerConfigRow.document)
-                             .where(SchedulerConfigRow.config_hash == config_hash))
+    return connection.scalar(select(SchedulerConfigRow.document).where(SchedulerConfigRow.config_hash == config_hash))
 
 
-def replay(database: Engine, *, since: datetime | None = None, until: datetime | None = None,
-           config_for: Callable[[str], CellConfig] = CellConfig.from_document,
-           other_config: str | None = None, progress: Callable[[int], None] | None = None) -> ReplayReport:
+def replay(
+    database: Engine,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    config_for: Callable[[str], CellConfig] = CellConfig.from_document,
+    other_config: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
     """Re-derive decisions; ``other_config`` (a configuration document) turns it into a what-if.
 
     Only decisions whose event time falls in ``[since, until)`` are compared; the fold itself
@@ -97,10 +112,12 @@ def replay(database: Engine, *, since: datetime | None = None, until: datetime |
             if document is None:
                 continue  # inputs recorded but no decision yet: nothing to compare
             report.cells += 1
-            recorded = {row.decision_id: row for row in connection.execute(
-                select(DecisionRow).where(DecisionRow.cell == cell))}
-            last_offset = connection.scalar(select(func.max(DecisionRow.input_offset))
-                                            .where(DecisionRow.cell == cell)) or 0
+            recorded = {
+                row.decision_id: row for row in connection.execute(select(DecisionRow).where(DecisionRow.cell == cell))
+            }
+            last_offset = (
+                connection.scalar(select(func.max(DecisionRow.input_offset)).where(DecisionRow.cell == cell)) or 0
+            )
             cell_folds = Cell(partition, config_for(other_config or document))
             seen: set[str] = set()
             for row in _inputs(connection, cell):
@@ -123,17 +140,26 @@ def replay(database: Engine, *, since: datetime | None = None, until: datetime |
                         report.compared -= 1  # the audit has not recorded all of this input's yet
                         seen.discard(made.decision_id)
                     elif kept is None:
-                        _note(report, other_config, Mismatch(cell, made.decision_id, made.subject, "extra",
-                                                             "", replayed))
+                        _note(
+                            report, other_config, Mismatch(cell, made.decision_id, made.subject, "extra", "", replayed)
+                        )
                     elif kept.decision_hash != made.decision_hash:
                         was = _summary(kept.outcome, kept.node, kept.message)
                         if other_config is None or was != replayed:
-                            _note(report, other_config, Mismatch(cell, made.decision_id, made.subject,
-                                                                 "different", was, replayed))
+                            _note(
+                                report,
+                                other_config,
+                                Mismatch(cell, made.decision_id, made.subject, "different", was, replayed),
+                            )
             for decision_id, kept in recorded.items():
                 if decision_id not in seen and _in_window(kept.event_time, since, until):
-                    _note(report, other_config, Mismatch(cell, decision_id, kept.subject, "missing",
-                                                         _summary(kept.outcome, kept.node, kept.message)))
+                    _note(
+                        report,
+                        other_config,
+                        Mismatch(
+                            cell, decision_id, kept.subject, "missing", _summary(kept.outcome, kept.node, kept.message)
+                        ),
+                    )
     return report
 
 

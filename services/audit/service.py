@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import sqlalchemy.exc
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 from prometheus_client import Counter, Gauge
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
 
@@ -31,7 +32,6 @@ from berth.bus import EventConsumer, ensure_topics
 from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
 from berth.settings import BerthSettings
-from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 
 from .db import make_engine, upgrade
 from .store import CONSUMER, AuditRecord, AuditStore, WriteReport
@@ -75,17 +75,25 @@ class DatabaseOutage:
         if self.since is None:
             self.since = time.monotonic()
             DATABASE_UP.set(0)
-            log.warning("audit database unreachable; decisions keep flowing on Kafka, the held batch is "
-                        "retried with backoff until Postgres answers", error=_short(exc),
-                        retry_in_s=round(retry_in_s, 2))
+            log.warning(
+                "audit database unreachable; decisions keep flowing on Kafka, the held batch is "
+                "retried with backoff until Postgres answers",
+                error=_short(exc),
+                retry_in_s=round(retry_in_s, 2),
+            )
         else:
-            log.debug("audit database still unreachable", error=_short(exc), attempt=self.retries,
-                      retry_in_s=round(retry_in_s, 2))
+            log.debug(
+                "audit database still unreachable",
+                error=_short(exc),
+                attempt=self.retries,
+                retry_in_s=round(retry_in_s, 2),
+            )
 
     def succeeded(self) -> None:
         if self.since is not None:
-            log.warning("audit database back; catching up", down_s=round(time.monotonic() - self.since, 1),
-                        retries=self.retries)
+            log.warning(
+                "audit database back; catching up", down_s=round(time.monotonic() - self.since, 1), retries=self.retries
+            )
             self.since = None
             self.retries = 0
             DATABASE_UP.set(1)
@@ -97,8 +105,9 @@ def _short(exc: BaseException) -> str:
     return f"{type(original).__name__}: {str(original).strip().splitlines()[0] if str(original).strip() else ''}"[:300]
 
 
-async def write_with_backoff(store: AuditStore, batch: Sequence[AuditRecord], outage: DatabaseOutage,
-                             stop: asyncio.Event) -> WriteReport | None:
+async def write_with_backoff(
+    store: AuditStore, batch: Sequence[AuditRecord], outage: DatabaseOutage, stop: asyncio.Event
+) -> WriteReport | None:
     """Write ``batch``, retrying while Postgres is unreachable (see the module docstring).
     Returns None if ``stop`` is set while waiting: the batch is then unwritten, and re-read from
     the stored positions on the next start."""
@@ -107,7 +116,7 @@ async def write_with_backoff(store: AuditStore, batch: Sequence[AuditRecord], ou
         # Wake up early on shutdown; Kafka heartbeats go on in the consumer's own task.
         try:
             await asyncio.wait_for(stop.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def before_sleep(state: RetryCallState) -> None:
@@ -128,16 +137,18 @@ async def write_with_backoff(store: AuditStore, batch: Sequence[AuditRecord], ou
                 report = await asyncio.to_thread(store.write_batch, batch)
     except Exception as exc:
         if stop.is_set() and database_unreachable(exc):
-            log.warning("stopping with an unwritten batch; it is read again on the next start",
-                        records=len(batch), error=_short(exc))
+            log.warning(
+                "stopping with an unwritten batch; it is read again on the next start",
+                records=len(batch),
+                error=_short(exc),
+            )
             return None
         raise
     outage.succeeded()
     return report
 
 
-async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = None,
-                    migrate: bool = True) -> None:
+async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = None, migrate: bool = True) -> None:
     """Consume the audited topics into Postgres until ``stop`` is set (or SIGTERM/SIGINT)."""
     stop = stop or stop_on_signals()
     if migrate:
@@ -158,14 +169,17 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
                 raise
             # Kafka's committed offsets are never ahead of the stored positions (committed after
             # the rows), and writes skip rows they already hold: starting there is safe.
-            log.warning("audit database unreachable while partitions were assigned; resuming from "
-                        "Kafka's committed offsets", error=_short(exc))
+            log.warning(
+                "audit database unreachable while partitions were assigned; resuming from Kafka's committed offsets",
+                error=_short(exc),
+            )
             return
         for tp in assigned:
             consumer.raw.seek(tp, positions.get((tp.topic, tp.partition), 0))
 
-    consumer = EventConsumer(settings.kafka, AUDITED_TOPICS, group_id=CONSUMER, name="audit",
-                             on_assign=seek_to_stored_positions)
+    consumer = EventConsumer(
+        settings.kafka, AUDITED_TOPICS, group_id=CONSUMER, name="audit", on_assign=seek_to_stored_positions
+    )
     await consumer.start()
     outage = DatabaseOutage()
     try:
@@ -180,9 +194,14 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
             if written is None:
                 break
             report = written
-            log.info("audit batch written", inputs=report.inputs, decisions=report.decisions,
-                     commands=report.commands, results=report.results,
-                     determinism_errors=len(report.determinism_errors))
+            log.info(
+                "audit batch written",
+                inputs=report.inputs,
+                decisions=report.decisions,
+                commands=report.commands,
+                results=report.results,
+                determinism_errors=len(report.determinism_errors),
+            )
             for decision_id in report.determinism_errors:
                 log.error("determinism error: same input, different decision", decision_id=decision_id)
             try:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from berth.schemas import CommandResult, DecisionRecord, SchedulerConfigAnnounced
+from berth.schemas.envelope import event_time
+from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
 from berth.metrics import AUDIT_WRITE_DURATION, DETERMINISM_ERRORS
-from berth.schemas import CommandResult, DecisionRecord, SchedulerConfigAnnounced
-from berth.schemas.envelope import event_time
-from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 
 from .models import (
     CommandResultRow,
@@ -71,8 +71,9 @@ class AuditStore:
         """``{(topic, partition): next offset}`` this consumer has durably written."""
         with self._engine.connect() as connection:
             rows = connection.execute(
-                select(ConsumerPositionRow.topic, ConsumerPositionRow.partition,
-                       ConsumerPositionRow.next_offset).where(ConsumerPositionRow.consumer == consumer)
+                select(ConsumerPositionRow.topic, ConsumerPositionRow.partition, ConsumerPositionRow.next_offset).where(
+                    ConsumerPositionRow.consumer == consumer
+                )
             )
             return {(row.topic, row.partition): row.next_offset for row in rows}
 
@@ -94,13 +95,26 @@ class AuditStore:
             elif record.topic == DECISIONS.name and isinstance(event, DecisionRecord):
                 decisions.append(_decision_row(event))
             elif record.topic == COMMANDS.name:
-                commands.append({"command_id": event.command_id, "decision_id": event.decision_id,
-                                 "command_type": event.type, "body": event.model_dump(mode="json"),
-                                 "issued_at": event.issued_at})
+                commands.append(
+                    {
+                        "command_id": event.command_id,
+                        "decision_id": event.decision_id,
+                        "command_type": event.type,
+                        "body": event.model_dump(mode="json"),
+                        "issued_at": event.issued_at,
+                    }
+                )
             elif record.topic == RESULTS.name and isinstance(event, CommandResult):
-                results.append({"command_id": event.command_id, "decision_id": event.decision_id,
-                                "status": event.status, "reason": event.reason,
-                                "attempts": event.attempts, "applied_at": event.applied_at})
+                results.append(
+                    {
+                        "command_id": event.command_id,
+                        "decision_id": event.decision_id,
+                        "status": event.status,
+                        "reason": event.reason,
+                        "attempts": event.attempts,
+                        "applied_at": event.applied_at,
+                    }
+                )
         with self._engine.begin() as connection:
             if configs:
                 report.configs = len(_insert_new(connection, SchedulerConfigRow, configs, ["config_hash"]))
@@ -116,11 +130,14 @@ class AuditStore:
                 report.results = len(_insert_new(connection, CommandResultRow, results, ["command_id"]))
             for (topic, partition), next_offset in next_offsets.items():
                 statement = insert(ConsumerPositionRow).values(
-                    consumer=consumer, topic=topic, partition=partition, next_offset=next_offset)
-                connection.execute(statement.on_conflict_do_update(
-                    index_elements=["consumer", "topic", "partition"],
-                    set_={"next_offset": statement.excluded.next_offset},
-                ))
+                    consumer=consumer, topic=topic, partition=partition, next_offset=next_offset
+                )
+                connection.execute(
+                    statement.on_conflict_do_update(
+                        index_elements=["consumer", "topic", "partition"],
+                        set_={"next_offset": statement.excluded.next_offset},
+                    )
+                )
         AUDIT_WRITE_DURATION.observe(time.perf_counter() - started)
         return report
 
@@ -128,17 +145,26 @@ class AuditStore:
         written = _insert_new(connection, DecisionRow, rows, ["decision_id"])
         skipped = [row for row in rows if row["decision_id"] not in written]
         if skipped:
-            existing = dict(connection.execute(
-                select(DecisionRow.decision_id, DecisionRow.decision_hash)
-                .where(DecisionRow.decision_id.in_([row["decision_id"] for row in skipped]))
-            ).all())
+            existing = dict(
+                connection.execute(
+                    select(DecisionRow.decision_id, DecisionRow.decision_hash).where(
+                        DecisionRow.decision_id.in_([row["decision_id"] for row in skipped])
+                    )
+                ).all()
+            )
             for row in skipped:
                 recorded = existing.get(row["decision_id"])
                 if recorded is not None and recorded != row["decision_hash"]:
-                    connection.execute(insert(DeterminismErrorRow).values(
-                        decision_id=row["decision_id"], input_topic=row["input_topic"],
-                        input_partition=row["input_partition"], input_offset=row["input_offset"],
-                        recorded_hash=recorded, new_hash=row["decision_hash"]))
+                    connection.execute(
+                        insert(DeterminismErrorRow).values(
+                            decision_id=row["decision_id"],
+                            input_topic=row["input_topic"],
+                            input_partition=row["input_partition"],
+                            input_offset=row["input_offset"],
+                            recorded_hash=recorded,
+                            new_hash=row["decision_hash"],
+                        )
+                    )
                     DETERMINISM_ERRORS.inc()
                     report.determinism_errors.append(row["decision_id"])
         return len(written)
@@ -159,21 +185,33 @@ def _insert_new(connection: Any, table: Any, rows: list[dict[str, Any]], keys: l
 def _input_row(record: AuditRecord) -> dict[str, Any]:
     event = record.event
     return {
-        "topic": record.topic, "partition": record.partition, "offset": record.offset,
-        "cell": cell_name(record.partition), "sequence": record.offset, "event_type": event.type,
-        "event_time": event_time(event), "body": event.model_dump(mode="json"),
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "cell": cell_name(record.partition),
+        "sequence": record.offset,
+        "event_type": event.type,
+        "event_time": event_time(event),
+        "body": event.model_dump(mode="json"),
     }
 
 
 def _decision_row(decision: DecisionRecord) -> dict[str, Any]:
     return {
-        "decision_id": decision.decision_id, "cell": decision.cell,
-        "input_topic": decision.input.topic, "input_partition": decision.input.partition,
-        "input_offset": decision.input.offset, "subject": decision.subject,
-        "outcome": decision.outcome, "node": decision.node, "gpu_devices": list(decision.gpu_devices),
+        "decision_id": decision.decision_id,
+        "cell": decision.cell,
+        "input_topic": decision.input.topic,
+        "input_partition": decision.input.partition,
+        "input_offset": decision.input.offset,
+        "subject": decision.subject,
+        "outcome": decision.outcome,
+        "node": decision.node,
+        "gpu_devices": list(decision.gpu_devices),
         "message": decision.message,
         "verdicts": [verdict.model_dump(mode="json") for verdict in decision.verdicts],
-        "config_hash": decision.config_hash, "config_version": decision.config_version,
-        "snapshot_hash": decision.snapshot_hash, "decision_hash": decision.decision_hash,
+        "config_hash": decision.config_hash,
+        "config_version": decision.config_version,
+        "snapshot_hash": decision.snapshot_hash,
+        "decision_hash": decision.decision_hash,
         "event_time": decision.event_time,
     }

@@ -29,23 +29,25 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
+from berth.schemas import CommandResult, CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
 from prometheus_client import Counter
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_exponential_jitter
 
 from berth.logs import get_logger
 from berth.metrics import COMMANDS_BY_RESULT
-from berth.schemas import CommandResult, CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
 
 from .ports import ClusterBackend, Outcome, OutcomeKind, Preemptor
 from .ratelimit import TokenBucket
 
 log = get_logger(__name__)
-RETRIES = Counter("berth_binder_retries_total",
-                  "Cluster API requests the binder retried after a transient error, by operation.",
-                  ["operation"])
+RETRIES = Counter(
+    "berth_binder_retries_total",
+    "Cluster API requests the binder retried after a transient error, by operation.",
+    ["operation"],
+)
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,16 @@ def command_label(command: Any) -> str:
 class Binder:
     """Applies commands to a cluster through ``backend``; see the module docstring."""
 
-    def __init__(self, backend: ClusterBackend, *, limiter: TokenBucket | None = None,
-                 retry: RetryPolicy = RetryPolicy(), remember: int = 100_000,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        *,
+        limiter: TokenBucket | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        remember: int = 100_000,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.backend = backend
         self.limiter = limiter or TokenBucket(50, 100)
         self.retry = retry
@@ -122,20 +130,34 @@ class Binder:
         known = self._done.get(command.command_id)
         if known is not None:
             self._done.move_to_end(command.command_id)
-            log.info("duplicate command; repeating its result", command_id=command.command_id,
-                     decision_id=command.decision_id, status=known.result.status)
+            log.info(
+                "duplicate command; repeating its result",
+                command_id=command.command_id,
+                decision_id=command.decision_id,
+                status=known.result.status,
+            )
             return known
         started = time.perf_counter()
         note = ""
         if isinstance(command, PlacePods):
             steps, status, note = await self._place(command)
         elif isinstance(command, EvictPod):
-            steps = [await self._call("evict", f"{command.namespace}/{command.name}", lambda: self.backend.evict(
-                command.namespace, command.name, command.pod_uid))]
+            steps = [
+                await self._call(
+                    "evict",
+                    f"{command.namespace}/{command.name}",
+                    lambda: self.backend.evict(command.namespace, command.name, command.pod_uid),
+                )
+            ]
             status = _status(steps)
         elif isinstance(command, ScalePool):
-            steps = [await self._call("scale", f"{command.namespace}/{command.pool}", lambda: self.backend.scale(
-                command.namespace, command.pool, command.replicas))]
+            steps = [
+                await self._call(
+                    "scale",
+                    f"{command.namespace}/{command.pool}",
+                    lambda: self.backend.scale(command.namespace, command.pool, command.replicas),
+                )
+            ]
             status = _status(steps)
         elif isinstance(command, CordonNode):
             steps = [await self._call("cordon", command.node, lambda: self.backend.cordon(command.node))]
@@ -155,18 +177,32 @@ class Binder:
         """Report an unschedulable verdict on the pod (see the port), with the same retries and
         rate limit as commands. A transient error still there after the retry budget comes back
         as retryable; nothing is published about it (a pod's status is not a command)."""
-        step = await self._call("report_unschedulable", f"{namespace}/{name}",
-                                lambda: self.backend.report_unschedulable(namespace, name, None, message))
+        step = await self._call(
+            "report_unschedulable",
+            f"{namespace}/{name}",
+            lambda: self.backend.report_unschedulable(namespace, name, None, message),
+        )
         return step.outcome
 
     def refuse(self, command: Any, reason: str) -> Verdict:
         """A failed verdict without touching the cluster (the command is unusable as it is)."""
         result = CommandResult(
-            command_id=command.command_id, decision_id=command.decision_id, command_type=command.type,
-            status="failed", reason=reason[:2000], target=command.subject, applied_at=self._clock())
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            command_type=command.type,
+            status="failed",
+            reason=reason[:2000],
+            target=command.subject,
+            applied_at=self._clock(),
+        )
         COMMANDS_BY_RESULT.labels(command_label(command), "failed").inc()
-        log.error("command refused", command_id=command.command_id, decision_id=command.decision_id,
-                  type=command_label(command), reason=reason)
+        log.error(
+            "command refused",
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            type=command_label(command),
+            reason=reason,
+        )
         return Verdict(result, dead_letter_reason=f"{command_label(command)} refused: {reason}")
 
     # -- commands ---------------------------------------------------------------------------------
@@ -189,19 +225,20 @@ class Binder:
             namespace, _, name = victim.partition("/")
             uid = uids[index] if uids else None
             preemptor = Preemptor(command.placements[0].pod_uid, command.placements[0].node)
-            step = await self._call("evict", f"victim {victim}",
-                                    lambda: self.backend.evict(namespace, name, uid, preemptor))
+            step = await self._call(
+                "evict", f"victim {victim}", lambda: self.backend.evict(namespace, name, uid, preemptor)
+            )
             steps.append(step)
             if step.failed:
                 return steps, "failed", ""
         if len(command.placements) > 1:
-            checks = await asyncio.gather(*(self._call("check_bind", _pod(p), self._check(p))
-                                            for p in command.placements))
+            checks = await asyncio.gather(
+                *(self._call("check_bind", _pod(p), self._check(p)) for p in command.placements)
+            )
             refused = [c for c in checks if not c.outcome.is_applied]
             if refused:
                 return [*steps, *refused], _status(refused), ""
-        binds = list(await asyncio.gather(*(self._call("bind", _pod(p), self._bind(p))
-                                            for p in command.placements)))
+        binds = list(await asyncio.gather(*(self._call("bind", _pod(p), self._bind(p)) for p in command.placements)))
         status = _status(binds)
         bound = [b.target for b in binds if b.outcome.is_applied]
         # Kubernetes cannot bind several pods atomically: members bound before another one failed
@@ -220,8 +257,7 @@ class Binder:
 
     # -- retries ----------------------------------------------------------------------------------
 
-    async def _call(self, operation_name: str, target: str,
-                    operation: Callable[[], Awaitable[Outcome]]) -> _Step:
+    async def _call(self, operation_name: str, target: str, operation: Callable[[], Awaitable[Outcome]]) -> _Step:
         """Run one backend operation under the rate limit, retrying transient errors."""
         attempts = 0
         unanswered = 0
@@ -235,7 +271,7 @@ class Binder:
                 outcome = await operation()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a backend bug must not stop the binder
+            except Exception as exc:
                 log.exception("backend raised instead of answering", target=target)
                 return Outcome.retryable(f"{type(exc).__name__}: {exc}")
             if outcome.no_answer:
@@ -247,22 +283,27 @@ class Binder:
             # answer at all, wait up to the patience instead (see RetryPolicy).
             outcome = state.outcome.result() if state.outcome else None
             if outcome is not None and outcome.no_answer:
-                return (state.idle_for >= policy.unanswered_patience_s
-                        or unanswered >= policy.max_unanswered_attempts)
+                return state.idle_for >= policy.unanswered_patience_s or unanswered >= policy.max_unanswered_attempts
             return attempts - unanswered >= policy.max_attempts
 
         def before_sleep(state: RetryCallState) -> None:
             outcome = state.outcome.result() if state.outcome else None
             RETRIES.labels(operation_name).inc()
-            log.warning("retrying", operation=operation_name, target=target, attempt=state.attempt_number,
-                        reason=outcome.reason if outcome else "",
-                        wait_s=round(state.next_action.sleep, 3) if state.next_action else None)
+            log.warning(
+                "retrying",
+                operation=operation_name,
+                target=target,
+                attempt=state.attempt_number,
+                reason=outcome.reason if outcome else "",
+                wait_s=round(state.next_action.sleep, 3) if state.next_action else None,
+            )
 
         policy = self.retry
         retrying = AsyncRetrying(
             stop=stop,
-            wait=wait_exponential_jitter(multiplier=policy.initial_backoff_s, max=policy.max_backoff_s,
-                                         jitter=policy.jitter_s),
+            wait=wait_exponential_jitter(
+                multiplier=policy.initial_backoff_s, max=policy.max_backoff_s, jitter=policy.jitter_s
+            ),
             retry=retry_if_result(lambda outcome: outcome.kind is OutcomeKind.RETRYABLE),
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
             before_sleep=before_sleep,
@@ -282,17 +323,28 @@ class Binder:
             if note:
                 reason += f" ({note})"
         result = CommandResult(
-            command_id=command.command_id, decision_id=command.decision_id, command_type=command.type,
-            status=status, reason=reason[:2000], attempts=max((s.attempts for s in steps), default=1),
-            target=command.subject, applied_at=self._clock())
-        return Verdict(result, dead_letter_reason=f"{command_label(command)} failed: {reason}"
-                       if status == "failed" else None)
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            command_type=command.type,
+            status=status,
+            reason=reason[:2000],
+            attempts=max((s.attempts for s in steps), default=1),
+            target=command.subject,
+            applied_at=self._clock(),
+        )
+        return Verdict(
+            result, dead_letter_reason=f"{command_label(command)} failed: {reason}" if status == "failed" else None
+        )
 
     def _log(self, command: Any, verdict: Verdict, seconds: float) -> None:
         fields: dict[str, Any] = {
-            "command_id": command.command_id, "decision_id": command.decision_id, "cell": command.cell,
-            "type": command_label(command), "status": verdict.result.status,
-            "attempts": verdict.result.attempts, "duration_ms": round(seconds * 1000, 2),
+            "command_id": command.command_id,
+            "decision_id": command.decision_id,
+            "cell": command.cell,
+            "type": command_label(command),
+            "status": verdict.result.status,
+            "attempts": verdict.result.attempts,
+            "duration_ms": round(seconds * 1000, 2),
         }
         if isinstance(command, PlacePods):
             fields["pods"] = [_pod(p) for p in command.placements]

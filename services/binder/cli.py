@@ -4,54 +4,81 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
     from .ratelimit import TokenBucket
 
-app = typer.Typer(help="Apply the scheduler's commands to the cluster and report the results.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Apply the scheduler's commands to the cluster and report the results.", no_args_is_help=True)
 
 BACKENDS = ("sim", "kube")
 
 
 @app.command("run")
 def run(
-    backend: Annotated[str, typer.Option(help="Where commands take effect: sim (the cluster simulator) "
-                                              "or kube (a Kubernetes cluster).")] = "sim",
-    sim_url: Annotated[Optional[str], typer.Option(
-        envvar="BERTH_SIM_URL", help="--backend sim: the cluster simulator's API, e.g. http://127.0.0.1:8470.")]
-        = None,
-    kubeconfig: Annotated[Optional[str], typer.Option(
-        help="--backend kube: kubeconfig file. Default: in-cluster configuration when running in a pod "
-             "(KUBERNETES_SERVICE_HOST set), else $KUBECONFIG or ~/.kube/config.")] = None,
-    context: Annotated[Optional[str], typer.Option(
-        help="--backend kube: kubeconfig context to use (default: its current-context).")] = None,
-    report_unschedulable: Annotated[Optional[bool], typer.Option(
-        "--report-unschedulable/--no-report-unschedulable",
-        help="Also read the decisions topic and mark unschedulable pods as kube-scheduler does "
-             "(PodScheduled=False condition, FailedScheduling event). Default: on with --backend kube, "
-             "off with sim (the simulator keeps no pod conditions).")] = None,
-    qps: Annotated[float, typer.Option(help="Cluster API requests per second, every request counted "
-                                            "(0: unlimited); kube-scheduler's default is 50. With kube, "
-                                            "events have a limiter of their own at the same rate, as "
-                                            "kube-scheduler's event client does.")] = 50.0,
+    backend: Annotated[
+        str,
+        typer.Option(help="Where commands take effect: sim (the cluster simulator) or kube (a Kubernetes cluster)."),
+    ] = "sim",
+    sim_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BERTH_SIM_URL", help="--backend sim: the cluster simulator's API, e.g. http://127.0.0.1:8470."
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            help="--backend kube: kubeconfig file. Default: in-cluster configuration when running in a pod "
+            "(KUBERNETES_SERVICE_HOST set), else $KUBECONFIG or ~/.kube/config."
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(help="--backend kube: kubeconfig context to use (default: its current-context).")
+    ] = None,
+    report_unschedulable: Annotated[
+        bool | None,
+        typer.Option(
+            "--report-unschedulable/--no-report-unschedulable",
+            help="Also read the decisions topic and mark unschedulable pods as kube-scheduler does "
+            "(PodScheduled=False condition, FailedScheduling event). Default: on with --backend kube, "
+            "off with sim (the simulator keeps no pod conditions).",
+        ),
+    ] = None,
+    qps: Annotated[
+        float,
+        typer.Option(
+            help="Cluster API requests per second, every request counted "
+            "(0: unlimited); kube-scheduler's default is 50. With kube, "
+            "events have a limiter of their own at the same rate, as "
+            "kube-scheduler's event client does."
+        ),
+    ] = 50.0,
     burst: Annotated[int, typer.Option(min=1, help="Requests allowed at once above the QPS.")] = 100,
-    request_timeout: Annotated[float, typer.Option(
-        min=0.1, help="Seconds one cluster API request may take before it counts as a transient error.")] = 10.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option(min=0.1, help="Seconds one cluster API request may take before it counts as a transient error."),
+    ] = 10.0,
     max_attempts: Annotated[int, typer.Option(min=1, help="Tries per operation on transient errors.")] = 5,
-    max_in_flight: Annotated[int, typer.Option(min=1, help="Commands applied concurrently (and, with kube, "
-                                                           "API connections kept open).")] = 32,
-    group: Annotated[str, typer.Option(help="Kafka consumer group (one per cluster the binder serves); "
-                                            "unschedulable reports use <group>-decisions.")]
-        = "berth-binder",
-    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                                                 help="Kafka bootstrap servers.")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[Optional[int], typer.Option(
-        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
+    max_in_flight: Annotated[
+        int, typer.Option(min=1, help="Commands applied concurrently (and, with kube, API connections kept open).")
+    ] = 32,
+    group: Annotated[
+        str,
+        typer.Option(
+            help="Kafka consumer group (one per cluster the binder serves); "
+            "unschedulable reports use <group>-decisions."
+        ),
+    ] = "berth-binder",
+    kafka: Annotated[
+        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[
+        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
+    ] = None,
 ) -> None:
     """Consume commands, apply them (with retries and a client rate limit), publish the results."""
     _check_backend_options(backend, sim_url, kubeconfig, context)
@@ -68,8 +95,17 @@ def run(
     from .service import BinderService
 
     limiter = TokenBucket(qps, burst)
-    cluster = _cluster_backend(backend, sim_url, kubeconfig, context, limiter=limiter, qps=qps, burst=burst,
-                               workers=max_in_flight, timeout_s=request_timeout)
+    cluster = _cluster_backend(
+        backend,
+        sim_url,
+        kubeconfig,
+        context,
+        limiter=limiter,
+        qps=qps,
+        burst=burst,
+        workers=max_in_flight,
+        timeout_s=request_timeout,
+    )
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="binder")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
@@ -77,11 +113,14 @@ def run(
     reports = report_unschedulable if report_unschedulable is not None else backend == "kube"
 
     async def main() -> None:
-        service = BinderService(settings, binder, max_in_flight=max_in_flight, group=group,
-                                report_unschedulable=reports)
+        service = BinderService(
+            settings, binder, max_in_flight=max_in_flight, group=group, report_unschedulable=reports
+        )
         health = register(HealthServer("binder"), service)
-        async with closing_kafka_clients(service), \
-                serving(health, health_port if health_port is not None else settings.health_port):
+        async with (
+            closing_kafka_clients(service),
+            serving(health, health_port if health_port is not None else settings.health_port),
+        ):
             await service.run(stop_on_signals())
 
     asyncio.run(main())
@@ -97,15 +136,31 @@ def _check_backend_options(backend: str, sim_url: str | None, kubeconfig: str | 
         raise typer.BadParameter("--kubeconfig and --context are for --backend kube", param_hint="--backend")
 
 
-def _cluster_backend(backend: str, sim_url: str | None, kubeconfig: str | None, context: str | None, *,
-                     limiter: TokenBucket, qps: float, burst: int, workers: int, timeout_s: float) -> Any:
+def _cluster_backend(
+    backend: str,
+    sim_url: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    *,
+    limiter: TokenBucket,
+    qps: float,
+    burst: int,
+    workers: int,
+    timeout_s: float,
+) -> Any:
     """The cluster the commands take effect on. The kube backend's events get a limiter of their
     own at the same rate, as kube-scheduler's event client does."""
     if backend == "kube":
         from .ratelimit import TokenBucket
 
-        return _kube_backend(kubeconfig, context, limiter=limiter, event_limiter=TokenBucket(qps, burst),
-                             workers=workers, timeout_s=timeout_s)
+        return _kube_backend(
+            kubeconfig,
+            context,
+            limiter=limiter,
+            event_limiter=TokenBucket(qps, burst),
+            workers=workers,
+            timeout_s=timeout_s,
+        )
     assert sim_url is not None
     return _simulator_backend(sim_url, timeout_s=timeout_s)
 
@@ -117,8 +172,10 @@ def _simulator_backend(sim_url: str, *, timeout_s: float) -> Any:
 
     make_backend = load_plugin(BINDER_BACKENDS, "sim")
     if make_backend is None:
-        raise typer.BadParameter(f"sim drives the cluster simulator, which comes with Berth's development "
-                                 f"tooling: {INSTALL_DEV_TOOLING}", param_hint="--backend")
+        raise typer.BadParameter(
+            f"sim drives the cluster simulator, which comes with Berth's development tooling: {INSTALL_DEV_TOOLING}",
+            param_hint="--backend",
+        )
     return make_backend(sim_url, timeout_s=timeout_s)
 
 
@@ -136,5 +193,7 @@ def _kube_backend(kubeconfig: str | None, context: str | None, **options: Any) -
     except (ConfigException, OSError, ValueError) as exc:
         raise typer.BadParameter(
             f"cannot load a Kubernetes configuration: {exc}. Pass --kubeconfig (and --context), set "
-            "KUBECONFIG, or run in a pod with a ServiceAccount.", param_hint="--kubeconfig") from exc
+            "KUBECONFIG, or run in a pod with a ServiceAccount.",
+            param_hint="--kubeconfig",
+        ) from exc
     return KubeBackend(client, **options)

@@ -23,8 +23,10 @@ def register(health: HealthServer, service: Any) -> HealthServer:
     """Add the binder's readiness checks to ``health``."""
     health.add_readiness("commands-consumer", ConsumerReadiness(service.consumer.raw, group=service.group))
     if service.decisions is not None:
-        health.add_readiness("decisions-consumer", ConsumerReadiness(
-            service.decisions.raw, group=f"{service.group}-decisions", max_lag=None))
+        health.add_readiness(
+            "decisions-consumer",
+            ConsumerReadiness(service.decisions.raw, group=f"{service.group}-decisions", max_lag=None),
+        )
     check = cluster_check(service.binder.backend, timeout_s=health.check_timeout_s)
     if check is not None:
         health.add_readiness("cluster-api", check)
@@ -35,6 +37,7 @@ def cluster_check(backend: Any, *, timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -
     """A check that the cluster behind ``backend`` answers, or None when there is none to ask."""
     api_client = getattr(backend, "api_client", None)
     if api_client is not None:
+
         def version() -> tuple[bool, str]:
             from kubernetes.client import VersionApi
 
@@ -44,6 +47,7 @@ def cluster_check(backend: Any, *, timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -
         return blocking_check(version)
     base_url = getattr(backend, "base_url", None)
     if isinstance(base_url, str):
+
         async def simulator() -> tuple[bool, str]:
             import aiohttp
 

@@ -50,13 +50,13 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from berth.schemas import PodPlacement
 from prometheus_client import Counter
 
 from berth.logs import get_logger
-from berth.schemas import PodPlacement
 
 from . import kube_outcomes as k
 from .kube_outcomes import Access, Reply
@@ -72,11 +72,15 @@ log = get_logger(__name__)
 
 V = TypeVar("V")
 
-NODE_CHECKS = Counter("berth_binder_node_checks_total",
-                      "Checks that a node exists before a binding, by how they were answered: cache (the node "
-                      "informer), get (a GET of the node), unchecked (RBAC denies reading nodes).", ["source"])
-EVENTS = Counter("berth_binder_events_total", "Kubernetes events the binder wrote, by reason and result.",
-                 ["reason", "result"])
+NODE_CHECKS = Counter(
+    "berth_binder_node_checks_total",
+    "Checks that a node exists before a binding, by how they were answered: cache (the node "
+    "informer), get (a GET of the node), unchecked (RBAC denies reading nodes).",
+    ["source"],
+)
+EVENTS = Counter(
+    "berth_binder_events_total", "Kubernetes events the binder wrote, by reason and result.", ["reason", "result"]
+)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -86,8 +90,7 @@ STATUS_PATCH_ATTEMPTS = 3
 often while pending: other controllers patch them too)."""
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None, *,
-                    pool_size: int = 32) -> ApiClient:
+def load_api_client(kubeconfig: str | None = None, context: str | None = None, *, pool_size: int = 32) -> ApiClient:
     """An ApiClient from ``kubeconfig`` (``context`` in it), else in-cluster configuration when
     running in a pod (``KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or ``~/.kube/config``.
     ``pool_size``: connections kept per host — as many as requests in flight."""
@@ -98,8 +101,9 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None, *
     if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         load_incluster_config(client_configuration=configuration)
     else:
-        load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                         persist_config=False)
+        load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+        )
     configuration.connection_pool_maxsize = pool_size
     return ApiClient(configuration)
 
@@ -121,11 +125,22 @@ class KubeBackend:
 
     meters_requests = True
 
-    def __init__(self, api_client: ApiClient, *, limiter: TokenBucket, event_limiter: TokenBucket | None = None,
-                 workers: int = 32, timeout_s: float = 10.0, node_ttl_s: float = 30.0, instance: str | None = None,
-                 node_informer: bool = True, sync_timeout_s: float = 30.0, max_pending_events: int = 1000,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        limiter: TokenBucket,
+        event_limiter: TokenBucket | None = None,
+        workers: int = 32,
+        timeout_s: float = 10.0,
+        node_ttl_s: float = 30.0,
+        instance: str | None = None,
+        node_informer: bool = True,
+        sync_timeout_s: float = 30.0,
+        max_pending_events: int = 1000,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi, EventsV1Api
 
         self.api_client = api_client
@@ -182,13 +197,23 @@ class KubeBackend:
             await asyncio.gather(*list(self._pending_events), return_exceptions=True)
 
     async def _write_event(self, body: dict[str, Any]) -> None:
-        reply = await self._api.send("POST", self._events.create_namespaced_event, body["metadata"]["namespace"], body,
-                                      limiter=self.event_limiter)
+        reply = await self._api.send(
+            "POST",
+            self._events.create_namespaced_event,
+            body["metadata"]["namespace"],
+            body,
+            limiter=self.event_limiter,
+        )
         EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
         if not reply.ok:
             outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))
-            log.warning("event not written", reason=body["reason"], pod=f"{body['metadata']['namespace']}/"
-                        f"{body['regarding']['name']}", status=reply.status, error=outcome.reason)
+            log.warning(
+                "event not written",
+                reason=body["reason"],
+                pod=f"{body['metadata']['namespace']}/{body['regarding']['name']}",
+                status=reply.status,
+                error=outcome.reason,
+            )
 
     # -- nodes ------------------------------------------------------------------------------------
 
@@ -211,8 +236,11 @@ class KubeBackend:
         self.informer = NodeInformer(self.api_client, take_token=take_token).start()
         synced = await self._api.run_blocking(self.informer.wait_synced, self._sync_timeout_s)
         if not synced:
-            log.warning("node informer not synced yet; checking nodes with a GET until it is",
-                        timeout_s=self._sync_timeout_s, forbidden=self.informer.forbidden)
+            log.warning(
+                "node informer not synced yet; checking nodes with a GET until it is",
+                timeout_s=self._sync_timeout_s,
+                forbidden=self.informer.forbidden,
+            )
 
     async def _node_exists(self, node: str) -> Outcome:
         """applied if ``node`` exists, conflict if it does not: from the node informer's cache when it
@@ -239,8 +267,7 @@ class KubeBackend:
             # A safety net, not a necessity (kube-scheduler binds without it): without the right
             # to read nodes, bind as kube-scheduler does rather than fail every binding.
             self._check_nodes = False
-            log.error("cannot check that nodes exist before binding; binding without the check",
-                      reason=outcome.reason)
+            log.error("cannot check that nodes exist before binding; binding without the check", reason=outcome.reason)
             return Outcome.applied()
         if outcome.is_applied:
             _remember(self._nodes_seen, node, now, limit=100_000)
@@ -266,16 +293,27 @@ class KubeBackend:
         node = await self._node_exists(placement.node)
         if not node.is_applied:
             return node
-        reply = await self._api.send("POST", self._core.create_namespaced_pod_binding, placement.name,
-                                      placement.namespace, k.binding_body(placement))
+        reply = await self._api.send(
+            "POST",
+            self._core.create_namespaced_pod_binding,
+            placement.name,
+            placement.namespace,
+            k.binding_body(placement),
+        )
         if reply.ok:
             self._reported.pop(f"{placement.namespace}/{placement.name}", None)
             self._event(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
             if self._nominated.pop(placement.pod_uid, placement.node) != placement.node:
                 # Nominated for another node by a preemption that did not happen: say it no more.
-                await self._api.send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
-                                     placement.namespace, k.clear_nomination_patch(placement.pod_uid),
-                                     deferrable=True, _content_type=STRATEGIC_PATCH)
+                await self._api.send(
+                    "PATCH",
+                    self._core.patch_namespaced_pod_status,
+                    placement.name,
+                    placement.namespace,
+                    k.clear_nomination_patch(placement.pod_uid),
+                    deferrable=True,
+                    _content_type=STRATEGIC_PATCH,
+                )
             return Outcome.applied()
         outcome = k.classify(reply, Access("create", "pods/binding"))
         if reply.status != 409:
@@ -288,17 +326,25 @@ class KubeBackend:
             return Outcome.retryable(f"{outcome.reason}; reading the pod back: {current.message}")
         return k.bind_conflict(current.body, placement, outcome)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None,
-                    preemptor: Preemptor | None = None) -> Outcome:
+    async def evict(
+        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+    ) -> Outcome:
         if preemptor is not None and not await _mark_victim(self, namespace, name, uid, preemptor):
             return Outcome.conflict(f"pod {namespace}/{name} was re-created (UID {uid} is gone)")
-        reply = await self._api.send("POST", self._core.create_namespaced_pod_eviction, name, namespace,
-                                      k.eviction_body(namespace, name, uid))
+        reply = await self._api.send(
+            "POST", self._core.create_namespaced_pod_eviction, name, namespace, k.eviction_body(namespace, name, uid)
+        )
         return k.eviction_outcome(reply)
 
     async def nominate(self, placement: PodPlacement) -> Outcome:
-        reply = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, placement.name,
-                                      placement.namespace, k.nominate_patch(placement), _content_type=STRATEGIC_PATCH)
+        reply = await self._api.send(
+            "PATCH",
+            self._core.patch_namespaced_pod_status,
+            placement.name,
+            placement.namespace,
+            k.nominate_patch(placement),
+            _content_type=STRATEGIC_PATCH,
+        )
         outcome = k.nominate_outcome(reply, placement)
         if outcome.is_applied:
             _remember(self._nominated, placement.pod_uid, placement.node, limit=100_000)
@@ -311,8 +357,15 @@ class KubeBackend:
             return Outcome.applied("already reported")  # by us, and nothing changed it since as far as we know
         now = self._clock()
         patch = k.unschedulable_json_patch(uid, message, now, known)
-        patched = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, name, namespace, patch,
-                                        deferrable=True, _content_type=JSON_PATCH)
+        patched = await self._api.send(
+            "PATCH",
+            self._core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            patch,
+            deferrable=True,
+            _content_type=JSON_PATCH,
+        )
         if patched.status == 422:
             # A precondition failed (re-created, bound, or conditions not as we left them: e.g. we
             # restarted), or the patch was invalid: read the pod and decide on what it says.
@@ -329,8 +382,11 @@ class KubeBackend:
         pod = patched.body or {}
         self._remember_report(key, pod)
         namespace, _, name = key.partition("/")
-        self._event(k.failed_scheduling_event(namespace, name, (pod.get("metadata") or {}).get("uid"), message,
-                                                    now=now, instance=self.instance))
+        self._event(
+            k.failed_scheduling_event(
+                namespace, name, (pod.get("metadata") or {}).get("uid"), message, now=now, instance=self.instance
+            )
+        )
         return Outcome.applied()
 
     def _remember_report(self, key: str, pod: Mapping[str, Any]) -> None:
@@ -359,9 +415,15 @@ class KubeBackend:
                 self._remember_report(f"{namespace}/{name}", pod)
                 return Outcome.applied("already reported")
             now = self._clock()
-            patched = await self._api.send("PATCH", self._core.patch_namespaced_pod_status, name, namespace,
-                                            k.unschedulable_patch(pod, message, now), deferrable=True,
-                                            _content_type=STRATEGIC_PATCH)
+            patched = await self._api.send(
+                "PATCH",
+                self._core.patch_namespaced_pod_status,
+                name,
+                namespace,
+                k.unschedulable_patch(pod, message, now),
+                deferrable=True,
+                _content_type=STRATEGIC_PATCH,
+            )
             if patched.status == 409:
                 continue  # the pod changed since we read it: read again
             if not patched.ok:
@@ -390,16 +452,28 @@ class KubeBackend:
 
     async def _scale_one(self, kind: str, namespace: str, pool: str, body: dict[str, Any]) -> Reply:
         if kind == "AgentPool":
-            return await self._api.send("PATCH", self._custom.patch_namespaced_custom_object_scale,
-                                         k.AGENTPOOL_GROUP, k.AGENTPOOL_VERSION, namespace, k.AGENTPOOL_PLURAL, pool,
-                                         body, _content_type=MERGE_PATCH)
-        call = (self._apps.patch_namespaced_deployment_scale if kind == "Deployment"
-                else self._apps.patch_namespaced_stateful_set_scale)
+            return await self._api.send(
+                "PATCH",
+                self._custom.patch_namespaced_custom_object_scale,
+                k.AGENTPOOL_GROUP,
+                k.AGENTPOOL_VERSION,
+                namespace,
+                k.AGENTPOOL_PLURAL,
+                pool,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        call = (
+            self._apps.patch_namespaced_deployment_scale
+            if kind == "Deployment"
+            else self._apps.patch_namespaced_stateful_set_scale
+        )
         return await self._api.send("PATCH", call, pool, namespace, body, _content_type=MERGE_PATCH)
 
     async def cordon(self, node: str) -> Outcome:
-        reply = await self._api.send("PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}},
-                                      _content_type=MERGE_PATCH)
+        reply = await self._api.send(
+            "PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}}, _content_type=MERGE_PATCH
+        )
         return k.classify(reply, Access("patch", "nodes"))
 
     async def close(self) -> None:
@@ -429,12 +503,21 @@ async def _mark_victim(backend: KubeBackend, namespace: str, name: str, uid: str
     key = f"{namespace}/{name}/{uid}"
     if backend._victims_marked.get(key) == preemptor.uid:
         return True
-    marked = await backend._api.send("PATCH", backend._core.patch_namespaced_pod_status, name, namespace,
-                                      k.victim_condition_patch(uid, backend._clock()), _content_type=STRATEGIC_PATCH)
+    marked = await backend._api.send(
+        "PATCH",
+        backend._core.patch_namespaced_pod_status,
+        name,
+        namespace,
+        k.victim_condition_patch(uid, backend._clock()),
+        _content_type=STRATEGIC_PATCH,
+    )
     if k.uid_rejected(marked):
         return False
     if marked.ok:
         _remember(backend._victims_marked, key, preemptor.uid, limit=10_000)
-        backend._event(k.preempted_event(namespace, name, uid, preemptor.uid, preemptor.node,
-                                         now=backend._clock(), instance=backend.instance))
+        backend._event(
+            k.preempted_event(
+                namespace, name, uid, preemptor.uid, preemptor.node, now=backend._clock(), instance=backend.instance
+            )
+        )
     return True

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 from berth.schemas import PodPlacement
+
+from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 
 from .ports import ANNOTATION_GPU_MILLI, Outcome
 
@@ -113,11 +114,15 @@ def classify(reply: Reply, access: Access) -> Outcome:
     if reply.status >= 500:
         return Outcome.retryable(message)
     if reply.status == 401:
-        return Outcome.permanent(f"{message}: the binder's credentials were rejected; check --kubeconfig/"
-                                 "--context or the ServiceAccount token")
+        return Outcome.permanent(
+            f"{message}: the binder's credentials were rejected; check --kubeconfig/"
+            "--context or the ServiceAccount token"
+        )
     if reply.status == 403:
-        return Outcome.permanent(f"{message}: grant the binder's account {access.rule()} (the binder "
-                                 "ClusterRole in deploy/helm/berth/templates/rbac.yaml has it)")
+        return Outcome.permanent(
+            f"{message}: grant the binder's account {access.rule()} (the binder "
+            "ClusterRole in deploy/helm/berth/templates/rbac.yaml has it)"
+        )
     if reply.status == 422:
         return Outcome.permanent(f"the API rejected the request as invalid: {message}")
     return Outcome.permanent(message)
@@ -134,12 +139,15 @@ def binding_body(placement: PodPlacement) -> dict[str, Any]:
         annotations[ANNOTATION_GPU_DEVICES] = ",".join(str(d) for d in placement.gpu_devices)
     if placement.gpu_milli is not None:
         annotations[ANNOTATION_GPU_MILLI] = str(placement.gpu_milli)
-    metadata: dict[str, Any] = {"name": placement.name, "namespace": placement.namespace,
-                                "uid": placement.pod_uid}
+    metadata: dict[str, Any] = {"name": placement.name, "namespace": placement.namespace, "uid": placement.pod_uid}
     if annotations:
         metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node},
+    }
 
 
 def _pod_facts(pod: Mapping[str, Any]) -> tuple[str | None, str | None, bool]:
@@ -181,8 +189,11 @@ def bind_conflict(pod: Mapping[str, Any] | None, placement: PodPlacement, server
 
 
 def eviction_body(namespace: str, name: str, uid: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": name, "namespace": namespace}}
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
     if uid:
         body["deleteOptions"] = {"preconditions": {"uid": uid}}
     return body
@@ -215,8 +226,10 @@ def uid_rejected(reply: Reply) -> bool:
 
 def nominate_outcome(reply: Reply, placement: PodPlacement) -> Outcome:
     if uid_rejected(reply):
-        return Outcome.conflict(f"UID in precondition: {placement.pod_uid} is not the pod's: "
-                                f"{placement.namespace}/{placement.name} was re-created")
+        return Outcome.conflict(
+            f"UID in precondition: {placement.pod_uid} is not the pod's: "
+            f"{placement.namespace}/{placement.name} was re-created"
+        )
     return classify(reply, Access("patch", "pods/status"))
 
 
@@ -233,8 +246,12 @@ def scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def already_reported(pod: Mapping[str, Any], message: str) -> bool:
     """The pod already says PodScheduled=False/Unschedulable with exactly this message."""
     condition = scheduled_condition(pod)
-    return (condition is not None and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable" and condition.get("message") == message)
+    return (
+        condition is not None
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+        and condition.get("message") == message
+    )
 
 
 def unschedulable_patch(pod: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
@@ -246,10 +263,21 @@ def unschedulable_patch(pod: Mapping[str, Any], message: str, now: datetime) -> 
     changed = previous is None or previous.get("status") != "False"
     transition = _rfc3339(now) if changed or not previous.get("lastTransitionTime") else previous["lastTransitionTime"]
     metadata = pod.get("metadata") or {}
-    return {"metadata": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
-            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                       "message": message, "lastProbeTime": None,
-                                       "lastTransitionTime": transition}]}}
+    return {
+        "metadata": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": transition,
+                }
+            ]
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -276,8 +304,9 @@ def reported_condition(pod: Mapping[str, Any]) -> ReportedCondition | None:
     return None
 
 
-def unschedulable_json_patch(uid: str | None, message: str, now: datetime,
-                             known: ReportedCondition | None) -> list[dict[str, Any]]:
+def unschedulable_json_patch(
+    uid: str | None, message: str, now: datetime, known: ReportedCondition | None
+) -> list[dict[str, Any]]:
     """A pods/status JSON patch (RFC 6902) setting PodScheduled=False, reason Unschedulable, with no
     read before it: its ``test`` operations are the preconditions, and the apiserver refuses the
     whole patch (422) when one fails.
@@ -294,16 +323,26 @@ def unschedulable_json_patch(uid: str | None, message: str, now: datetime,
     if expected_uid:
         ops.append({"op": "test", "path": "/metadata/uid", "value": expected_uid})
     ops.append({"op": "test", "path": "/spec/nodeName", "value": None})
-    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                 "lastProbeTime": None, "lastTransitionTime": known.transition if known else _rfc3339(now)}
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": known.transition if known else _rfc3339(now),
+    }
     if known is None:
-        ops += [{"op": "test", "path": "/status/conditions", "value": None},
-                {"op": "add", "path": "/status/conditions", "value": [condition]}]
+        ops += [
+            {"op": "test", "path": "/status/conditions", "value": None},
+            {"op": "add", "path": "/status/conditions", "value": [condition]},
+        ]
     else:
         path = f"/status/conditions/{known.index}"
-        ops += [{"op": "test", "path": f"{path}/type", "value": "PodScheduled"},
-                {"op": "test", "path": f"{path}/status", "value": "False"},
-                {"op": "replace", "path": path, "value": condition}]
+        ops += [
+            {"op": "test", "path": f"{path}/type", "value": "PodScheduled"},
+            {"op": "test", "path": f"{path}/status", "value": "False"},
+            {"op": "replace", "path": path, "value": condition},
+        ]
     return ops
 
 
@@ -321,27 +360,52 @@ def _truncate(text: str, limit: int) -> str:
     return encoded[: limit - 3].decode(errors="ignore") + "..."
 
 
-def pod_event(*, namespace: str, name: str, uid: str | None, reason: str, note: str, warning: bool,
-              action: str, now: datetime, instance: str) -> dict[str, Any]:
+def pod_event(
+    *,
+    namespace: str,
+    name: str,
+    uid: str | None,
+    reason: str,
+    note: str,
+    warning: bool,
+    action: str,
+    now: datetime,
+    instance: str,
+) -> dict[str, Any]:
     """An events.k8s.io/v1 Event about a pod, named ``<pod>.<nanoseconds in hex>`` as client-go
     names them (readable in ``kubectl describe pod`` and ``kubectl get events``)."""
     regarding: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
     if uid:
         regarding["uid"] = uid
     nanos = int(now.timestamp()) * 1_000_000_000 + now.microsecond * 1000
-    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{nanos:x}", "namespace": namespace},
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "reportingController": REPORTING_CONTROLLER, "reportingInstance": instance[:128],
-            "action": action, "reason": reason, "regarding": regarding,
-            "note": _truncate(note, EVENT_NOTE_LIMIT), "type": "Warning" if warning else "Normal"}
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.{nanos:x}", "namespace": namespace},
+        "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": instance[:128],
+        "action": action,
+        "reason": reason,
+        "regarding": regarding,
+        "note": _truncate(note, EVENT_NOTE_LIMIT),
+        "type": "Warning" if warning else "Normal",
+    }
 
 
 def scheduled_event(placement: PodPlacement, *, now: datetime, instance: str) -> dict[str, Any]:
     """kube-scheduler's ``Scheduled``: "Successfully assigned ns/pod to node"."""
-    return pod_event(namespace=placement.namespace, name=placement.name, uid=placement.pod_uid, reason="Scheduled",
-                     note=f"Successfully assigned {placement.namespace}/{placement.name} to {placement.node}",
-                     warning=False, action="Binding", now=now, instance=instance)
+    return pod_event(
+        namespace=placement.namespace,
+        name=placement.name,
+        uid=placement.pod_uid,
+        reason="Scheduled",
+        note=f"Successfully assigned {placement.namespace}/{placement.name} to {placement.node}",
+        warning=False,
+        action="Binding",
+        now=now,
+        instance=instance,
+    )
 
 
 PREEMPTION_REASON = "PreemptionByScheduler"
@@ -353,21 +417,39 @@ def victim_condition_patch(uid: str | None, now: datetime) -> dict[str, Any]:
     ``<profile>: preempting to accommodate a higher priority pod``); ``metadata.uid`` is the
     precondition. (The Eviction API then replaces the reason with its own, as the apiserver
     does for every eviction.)"""
-    patch: dict[str, Any] = {"status": {"conditions": [{
-        "type": "DisruptionTarget", "status": "True", "reason": PREEMPTION_REASON,
-        "message": f"{REPORTING_CONTROLLER}: preempting to accommodate a higher priority pod",
-        "lastTransitionTime": _rfc3339(now)}]}}
+    patch: dict[str, Any] = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": PREEMPTION_REASON,
+                    "message": f"{REPORTING_CONTROLLER}: preempting to accommodate a higher priority pod",
+                    "lastTransitionTime": _rfc3339(now),
+                }
+            ]
+        }
+    }
     if uid:
         patch["metadata"] = {"uid": uid}
     return patch
 
 
-def preempted_event(namespace: str, name: str, uid: str | None, preemptor_uid: str, node: str, *,
-                    now: datetime, instance: str) -> dict[str, Any]:
+def preempted_event(
+    namespace: str, name: str, uid: str | None, preemptor_uid: str, node: str, *, now: datetime, instance: str
+) -> dict[str, Any]:
     """kube-scheduler's ``Preempted`` event on a victim: "Preempted by pod <uid> on node <node>"."""
-    return pod_event(namespace=namespace, name=name, uid=uid, reason="Preempted",
-                     note=f"Preempted by pod {preemptor_uid} on node {node}", warning=False,
-                     action="Preempting", now=now, instance=instance)
+    return pod_event(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        reason="Preempted",
+        note=f"Preempted by pod {preemptor_uid} on node {node}",
+        warning=False,
+        action="Preempting",
+        now=now,
+        instance=instance,
+    )
 
 
 def clear_nomination_patch(uid: str) -> dict[str, Any]:
@@ -375,11 +457,21 @@ def clear_nomination_patch(uid: str) -> dict[str, Any]:
     return {"metadata": {"uid": uid}, "status": {"nominatedNodeName": None}}
 
 
-def failed_scheduling_event(namespace: str, name: str, uid: str | None, message: str, *, now: datetime,
-                            instance: str) -> dict[str, Any]:
+def failed_scheduling_event(
+    namespace: str, name: str, uid: str | None, message: str, *, now: datetime, instance: str
+) -> dict[str, Any]:
     """kube-scheduler's ``FailedScheduling`` Warning with the full "0/N nodes are available: ..." text."""
-    return pod_event(namespace=namespace, name=name, uid=uid, reason="FailedScheduling", note=message,
-                     warning=True, action="Scheduling", now=now, instance=instance)
+    return pod_event(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        reason="FailedScheduling",
+        note=message,
+        warning=True,
+        action="Scheduling",
+        now=now,
+        instance=instance,
+    )
 
 
 # -- pools ----------------------------------------------------------------------------------------
@@ -393,9 +485,29 @@ def scale_patch(replicas: int) -> dict[str, Any]:
 
 
 __all__ = [
-    "ANNOTATION_GPU_MILLI", "Access", "Reply", "already_reported", "bind_conflict", "bindable", "binding_body",
-    "classify", "eviction_body", "eviction_outcome", "failed_scheduling_event", "nominate_outcome",
-    "nominate_patch", "pod_event", "ReportedCondition", "reply_of", "reply_of_exception", "reported_condition",
-    "scale_patch", "scheduled_condition", "scheduled_event", "uid_mismatch", "uid_rejected",
-    "unschedulable_json_patch", "unschedulable_patch",
+    "ANNOTATION_GPU_MILLI",
+    "Access",
+    "Reply",
+    "already_reported",
+    "bind_conflict",
+    "bindable",
+    "binding_body",
+    "classify",
+    "eviction_body",
+    "eviction_outcome",
+    "failed_scheduling_event",
+    "nominate_outcome",
+    "nominate_patch",
+    "pod_event",
+    "ReportedCondition",
+    "reply_of",
+    "reply_of_exception",
+    "reported_condition",
+    "scale_patch",
+    "scheduled_condition",
+    "scheduled_event",
+    "uid_mismatch",
+    "uid_rejected",
+    "unschedulable_json_patch",
+    "unschedulable_patch",
 ]

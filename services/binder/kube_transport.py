@@ -28,12 +28,17 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # client-go's metric names (k8s.io/client-go/tools/metrics): the meaning is the same.
-REQUESTS = Counter("rest_client_requests_total",
-                   "Kubernetes API requests of the binder, by status code (0: no answer), method and host.",
-                   ["code", "method", "host"])
-REQUEST_LATENCY = Histogram("rest_client_request_duration_seconds",
-                            "Kubernetes API request latency in seconds, by verb and host.", ["verb", "host"],
-                            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+REQUESTS = Counter(
+    "rest_client_requests_total",
+    "Kubernetes API requests of the binder, by status code (0: no answer), method and host.",
+    ["code", "method", "host"],
+)
+REQUEST_LATENCY = Histogram(
+    "rest_client_request_duration_seconds",
+    "Kubernetes API request latency in seconds, by verb and host.",
+    ["verb", "host"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 
 
 class KubeTransport:
@@ -47,8 +52,15 @@ class KubeTransport:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-api")
         self._host = api_client.configuration.host.split("://", 1)[-1]
 
-    async def send(self, method: str, call: Callable[..., Any], *args: Any, limiter: TokenBucket | None = None,
-                   deferrable: bool = False, **kwargs: Any) -> Reply:
+    async def send(
+        self,
+        method: str,
+        call: Callable[..., Any],
+        *args: Any,
+        limiter: TokenBucket | None = None,
+        deferrable: bool = False,
+        **kwargs: Any,
+    ) -> Reply:
         """One API request: a token (from ``limiter``, default the main one; ``deferrable``: after
         the bindings queued for one, see :class:`TokenBucket`), then ``call`` on the pool; never
         raises for an answer."""

@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-NODE_LISTS = Counter("berth_binder_node_lists_total",
-                     "Full LISTs of nodes by the binder's node informer (the first one, then one per "
-                     "410 Gone or broken watch that cannot resume).")
+NODE_LISTS = Counter(
+    "berth_binder_node_lists_total",
+    "Full LISTs of nodes by the binder's node informer (the first one, then one per "
+    "410 Gone or broken watch that cannot resume).",
+)
 NODES_CACHED = Gauge("berth_binder_nodes_cached", "Nodes the binder's node informer knows to exist.")
 
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -154,9 +156,16 @@ class NodeInformer:
     in for ``CoreV1Api(api_client)`` (its ``list_node``, answering urllib3-like responses).
     """
 
-    def __init__(self, api_client: ApiClient, *, take_token: Callable[[], None],
-                 watch_timeout_s: int = WATCH_TIMEOUT_S, request_timeout_s: float = 60.0,
-                 retry_s: float = 1.0, core: Any = None) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        take_token: Callable[[], None],
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        request_timeout_s: float = 60.0,
+        retry_s: float = 1.0,
+        core: Any = None,
+    ) -> None:
         from kubernetes.client import CoreV1Api
 
         self.cache = NodeCache()
@@ -189,7 +198,7 @@ class NodeInformer:
         if response is not None:
             try:
                 response.shutdown()  # unblocks the thread's read of the watch stream
-            except Exception:  # noqa: BLE001 - already closed: nothing to unblock
+            except Exception:
                 pass
         self._thread.join(timeout)
 
@@ -221,10 +230,12 @@ class NodeInformer:
                     continue
                 if exc.status == 403:
                     self.forbidden = True
-                    log.error("the binder may not list and watch nodes; checking each node with a GET before "
-                              "binding instead. Grant its account verbs \"list\" and \"watch\" on resource "
-                              "\"nodes\" (the binder ClusterRole in deploy/helm/berth/templates/rbac.yaml)",
-                              status=exc.status)
+                    log.error(
+                        "the binder may not list and watch nodes; checking each node with a GET before "
+                        'binding instead. Grant its account verbs "list" and "watch" on resource '
+                        '"nodes" (the binder ClusterRole in deploy/helm/berth/templates/rbac.yaml)',
+                        status=exc.status,
+                    )
                     return
                 log.warning("node informer request failed; retrying", status=exc.status, wait_s=pause)
                 self._stopping.wait(pause)
@@ -243,9 +254,13 @@ class NodeInformer:
         while True:
             self._take_token()
             self.requests += 1
-            response = self._core.list_node(limit=LIST_PAGE, _continue=token, _preload_content=False,
-                                            _request_timeout=self._request_timeout_s,
-                                            _headers={"Accept": METADATA_LIST})
+            response = self._core.list_node(
+                limit=LIST_PAGE,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._request_timeout_s,
+                _headers={"Accept": METADATA_LIST},
+            )
             try:
                 document = json.loads(response.data)
             finally:
@@ -266,11 +281,15 @@ class NodeInformer:
     def _watch(self) -> None:
         self._take_token()
         self.requests += 1
-        response = self._core.list_node(watch=True, resource_version=self.cache.resource_version,
-                                        allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout_s,
-                                        _preload_content=False,
-                                        _request_timeout=(self._request_timeout_s, self._watch_timeout_s + 30),
-                                        _headers={"Accept": METADATA_WATCH})
+        response = self._core.list_node(
+            watch=True,
+            resource_version=self.cache.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s,
+            _preload_content=False,
+            _request_timeout=(self._request_timeout_s, self._watch_timeout_s + 30),
+            _headers={"Accept": METADATA_WATCH},
+        )
         self._response = response
         try:
             for event in watch_events(response.stream(65536)):

@@ -115,8 +115,9 @@ class ClusterBackend(Protocol):
         refuse a gang before binding any member when one of them cannot be bound."""
         ...
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None,
-                    preemptor: Preemptor | None = None) -> Outcome:
+    async def evict(
+        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+    ) -> Outcome:
         """Evict the pod (graceful, respecting disruption budgets). applied: evicted, or already
         gone; conflict: a pod of that name exists with another UID; retryable: a disruption
         budget forbids it right now (HTTP 429), or a transient error. With ``preemptor`` the pod

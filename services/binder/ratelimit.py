@@ -22,8 +22,15 @@ class TokenBucket:
     why it waits — under a backlog of bindings the report comes later, at the same cost.
     """
 
-    def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, max_defer_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        max_defer_s: float = 30.0,
+    ) -> None:
         if burst < 1:
             raise ValueError(f"burst must be at least 1, got {burst}")
         self.qps = qps

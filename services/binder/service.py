@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
+from berth.schemas import CommandResult, DeadLetter
+from berth.schemas.envelope import encode
+from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, DECISIONS
 
 from berth.bus import EventConsumer, EventProducer, dead_letter_for, ensure_topics
 from berth.logs import get_logger
 from berth.metrics import EVENTS_PUBLISHED
-from berth.schemas import CommandResult, DeadLetter
-from berth.schemas.envelope import encode
-from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, DECISIONS
 from berth.settings import BerthSettings
 
 from .applier import Binder, Verdict
@@ -60,8 +60,7 @@ class SourceRecord:
 
     @classmethod
     def of(cls, record: Any) -> SourceRecord:
-        return cls(record.topic, record.partition, record.offset, record.key, record.value,
-                   tuple(record.headers or ()))
+        return cls(record.topic, record.partition, record.offset, record.key, record.value, tuple(record.headers or ()))
 
 
 class Outputs(Protocol):
@@ -92,8 +91,11 @@ class KafkaOutputs:
         if cell is None:
             return
         record = encode(result, source=SOURCE, event_id=result.command_id)
-        self._in_flight.append(await self._producer.raw.send(
-            DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=cell))
+        self._in_flight.append(
+            await self._producer.raw.send(
+                DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=cell
+            )
+        )
         EVENTS_PUBLISHED.labels(DECISION_INPUTS.name, result.type).inc()
 
     async def dead_letter(self, letter: DeadLetter) -> None:
@@ -119,17 +121,27 @@ class CommandHandler:
         if not known_cell:
             # The issuing cell could never learn the outcome, so its view of the cluster would
             # drift from the cluster's: refuse rather than apply.
-            verdict = self.binder.refuse(command, f"cell {command.cell} is not a partition of "
-                                                  f"{DECISION_INPUTS.name} (partitions: {sorted(cells)})")
+            verdict = self.binder.refuse(
+                command,
+                f"cell {command.cell} is not a partition of {DECISION_INPUTS.name} (partitions: {sorted(cells)})",
+            )
         else:
             async with self._slots:
                 verdict = await self.binder.apply(command)
         await self.outputs.result(verdict.result, command.cell if known_cell else None)
         if verdict.dead_letter_reason is not None:
-            await self.outputs.dead_letter(dead_letter_for(
-                topic=source.topic, partition=source.partition, offset=source.offset, key=source.key,
-                value=source.value, headers=source.headers, consumer=CONSUMER_NAME,
-                reason=verdict.dead_letter_reason))
+            await self.outputs.dead_letter(
+                dead_letter_for(
+                    topic=source.topic,
+                    partition=source.partition,
+                    offset=source.offset,
+                    key=source.key,
+                    value=source.value,
+                    headers=source.headers,
+                    consumer=CONSUMER_NAME,
+                    reason=verdict.dead_letter_reason,
+                )
+            )
         return verdict
 
     async def handle_batch(self, items: Sequence[tuple[Any, SourceRecord]]) -> list[Verdict]:
@@ -152,20 +164,43 @@ class CommandHandler:
 class BinderService:
     """The Kafka loop around a :class:`CommandHandler`."""
 
-    def __init__(self, settings: BerthSettings, binder: Binder, *, max_in_flight: int = 32,
-                 max_batch: int = 500, group: str = GROUP, report_unschedulable: bool = False) -> None:
+    def __init__(
+        self,
+        settings: BerthSettings,
+        binder: Binder,
+        *,
+        max_in_flight: int = 32,
+        max_batch: int = 500,
+        group: str = GROUP,
+        report_unschedulable: bool = False,
+    ) -> None:
         self.settings = settings
         self.group = group
         self.binder = binder
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
-        self.consumer = EventConsumer(settings.kafka, [COMMANDS], group_id=group, name=CONSUMER_NAME,
-                                      isolation_level="read_committed", max_poll_records=max_batch)
+        self.consumer = EventConsumer(
+            settings.kafka,
+            [COMMANDS],
+            group_id=group,
+            name=CONSUMER_NAME,
+            isolation_level="read_committed",
+            max_poll_records=max_batch,
+        )
         self.producer = EventProducer(settings.kafka, source=SOURCE)
-        self.decisions = EventConsumer(
-            settings.kafka, [DECISIONS], group_id=f"{group}-decisions", name=f"{CONSUMER_NAME}-decisions",
-            auto_offset_reset="latest", isolation_level="read_committed", max_poll_records=max_batch,
-        ) if report_unschedulable else None
+        self.decisions = (
+            EventConsumer(
+                settings.kafka,
+                [DECISIONS],
+                group_id=f"{group}-decisions",
+                name=f"{CONSUMER_NAME}-decisions",
+                auto_offset_reset="latest",
+                isolation_level="read_committed",
+                max_poll_records=max_batch,
+            )
+            if report_unschedulable
+            else None
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_topics(self.settings.kafka)
@@ -178,9 +213,14 @@ class BinderService:
             if start_backend is not None:  # e.g. the Kubernetes backend's node informer
                 await start_backend()
             await self.consumer.start()
-            log.info("binder started", group=self.group, cells=sorted(partitions or ()),
-                     qps=self.binder.limiter.qps, burst=self.binder.limiter.burst,
-                     report_unschedulable=self.decisions is not None)
+            log.info(
+                "binder started",
+                group=self.group,
+                cells=sorted(partitions or ()),
+                qps=self.binder.limiter.qps,
+                burst=self.binder.limiter.burst,
+                report_unschedulable=self.decisions is not None,
+            )
             try:
                 if self.decisions is None:
                     await self._command_loop(handler, outputs, stop)
@@ -218,15 +258,17 @@ class BinderService:
                         if consumed is not None:
                             events.append(consumed.event)
                 results = await reporter.handle_batch(events)
-                await consumer.commit({(tp.topic, tp.partition): records[-1].offset + 1
-                                       for tp, records in batches.items() if records})
+                await consumer.commit(
+                    {(tp.topic, tp.partition): records[-1].offset + 1 for tp, records in batches.items() if records}
+                )
                 if results:
                     log.debug("verdicts handled", **{r: list(results.values()).count(r) for r in set(results.values())})
         finally:
             await consumer.stop()
 
-    async def _process(self, handler: CommandHandler, outputs: KafkaOutputs,
-                       batches: dict[TopicPartition, list[Any]]) -> None:
+    async def _process(
+        self, handler: CommandHandler, outputs: KafkaOutputs, batches: dict[TopicPartition, list[Any]]
+    ) -> None:
         items: list[tuple[Any, SourceRecord]] = []
         for tp in sorted(batches, key=lambda t: t.partition):
             for record in batches[tp]:
@@ -235,7 +277,9 @@ class BinderService:
                     items.append((consumed.event, SourceRecord.of(record)))
         verdicts = await handler.handle_batch(items)
         await outputs.flush()
-        await self.consumer.commit({(tp.topic, tp.partition): records[-1].offset + 1
-                                    for tp, records in batches.items() if records})
-        log.debug("batch committed", commands=len(verdicts),
-                  failed=sum(1 for v in verdicts if v.result.status == "failed"))
+        await self.consumer.commit(
+            {(tp.topic, tp.partition): records[-1].offset + 1 for tp, records in batches.items() if records}
+        )
+        log.debug(
+            "batch committed", commands=len(verdicts), failed=sum(1 for v in verdicts if v.result.status == "failed")
+        )

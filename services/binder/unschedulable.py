@@ -23,19 +23,22 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from berth.schemas import DecisionRecord
 from prometheus_client import Counter
 
 from berth.logs import get_logger
-from berth.schemas import DecisionRecord
 
 from .applier import Binder
 from .ports import OutcomeKind
 
 log = get_logger(__name__)
-REPORTS = Counter("berth_binder_unschedulable_reports_total",
-                  "Unschedulable verdicts the binder handled, by result: reported (condition and event "
-                  "written), unchanged (same message as last reported), skipped (already reported or "
-                  "bound meanwhile), gone (no such pod), failed.", ["result"])
+REPORTS = Counter(
+    "berth_binder_unschedulable_reports_total",
+    "Unschedulable verdicts the binder handled, by result: reported (condition and event "
+    "written), unchanged (same message as last reported), skipped (already reported or "
+    "bound meanwhile), gone (no such pod), failed.",
+    ["result"],
+)
 
 
 def latest_verdicts(records: Iterable[Any]) -> dict[str, str | None]:
@@ -77,8 +80,9 @@ class UnschedulableReporter:
                 results[subject] = "unchanged"
             else:
                 work.append((subject, message))
-        for subject, result in zip((s for s, _ in work),
-                                   await asyncio.gather(*(self._report(s, m) for s, m in work)), strict=True):
+        for subject, result in zip(
+            (s for s, _ in work), await asyncio.gather(*(self._report(s, m) for s, m in work)), strict=True
+        ):
             results[subject] = result
         for result in results.values():
             REPORTS.labels(result).inc()
@@ -100,6 +104,7 @@ class UnschedulableReporter:
         if outcome.kind is OutcomeKind.CONFLICT:
             log.debug("unschedulable pod is gone", pod=subject, reason=outcome.reason)
             return "gone"
-        log.warning("could not report an unschedulable pod", pod=subject, reason=outcome.reason,
-                    kind=outcome.kind.value)
+        log.warning(
+            "could not report an unschedulable pod", pod=subject, reason=outcome.reason, kind=outcome.kind.value
+        )
         return "failed"

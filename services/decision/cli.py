@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,17 +15,31 @@ app = typer.Typer(help="Decide placements and scaling, one writer per cell.", no
 
 @app.command("run")
 def run(
-    config: Annotated[Optional[Path], typer.Option(
-        "--config", envvar="BERTH_SCHEDULER_CONFIG", exists=True, dir_okay=False,
-        help="Scheduler configuration (KubeSchedulerConfiguration keys); default: the built-in profile.")] = None,
-    pools: Annotated[Optional[Path], typer.Option(
-        exists=True, dir_okay=False,
-        help="YAML of inference pools' scaling policies: {pools: {NAMESPACE/NAME: {...}}}.")] = None,
-    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                                                 help="Kafka bootstrap servers.")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[Optional[int], typer.Option(
-        help="Serve /livez and /readyz on this port (0: a free one).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="BERTH_SCHEDULER_CONFIG",
+            exists=True,
+            dir_okay=False,
+            help="Scheduler configuration (KubeSchedulerConfiguration keys); default: the built-in profile.",
+        ),
+    ] = None,
+    pools: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="YAML of inference pools' scaling policies: {pools: {NAMESPACE/NAME: {...}}}.",
+        ),
+    ] = None,
+    kafka: Annotated[
+        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[
+        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
+    ] = None,
 ) -> None:
     """Consume the cells' inputs, decide, and emit commands and decision records."""
     from berth.configfiles import load_cell_config
@@ -45,8 +59,10 @@ def run(
     async def main() -> None:
         service = DecisionService(settings, cell_config)
         health = register(HealthServer("decision"), service)
-        async with closing_kafka_clients(service), \
-                serving(health, health_port if health_port is not None else settings.health_port):
+        async with (
+            closing_kafka_clients(service),
+            serving(health, health_port if health_port is not None else settings.health_port),
+        ):
             await service.run(stop_on_signals())
 
     asyncio.run(main())

@@ -32,8 +32,9 @@ def register(health: HealthServer, service: Any) -> HealthServer:
         partitions = sorted(tp.partition for tp in assigned)
         missing = [p for p in partitions if p not in service.workers]
         if missing:
-            return False, (f"rebuilding cell(s) {missing} "
-                           f"({len(partitions) - len(missing)} of {len(partitions)} taken over)")
+            return False, (
+                f"rebuilding cell(s) {missing} ({len(partitions) - len(missing)} of {len(partitions)} taken over)"
+            )
         return True, f"cell(s) {partitions} taken over"
 
     health.add_readiness("cells", cells)

@@ -23,22 +23,29 @@ import pickle
 import time
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from berth.schemas import HandOverPod, InputPosition, ScalePool, SchedulerConfigAnnounced
+from berth.schemas.envelope import EnvelopeError, decode, encode
+from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 
 from berth.bus import EventConsumer, ensure_topics
 from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, POOL_DESIRED_REPLICAS, SchedulingMetrics
-from berth.schemas import HandOverPod, InputPosition, ScalePool, SchedulerConfigAnnounced
-from berth.schemas.envelope import EnvelopeError, decode, encode
-from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.settings import BerthSettings, KafkaSettings
 
-from .snapshots import code_fingerprint, decode_cell, encode_cell, ensure_snapshot_topic, latest_snapshot, write_snapshot
+from .snapshots import (
+    code_fingerprint,
+    decode_cell,
+    encode_cell,
+    ensure_snapshot_topic,
+    latest_snapshot,
+    write_snapshot,
+)
 
 log = get_logger(__name__)
 GROUP = "berth-decision"
@@ -76,8 +83,9 @@ async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int, 
         return 0
 
     tp = TopicPartition(DECISION_INPUTS.name, partition)
-    reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
-                              isolation_level="read_committed")
+    reader = AIOKafkaConsumer(
+        **kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
+    )
     folded = 0
     try:
         await reader.start()
@@ -119,9 +127,15 @@ class DecisionService:
         """kube-scheduler's metrics, timed by each cell's engine once the cell is rebuilt (a
         rebuild re-decides inputs already decided: those are not attempts)."""
         self.consumer = EventConsumer(
-            settings.kafka, [DECISION_INPUTS], group_id=GROUP, name="decision",
-            on_assign=self._on_assign, on_revoke=self._on_revoke, max_poll_records=CHUNK,
-            session_timeout_ms=30_000, heartbeat_interval_ms=3_000,
+            settings.kafka,
+            [DECISION_INPUTS],
+            group_id=GROUP,
+            name="decision",
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            max_poll_records=CHUNK,
+            session_timeout_ms=30_000,
+            heartbeat_interval_ms=3_000,
         )
 
     async def _on_assign(self, assigned: set[TopicPartition]) -> None:
@@ -137,22 +151,32 @@ class DecisionService:
             cell, restored_at = await self._restore(tp.partition, committed)
             folded = await rebuild(self.settings.kafka, cell, tp.partition, committed, start=restored_at)
             cell.engine.observe(self.scheduling_metrics)
-            producer = AIOKafkaProducer(**self.settings.kafka.client_options(), enable_idempotence=True,
-                                        transactional_id=f"berth-decision-cell-{tp.partition}",
-                                        linger_ms=2, retry_backoff_ms=10)
+            producer = AIOKafkaProducer(
+                **self.settings.kafka.client_options(),
+                enable_idempotence=True,
+                transactional_id=f"berth-decision-cell-{tp.partition}",
+                linger_ms=2,
+                retry_backoff_ms=10,
+            )
             try:
                 await producer.start()
             except BaseException:
                 await producer.stop()  # nothing left open when the broker refuses
                 raise
-            self.workers[tp.partition] = CellWorker(tp.partition, cell, producer,
-                                                    since_snapshot=committed - restored_at)
+            self.workers[tp.partition] = CellWorker(
+                tp.partition, cell, producer, since_snapshot=committed - restored_at
+            )
             self.consumer.raw.seek(tp, committed)
             self.consumer.raw.resume(tp)
-            log.info("cell taken over", cell=tp.partition, committed_offset=committed,
-                     snapshot_offset=restored_at if restored_at else None,
-                     inputs_folded=folded, pending=cell.pending_count,
-                     rebuild_s=round(time.monotonic() - started, 3))
+            log.info(
+                "cell taken over",
+                cell=tp.partition,
+                committed_offset=committed,
+                snapshot_offset=restored_at if restored_at else None,
+                inputs_folded=folded,
+                pending=cell.pending_count,
+                rebuild_s=round(time.monotonic() - started, 3),
+            )
 
     async def _restore(self, partition: int, committed: int) -> tuple[Cell, int]:
         """The cell from its latest usable snapshot and the offset to fold on from, or a fresh
@@ -163,8 +187,9 @@ class DecisionService:
                 if snapshot is not None:
                     return decode_cell(snapshot.data, partition, self.config), snapshot.offset
             except (KafkaError, ValueError, EOFError, pickle.UnpicklingError, zlib.error) as exc:
-                log.warning("cell snapshot not usable; rebuilding the cell from its log",
-                            cell=partition, error=repr(exc))
+                log.warning(
+                    "cell snapshot not usable; rebuilding the cell from its log", cell=partition, error=repr(exc)
+                )
         return Cell(partition, self.config), 0
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
@@ -190,8 +215,11 @@ class DecisionService:
                     elif batches[tp] and tp in self.consumer.raw.assignment():
                         # Never drop a cell's input: without its worker (a takeover still in
                         # progress) the batch is fetched again once the cell is rebuilt.
-                        log.warning("batch for a cell without its worker; fetching it again",
-                                    cell=tp.partition, offset=batches[tp][0].offset)
+                        log.warning(
+                            "batch for a cell without its worker; fetching it again",
+                            cell=tp.partition,
+                            offset=batches[tp][0].offset,
+                        )
                         self.consumer.raw.seek(tp, batches[tp][0].offset)
                 self._report_queues()
         finally:
@@ -238,11 +266,15 @@ class DecisionService:
                     # partition where the inventory keeps the pod's route.
                     encoded = encode(command, source=SOURCE, event_id=command.command_id)
                     partition = command.route_partition if isinstance(command, HandOverPod) else None
-                    await worker.producer.send(topic_for_event(command).name, encoded.value, key=encoded.key,
-                                               headers=encoded.headers, partition=partition)
+                    await worker.producer.send(
+                        topic_for_event(command).name,
+                        encoded.value,
+                        key=encoded.key,
+                        headers=encoded.headers,
+                        partition=partition,
+                    )
                 encoded = encode(decision.record, source=SOURCE, event_id=decision.record.decision_id)
-                await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key,
-                                           headers=encoded.headers)
+                await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
                 if decision.record.outcome == "handed-over":
                     PODS_HANDED_OVER.labels(str(worker.partition)).inc()
                 for command in decision.commands:
@@ -262,16 +294,25 @@ class DecisionService:
         data = encode_cell(worker.cell)
         chunks = await write_snapshot(worker.producer, worker.partition, offset, data, self.fingerprint)
         worker.since_snapshot = 0
-        log.info("cell snapshot written", cell=worker.partition, offset=offset, bytes=len(data), chunks=chunks,
-                 seconds=round(time.monotonic() - started, 3))
+        log.info(
+            "cell snapshot written",
+            cell=worker.partition,
+            offset=offset,
+            bytes=len(data),
+            chunks=chunks,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     async def _announce(self, worker: CellWorker) -> None:
         config = worker.cell.config
         config_hash = config.hash
         event = SchedulerConfigAnnounced(
-            config_hash=config_hash, config_version=config.version,
-            document=config.document, cell=worker.cell.cell_name,
-            announced_at=datetime.now(timezone.utc))
+            config_hash=config_hash,
+            config_version=config.version,
+            document=config.document,
+            cell=worker.cell.cell_name,
+            announced_at=datetime.now(UTC),
+        )
         encoded = encode(event, source=SOURCE, event_id=f"{worker.cell.cell_name}/{config_hash}")
         await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
         worker.announced = True

@@ -51,9 +51,10 @@ FORMAT = 1
 
 def code_fingerprint() -> str:
     """A digest of the code that defines a cell's state: a snapshot from other code is not used."""
+    import berth.schemas
+
     import berth.cells
     import berth.core
-    import berth.schemas
 
     digest = hashlib.sha256(f"format {FORMAT}; python {sys.version_info[:2]}".encode())
     for package in (berth.core, berth.cells, berth.schemas):
@@ -72,7 +73,7 @@ def encode_cell(cell: Cell) -> bytes:
 
 def decode_cell(data: bytes, cell: int, config: CellConfig) -> Cell:
     """The cell ``data`` describes; ValueError when it is another cell's or another configuration's."""
-    payload = pickle.loads(zlib.decompress(data))  # noqa: S301 - our own snapshot, fingerprint-checked
+    payload = pickle.loads(zlib.decompress(data))
     if payload.get("format") != FORMAT or payload.get("cell") != cell:
         raise ValueError(f"snapshot is of cell {payload.get('cell')} (format {payload.get('format')})")
     if payload.get("config_hash") != config.hash:
@@ -92,14 +93,17 @@ async def ensure_snapshot_topic(kafka: KafkaSettings, partitions: int) -> None:
     await create_missing_topics(kafka, [TopicSpec(SNAPSHOTS, partitions, compacted=True)])
 
 
-async def write_snapshot(producer: AIOKafkaProducer, cell: int, offset: int, data: bytes,
-                         fingerprint: str) -> int:
+async def write_snapshot(producer: AIOKafkaProducer, cell: int, offset: int, data: bytes, fingerprint: str) -> int:
     """Send ``data`` as the cell's snapshot covering inputs below ``offset``, in the producer's
     open transaction. Returns the number of chunks."""
-    chunks = [data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+    chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
     for index, chunk in enumerate(chunks):
-        headers = [("offset", str(offset).encode()), ("chunk", str(index).encode()),
-                   ("chunks", str(len(chunks)).encode()), ("fingerprint", fingerprint.encode())]
+        headers = [
+            ("offset", str(offset).encode()),
+            ("chunk", str(index).encode()),
+            ("chunks", str(len(chunks)).encode()),
+            ("fingerprint", fingerprint.encode()),
+        ]
         await producer.send(SNAPSHOTS, chunk, key=f"cell-{cell}/{index}".encode(), partition=cell, headers=headers)
     return len(chunks)
 
@@ -108,8 +112,9 @@ async def latest_snapshot(kafka: KafkaSettings, cell: int, fingerprint: str, *, 
     """The newest complete snapshot of ``cell`` with ``fingerprint`` that covers no input at or
     after ``until`` (the committed offset); None when there is none."""
     tp = TopicPartition(SNAPSHOTS, cell)
-    reader = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
-                              isolation_level="read_committed")
+    reader = AIOKafkaConsumer(
+        **kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
+    )
     parts: dict[int, dict[int, bytes]] = {}
     counts: dict[int, int] = {}
     try:

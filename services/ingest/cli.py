@@ -8,7 +8,7 @@ import socket
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
     from .service import IngestConfig
 
-app = typer.Typer(help="Watch Kubernetes and publish the cluster's pods, nodes and policies to Kafka.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Watch Kubernetes and publish the cluster's pods, nodes and policies to Kafka.", no_args_is_help=True
+)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -33,45 +34,74 @@ def default_lease_namespace() -> str:
         return "default"
 
 
-KubeconfigOption = Annotated[Optional[Path], typer.Option(
-    envvar="KUBECONFIG", exists=True, dir_okay=False,
-    help="Kubeconfig file. Default: the in-cluster service account, else ~/.kube/config.")]
-ContextOption = Annotated[Optional[str], typer.Option(help="Kubeconfig context (default: its current one).")]
-NamespaceOption = Annotated[Optional[list[str]], typer.Option(
-    "--namespace", "-n",
-    help="Watch namespaced resources in this namespace only; repeat for several. Default: all "
-         "namespaces. Nodes, PriorityClasses and Namespaces are cluster-wide either way.")]
-ResourceOption = Annotated[Optional[list[str]], typer.Option(
-    help="Watch only this resource (pods, nodes, podgroups, priorityclasses, resourcequotas, "
-         "limitranges, poddisruptionbudgets, agentpools, namespaces); repeat for several. Default: all.")]
-SchedulerNameOption = Annotated[Optional[list[str]], typer.Option(
-    help="spec.schedulerName of the pods Berth schedules (their pending pods are published); "
-         "repeat for several. Bound pods of every scheduler are published. Default: berth.")]
-LeaseNameOption = Annotated[str, typer.Option(help="Name of the coordination.k8s.io Lease that elects "
-                                                   "the one publishing instance.")]
-LeaseNamespaceOption = Annotated[Optional[str], typer.Option(
-    envvar="POD_NAMESPACE", show_default=False,
-    help="Namespace of the Lease. Default: the pod's own (POD_NAMESPACE or the service "
-         "account's), else default.")]
-LeaseDurationOption = Annotated[int, typer.Option(
-    min=2, help="Seconds a standby waits after the last renewal before taking over.")]
-RenewDeadlineOption = Annotated[float, typer.Option(
-    help="Seconds the leader keeps trying to renew before it steps down (< lease duration).")]
-RetryPeriodOption = Annotated[float, typer.Option(
-    help="Seconds between Lease renewals and between a standby's attempts (< renew deadline).")]
-IdentityOption = Annotated[Optional[str], typer.Option(
-    help="This instance's name in the Lease. Default: host name plus a random suffix.")]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="KUBECONFIG",
+        exists=True,
+        dir_okay=False,
+        help="Kubeconfig file. Default: the in-cluster service account, else ~/.kube/config.",
+    ),
+]
+ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context (default: its current one).")]
+NamespaceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="Watch namespaced resources in this namespace only; repeat for several. Default: all "
+        "namespaces. Nodes, PriorityClasses and Namespaces are cluster-wide either way.",
+    ),
+]
+ResourceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Watch only this resource (pods, nodes, podgroups, priorityclasses, resourcequotas, "
+        "limitranges, poddisruptionbudgets, agentpools, namespaces); repeat for several. Default: all."
+    ),
+]
+SchedulerNameOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="spec.schedulerName of the pods Berth schedules (their pending pods are published); "
+        "repeat for several. Bound pods of every scheduler are published. Default: berth."
+    ),
+]
+LeaseNameOption = Annotated[
+    str, typer.Option(help="Name of the coordination.k8s.io Lease that elects the one publishing instance.")
+]
+LeaseNamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="POD_NAMESPACE",
+        show_default=False,
+        help="Namespace of the Lease. Default: the pod's own (POD_NAMESPACE or the service account's), else default.",
+    ),
+]
+LeaseDurationOption = Annotated[
+    int, typer.Option(min=2, help="Seconds a standby waits after the last renewal before taking over.")
+]
+RenewDeadlineOption = Annotated[
+    float, typer.Option(help="Seconds the leader keeps trying to renew before it steps down (< lease duration).")
+]
+RetryPeriodOption = Annotated[
+    float, typer.Option(help="Seconds between Lease renewals and between a standby's attempts (< renew deadline).")
+]
+IdentityOption = Annotated[
+    str | None, typer.Option(help="This instance's name in the Lease. Default: host name plus a random suffix.")
+]
 PageSizeOption = Annotated[int, typer.Option(min=1, help="Objects per list page (limit/continue).")]
-WatchTimeoutOption = Annotated[int, typer.Option(
-    min=1, help="timeoutSeconds of each watch request; the watch resumes from where it was.")]
-PodsTopicOption = Annotated[Optional[str], typer.Option(help="Override the pods topic's name.")]
-NodesTopicOption = Annotated[Optional[str], typer.Option(help="Override the nodes topic's name.")]
-PoliciesTopicOption = Annotated[Optional[str], typer.Option(help="Override the policies topic's name.")]
-KafkaOption = Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                                                    help="Kafka bootstrap servers.")]
-MetricsPortOption = Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")]
-HealthPortOption = Annotated[Optional[int], typer.Option(
-    help="Serve /livez and /readyz on this port (0: a free one).")]
+WatchTimeoutOption = Annotated[
+    int, typer.Option(min=1, help="timeoutSeconds of each watch request; the watch resumes from where it was.")
+]
+PodsTopicOption = Annotated[str | None, typer.Option(help="Override the pods topic's name.")]
+NodesTopicOption = Annotated[str | None, typer.Option(help="Override the nodes topic's name.")]
+PoliciesTopicOption = Annotated[str | None, typer.Option(help="Override the policies topic's name.")]
+KafkaOption = Annotated[
+    str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+]
+MetricsPortOption = Annotated[int | None, typer.Option(help="Serve /metrics on this port.")]
+HealthPortOption = Annotated[int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")]
 
 
 @app.command("run")
@@ -109,12 +139,25 @@ def run(
     from .kubeapi import KubeApi
     from .service import IngestService
 
-    topic_names = {role: name for role, name in
-                   (("pods", pods_topic), ("nodes", nodes_topic), ("policies", policies_topic)) if name}
+    topic_names = {
+        role: name
+        for role, name in (("pods", pods_topic), ("nodes", nodes_topic), ("policies", policies_topic))
+        if name
+    }
     config = _ingest_config(
-        identity=identity, lease_namespace=lease_namespace, lease_name=lease_name, lease_duration=lease_duration,
-        renew_deadline=renew_deadline, retry_period=retry_period, namespaces=namespace, resources=resource,
-        scheduler_names=scheduler_name, topic_names=topic_names, page_size=page_size, watch_timeout=watch_timeout)
+        identity=identity,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        namespaces=namespace,
+        resources=resource,
+        scheduler_names=scheduler_name,
+        topic_names=topic_names,
+        page_size=page_size,
+        watch_timeout=watch_timeout,
+    )
     client = _api_client(kubeconfig, context)
 
     settings = load_settings(kafka=kafka)
@@ -132,10 +175,21 @@ def run(
     asyncio.run(main())
 
 
-def _ingest_config(*, identity: str | None, lease_namespace: str | None, lease_name: str, lease_duration: int,
-                   renew_deadline: float, retry_period: float, namespaces: list[str] | None,
-                   resources: list[str] | None, scheduler_names: list[str] | None, topic_names: dict[str, str],
-                   page_size: int, watch_timeout: int) -> IngestConfig:
+def _ingest_config(
+    *,
+    identity: str | None,
+    lease_namespace: str | None,
+    lease_name: str,
+    lease_duration: int,
+    renew_deadline: float,
+    retry_period: float,
+    namespaces: list[str] | None,
+    resources: list[str] | None,
+    scheduler_names: list[str] | None,
+    topic_names: dict[str, str],
+    page_size: int,
+    watch_timeout: int,
+) -> IngestConfig:
     """The service's configuration from the options, with their defaults filled in; a usage error
     when they do not make sense together (the Lease timings must be ordered)."""
     from .service import IngestConfig
@@ -157,8 +211,10 @@ def _ingest_config(*, identity: str | None, lease_namespace: str | None, lease_n
             watch_timeout_s=watch_timeout,
         )
         if not 0 < retry_period < renew_deadline < lease_duration:
-            raise ValueError(f"need --retry-period ({retry_period}) < --renew-deadline ({renew_deadline}) "
-                             f"< --lease-duration ({lease_duration})")
+            raise ValueError(
+                f"need --retry-period ({retry_period}) < --renew-deadline ({renew_deadline}) "
+                f"< --lease-duration ({lease_duration})"
+            )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     return config

@@ -35,8 +35,11 @@ def register(health: HealthServer, service: Any) -> HealthServer:
         if not service.is_leader:
             return True, "standing by: another instance holds the Lease (a warm standby)"
         watchers = dict(service.watchers)
-        pending = sorted(f"{resource}/{namespace or '*'}" for (resource, namespace), watcher in watchers.items()
-                         if not watcher.synced.is_set())
+        pending = sorted(
+            f"{resource}/{namespace or '*'}"
+            for (resource, namespace), watcher in watchers.items()
+            if not watcher.synced.is_set()
+        )
         if not watchers:
             return False, "leading: reading back what was published before"
         if pending:

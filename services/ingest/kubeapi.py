@@ -65,16 +65,26 @@ class KubeApi:
         self.client = client
         self.request_timeout_s = request_timeout_s
 
-    def _send(self, method: str, path: str, query: Query = (), body: Any = None,
-              timeout: Any = None) -> Any:
+    def _send(self, method: str, path: str, query: Query = (), body: Any = None, timeout: Any = None) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         method, url, headers, body, post = self.client.param_serialize(
-            method=method, resource_path=path, query_params=list(query), header_params=headers,
-            body=body, auth_settings=["BearerToken"])
-        response = self.client.call_api(method, url, header_params=headers, body=body, post_params=post,
-                                        _request_timeout=timeout or self.request_timeout_s)
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.client.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body,
+            post_params=post,
+            _request_timeout=timeout or self.request_timeout_s,
+        )
         if not 200 <= response.status <= 299:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
@@ -91,8 +101,9 @@ class KubeApi:
     def open_watch(self, path: str, query: Query, *, read_timeout_s: float) -> Any:
         """Start a watch; returns the urllib3 response to read lines from (see :func:`lines`).
         ``read_timeout_s`` must exceed the watch's ``timeoutSeconds`` (the server ends it)."""
-        response = self._send("GET", path, [*query, ("watch", "true")],
-                              timeout=(self.request_timeout_s, read_timeout_s))
+        response = self._send(
+            "GET", path, [*query, ("watch", "true")], timeout=(self.request_timeout_s, read_timeout_s)
+        )
         return response.response
 
 
@@ -122,7 +133,7 @@ def close_stream(response: Any) -> None:
         pass  # already released, or nothing to shut down
     try:
         response.release_conn()
-    except Exception:  # noqa: BLE001 - the connection is broken anyway; nothing to give back
+    except Exception:
         pass
 
 
@@ -134,8 +145,9 @@ def api_client_from_kubeconfig(kubeconfig: str | None = None, context: str | Non
 
     configuration = Configuration()
     if kubeconfig:
-        load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                         persist_config=False)
+        load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+        )
         return ApiClient(configuration)
     try:
         load_incluster_config(client_configuration=configuration)
@@ -145,5 +157,6 @@ def api_client_from_kubeconfig(kubeconfig: str | None = None, context: str | Non
         except (ConfigException, OSError) as default:
             raise ConfigException(
                 f"no Kubernetes credentials: not in a cluster ({in_cluster}) and no usable "
-                f"~/.kube/config ({default}); pass --kubeconfig PATH") from default
+                f"~/.kube/config ({default}); pass --kubeconfig PATH"
+            ) from default
     return ApiClient(configuration)

@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from berth.logs import get_logger
@@ -44,11 +44,13 @@ class LeaseRecord:
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> LeaseRecord:
         spec = obj.get("spec") or {}
-        return cls(holder=spec.get("holderIdentity") or None,
-                   duration_s=int(spec.get("leaseDurationSeconds") or 0),
-                   renew_time=spec.get("renewTime"),
-                   transitions=int(spec.get("leaseTransitions") or 0),
-                   resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""))
+        return cls(
+            holder=spec.get("holderIdentity") or None,
+            duration_s=int(spec.get("leaseDurationSeconds") or 0),
+            renew_time=spec.get("renewTime"),
+            transitions=int(spec.get("leaseTransitions") or 0),
+            resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+        )
 
     @property
     def fingerprint(self) -> tuple[Any, ...]:
@@ -85,18 +87,30 @@ def decide(record: LeaseRecord | None, *, identity: str, expired: bool) -> Actio
 
 def micro_time(when: datetime) -> str:
     """A metav1.MicroTime: RFC 3339 with microseconds, UTC."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def lease_body(*, namespace: str, name: str, holder: str | None, duration_s: int, transitions: int,
-               now: datetime, acquire: bool, resource_version: str | None = None) -> dict[str, Any]:
+def lease_body(
+    *,
+    namespace: str,
+    name: str,
+    holder: str | None,
+    duration_s: int,
+    transitions: int,
+    now: datetime,
+    acquire: bool,
+    resource_version: str | None = None,
+) -> dict[str, Any]:
     """The Lease to write. ``acquire`` stamps ``acquireTime`` (a new holder); ``holder`` None
     releases it (and a 1 s duration lets the next candidate in at once, as client-go does)."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if resource_version:
         metadata["resourceVersion"] = resource_version
-    spec: dict[str, Any] = {"leaseDurationSeconds": duration_s if holder else 1,
-                            "renewTime": micro_time(now), "leaseTransitions": transitions}
+    spec: dict[str, Any] = {
+        "leaseDurationSeconds": duration_s if holder else 1,
+        "renewTime": micro_time(now),
+        "leaseTransitions": transitions,
+    }
     if holder:
         spec["holderIdentity"] = holder
     if acquire:
@@ -118,12 +132,14 @@ class LeaseElector:
         renew_deadline_s: float = 10.0,
         retry_period_s: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         if not 0 < retry_period_s < renew_deadline_s < duration_s:
-            raise ValueError(f"need retry period ({retry_period_s} s) < renew deadline ({renew_deadline_s} s) "
-                             f"< lease duration ({duration_s} s), so a leader steps down before its lease "
-                             "can be taken")
+            raise ValueError(
+                f"need retry period ({retry_period_s} s) < renew deadline ({renew_deadline_s} s) "
+                f"< lease duration ({duration_s} s), so a leader steps down before its lease "
+                "can be taken"
+            )
         self.api = api
         self.namespace, self.name, self.identity = namespace, name, identity
         self.duration_s, self.renew_deadline_s, self.retry_period_s = duration_s, renew_deadline_s, retry_period_s
@@ -153,10 +169,15 @@ class LeaseElector:
             return False
         assert action == "create" or record is not None
         body = lease_body(
-            namespace=self.namespace, name=self.name, holder=self.identity, duration_s=self.duration_s,
+            namespace=self.namespace,
+            name=self.name,
+            holder=self.identity,
+            duration_s=self.duration_s,
             transitions=(record.transitions + (action == "take")) if record else 0,
-            now=self.wall_clock(), acquire=action != "renew",
-            resource_version=record.resource_version if record else None)
+            now=self.wall_clock(),
+            acquire=action != "renew",
+            resource_version=record.resource_version if record else None,
+        )
         try:
             if action == "create":
                 await asyncio.to_thread(self.api.request, "POST", LEASES.collection(self.namespace), (), body)
@@ -178,7 +199,7 @@ class LeaseElector:
                 if await self.try_once():
                     self.is_leader = True
                     return True
-            except Exception as exc:  # noqa: BLE001 - apiserver trouble: keep trying
+            except Exception as exc:
                 self._log.warning("lease check failed", error=f"{type(exc).__name__}: {exc}"[:300])
             try:
                 await asyncio.wait_for(stop.wait(), self.retry_period_s)
@@ -195,11 +216,12 @@ class LeaseElector:
                     continue
                 self._log.warning("lease taken by another instance; stepping down")
                 break
-            except Exception as exc:  # noqa: BLE001 - judged by the deadline below
+            except Exception as exc:
                 self._log.warning("lease renewal failed", error=f"{type(exc).__name__}: {exc}"[:300])
             if self.monotonic() - self._last_renewal >= self.renew_deadline_s:
-                self._log.warning("lease not renewed within the deadline; stepping down",
-                                  deadline_s=self.renew_deadline_s)
+                self._log.warning(
+                    "lease not renewed within the deadline; stepping down", deadline_s=self.renew_deadline_s
+                )
                 break
         self.is_leader = False
 
@@ -213,11 +235,17 @@ class LeaseElector:
             record = LeaseRecord.from_object(obj)
             if record.holder != self.identity:
                 return
-            body = lease_body(namespace=self.namespace, name=self.name, holder=None, duration_s=1,
-                              transitions=record.transitions, now=self.wall_clock(), acquire=False,
-                              resource_version=record.resource_version)
+            body = lease_body(
+                namespace=self.namespace,
+                name=self.name,
+                holder=None,
+                duration_s=1,
+                transitions=record.transitions,
+                now=self.wall_clock(),
+                acquire=False,
+                resource_version=record.resource_version,
+            )
             await asyncio.to_thread(self.api.request, "PUT", self._path, (), body)
             self._log.info("lease released")
-        except Exception as exc:  # noqa: BLE001 - it expires on its own anyway
-            self._log.warning("lease release failed; it expires by itself",
-                              error=f"{type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:
+            self._log.warning("lease release failed; it expires by itself", error=f"{type(exc).__name__}: {exc}"[:300])

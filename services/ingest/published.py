@@ -18,10 +18,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-
-from berth.logs import get_logger
 from berth.schemas import Topic
 from berth.schemas.envelope import EnvelopeError, decode
+
+from berth.logs import get_logger
 from berth.settings import KafkaSettings
 
 from .translate import Observation, fold_published
@@ -29,8 +29,9 @@ from .translate import Observation, fold_published
 log = get_logger(__name__)
 
 
-async def read_published(kafka: KafkaSettings, topics: Mapping[str, Topic], *, source: str,
-                         fetch_timeout_s: float = 1.0) -> list[Observation]:
+async def read_published(
+    kafka: KafkaSettings, topics: Mapping[str, Topic], *, source: str, fetch_timeout_s: float = 1.0
+) -> list[Observation]:
     """The observations still standing (not removed since) that ``source`` published on
     ``topics`` (contract role → topic, e.g. ``{"pods": PODS}``), read up to each partition's
     end as of the call. Undecodable records are skipped: the consumers dead-letter them."""
@@ -38,8 +39,9 @@ async def read_published(kafka: KafkaSettings, topics: Mapping[str, Topic], *, s
     partitions = await _partitions(kafka, sorted(by_name))
     if not partitions:
         return []
-    consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        **kafka.client_options(), group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     known: dict[str, dict[str, Observation]] = {}
     try:
@@ -60,8 +62,7 @@ async def read_published(kafka: KafkaSettings, topics: Mapping[str, Topic], *, s
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
-        log.info("read back published state", records=read,
-                 objects=sum(len(entries) for entries in known.values()))
+        log.info("read back published state", records=read, objects=sum(len(entries) for entries in known.values()))
     finally:
         await consumer.stop()
     return [event for entries in known.values() for event in entries.values()]
@@ -76,9 +77,12 @@ async def _partitions(kafka: KafkaSettings, names: list[str]) -> list[TopicParti
         described = await admin.describe_topics(names)
     finally:
         await admin.close()
-    return [TopicPartition(entry["topic"], part["partition"])
-            for entry in sorted(described, key=lambda e: e["topic"]) if entry.get("error_code", 0) == 0
-            for part in sorted(entry.get("partitions") or (), key=lambda p: p["partition"])]
+    return [
+        TopicPartition(entry["topic"], part["partition"])
+        for entry in sorted(described, key=lambda e: e["topic"])
+        if entry.get("error_code", 0) == 0
+        for part in sorted(entry.get("partitions") or (), key=lambda p: p["partition"])
+    ]
 
 
 def _fold_record(known: dict[str, Observation], topic: Topic, record: Any, source: str) -> None:

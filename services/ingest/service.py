@@ -14,11 +14,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from berth.schemas import Topic
+from berth.schemas.topics import NODES, PODS, POLICIES
+
 from berth.bus import EventProducer, ensure_topics
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
-from berth.schemas import Topic
-from berth.schemas.topics import NODES, PODS, POLICIES
 from berth.settings import KafkaSettings
 
 from .kubeapi import PATHS, KubeApi
@@ -70,8 +71,10 @@ class IngestConfig:
     @property
     def topics(self) -> dict[str, Topic]:
         """Role → contract topic (renamed where ``topic_names`` says so)."""
-        return {role: dataclasses.replace(topic, name=self.topic_names[role]) if role in self.topic_names else topic
-                for role, topic in DEFAULT_TOPICS.items()}
+        return {
+            role: dataclasses.replace(topic, name=self.topic_names[role]) if role in self.topic_names else topic
+            for role, topic in DEFAULT_TOPICS.items()
+        }
 
     def scopes(self) -> list[tuple[str, str]]:
         """``(resource, namespace)`` of every watcher; namespace ``""`` means all (or cluster-scoped)."""
@@ -89,8 +92,9 @@ def _role(event: Observation | Removal) -> str:
     return resource if resource in ("pods", "nodes") else "policies"
 
 
-def route_published(events: Sequence[Observation], scopes: Sequence[tuple[str, str]]
-                    ) -> dict[tuple[str, str], dict[str, Observation]]:
+def route_published(
+    events: Sequence[Observation], scopes: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, Observation]]:
     """Hand each published observation to the watcher that owns its object (its namespace's, or
     the all-namespaces one); objects no watcher covers (another configuration's) are left alone."""
     wanted = set(scopes)
@@ -111,10 +115,15 @@ class IngestService:
         self.config = config
         self.kafka = kafka
         self.api = api
-        self.elector = LeaseElector(api, namespace=config.lease_namespace, name=config.lease_name,
-                                    identity=config.identity, duration_s=config.lease_duration_s,
-                                    renew_deadline_s=config.renew_deadline_s,
-                                    retry_period_s=config.retry_period_s)
+        self.elector = LeaseElector(
+            api,
+            namespace=config.lease_namespace,
+            name=config.lease_name,
+            identity=config.identity,
+            duration_s=config.lease_duration_s,
+            renew_deadline_s=config.renew_deadline_s,
+            retry_period_s=config.retry_period_s,
+        )
         self.topics = config.topics
         self.watchers: dict[tuple[str, str], ResourceWatcher] = {}
         self.published = 0
@@ -138,8 +147,10 @@ class IngestService:
                 try:
                     await self._lead(producer, stop)
                 except PublishError as exc:
-                    self._log.error("publishing failed; ending the term and starting over from Kafka",
-                                    error=str(exc.__cause__ or exc)[:500])
+                    self._log.error(
+                        "publishing failed; ending the term and starting over from Kafka",
+                        error=str(exc.__cause__ or exc)[:500],
+                    )
                     await self.elector.release()
                     await _sleep_unless(stop, self.config.retry_period_s)
                 finally:
@@ -151,7 +162,7 @@ class IngestService:
         self._log.info("leading: reading back what was published")
         try:
             previous = await read_published(self.kafka, self.topics, source=self.config.source)
-        except Exception as exc:  # noqa: BLE001 - Kafka trouble: end the term, try again later
+        except Exception as exc:
             raise PublishError(f"reading back the cluster topics: {type(exc).__name__}: {exc}") from exc
         scopes = self.config.scopes()
         known = route_published(previous, scopes)
@@ -164,15 +175,22 @@ class IngestService:
                 futures = [await producer.send(event, topic=self.topics[_role(event)].name) for event in events]
                 for future in futures:
                     await future
-            except Exception as exc:  # noqa: BLE001 - any failure ends the term (see watch.py)
+            except Exception as exc:
                 raise PublishError(f"{type(exc).__name__}: {exc}") from exc
             self.published += len(events)
 
         self.watchers = {
-            scope: ResourceWatcher(self.api, scope[0], publish, namespace=scope[1] or None, known=known[scope],
-                                   scheduler_names=self.config.scheduler_names,
-                                   spot_labels=self.config.spot_labels,
-                                   page_size=self.config.page_size, watch_timeout_s=self.config.watch_timeout_s)
+            scope: ResourceWatcher(
+                self.api,
+                scope[0],
+                publish,
+                namespace=scope[1] or None,
+                known=known[scope],
+                scheduler_names=self.config.scheduler_names,
+                spot_labels=self.config.spot_labels,
+                page_size=self.config.page_size,
+                watch_timeout_s=self.config.watch_timeout_s,
+            )
             for scope in scopes
         }
         tasks = {asyncio.create_task(watcher.run(), name=f"watch {scope}") for scope, watcher in self.watchers.items()}

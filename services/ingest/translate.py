@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas.policy import AgentPoolInfo, PolicyObserved, PolicyRemoved, PriorityClassInfo
+
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.kube.manifests import (
     ManifestError,
@@ -41,8 +44,6 @@ from berth.kube.manifests import (
     priority_class_from_manifest,
     resource_quota_from_manifest,
 )
-from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
-from berth.schemas.policy import AgentPoolInfo, PolicyObserved, PolicyRemoved, PriorityClassInfo
 
 Observation = PodObserved | NodeObserved | PolicyObserved
 Removal = PodDeleted | NodeRemoved | PolicyRemoved
@@ -150,8 +151,7 @@ def _admitted_priority(obj: Mapping[str, Any]) -> dict[str, PriorityClassInfo]:
         return {}
     value = spec.get("priority")
     policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
-    return {name: PriorityClassInfo(name=name, value=value if isinstance(value, int) else 0,
-                                    preemption_policy=policy)}
+    return {name: PriorityClassInfo(name=name, value=value if isinstance(value, int) else 0, preemption_policy=policy)}
 
 
 def _pod_is_visible(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> bool:
@@ -173,15 +173,23 @@ def is_gated(obj: Mapping[str, Any], scheduler_names: frozenset[str]) -> bool:
     what kube-scheduler counts as ``scheduler_pending_pods{queue="gated"}``."""
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
-    return (bool(spec.get("schedulingGates")) and not spec.get("nodeName")
-            and status.get("phase") not in TERMINATED_PHASES
-            and spec.get("schedulerName", "default-scheduler") in scheduler_names)
+    return (
+        bool(spec.get("schedulingGates"))
+        and not spec.get("nodeName")
+        and status.get("phase") not in TERMINATED_PHASES
+        and spec.get("schedulerName", "default-scheduler") in scheduler_names
+    )
 
 
-def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
-            scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
-            notes: list[str] | None = None,
-            spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Observation | None:
+def observe(
+    resource: str,
+    obj: Mapping[str, Any],
+    *,
+    observed_at: datetime,
+    scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+    notes: list[str] | None = None,
+    spot_labels: Sequence[SpotLabel] = SPOT_LABELS,
+) -> Observation | None:
     """The observation to publish for ``obj`` as it is now, or None if it should not be visible.
 
     Raises :class:`~berth.kube.manifests.ManifestError` for an object the converter refuses.
@@ -195,9 +203,11 @@ def observe(resource: str, obj: Mapping[str, Any], *, observed_at: datetime,
         pod = pod_from_manifest(obj, priority_classes=_admitted_priority(obj)).pod
         return PodObserved(pod=pod, resource_version=version, observed_at=observed_at)
     if resource == "nodes":
-        return NodeObserved(node=node_from_manifest(obj, warnings=sink, spot_labels=spot_labels),
-                            resource_version=version,
-                            observed_at=observed_at)
+        return NodeObserved(
+            node=node_from_manifest(obj, warnings=sink, spot_labels=spot_labels),
+            resource_version=version,
+            observed_at=observed_at,
+        )
     kind = POLICY_KINDS.get(resource)
     if kind is None:
         raise ValueError(f"unknown resource {resource!r}; ingest watches {', '.join(RESOURCES)}")
@@ -219,8 +229,7 @@ def _agent_pool(obj: Mapping[str, Any]) -> AgentPoolInfo:
     return AgentPoolInfo(namespace=pool.namespace, name=pool.name, spec=dict(pool.spec))
 
 
-def removal(published: Observation, *, observed_at: datetime,
-            final: Mapping[str, Any] | None = None) -> Removal:
+def removal(published: Observation, *, observed_at: datetime, final: Mapping[str, Any] | None = None) -> Removal:
     """The event that withdraws ``published``. For a pod, ``final`` (its last state, e.g. the
     object of a DELETED watch event) names the node it held if it was bound since."""
     if isinstance(published, PodObserved):
@@ -229,13 +238,13 @@ def removal(published: Observation, *, observed_at: datetime,
         if final is not None:
             spec = final.get("spec") if isinstance(final.get("spec"), Mapping) else {}
             node = spec.get("nodeName") or node
-        return PodDeleted(uid=pod.uid, namespace=pod.namespace, name=pod.name, node_name=node,
-                          observed_at=observed_at)
+        return PodDeleted(uid=pod.uid, namespace=pod.namespace, name=pod.name, node_name=node, observed_at=observed_at)
     if isinstance(published, NodeObserved):
         return NodeRemoved(name=published.node.name, observed_at=observed_at)
     obj = published.obj
-    return PolicyRemoved(kind=published.kind, namespace=getattr(obj, "namespace", ""),
-                         name=obj.name, observed_at=observed_at)  # type: ignore[attr-defined]
+    return PolicyRemoved(
+        kind=published.kind, namespace=getattr(obj, "namespace", ""), name=obj.name, observed_at=observed_at
+    )  # type: ignore[attr-defined]
 
 
 def same_content(a: Observation, b: Observation) -> bool:
@@ -249,16 +258,31 @@ def same_content(a: Observation, b: Observation) -> bool:
     return False
 
 
-def _reconcile(known: Mapping[str, Observation], resource: str, obj: Mapping[str, Any], *,
-               gone: bool, observed_at: datetime, scheduler_names: frozenset[str],
-               spot_labels: Sequence[SpotLabel], problems: list[str], notes: list[str]) -> Step | None:
+def _reconcile(
+    known: Mapping[str, Observation],
+    resource: str,
+    obj: Mapping[str, Any],
+    *,
+    gone: bool,
+    observed_at: datetime,
+    scheduler_names: frozenset[str],
+    spot_labels: Sequence[SpotLabel],
+    problems: list[str],
+    notes: list[str],
+) -> Step | None:
     """The step (if any) for one object: ``gone`` for a DELETED event."""
     key = identity(resource, obj)
     current: Observation | None = None
     if not gone:
         try:
-            current = observe(resource, obj, observed_at=observed_at, scheduler_names=scheduler_names,
-                              notes=notes, spot_labels=spot_labels)
+            current = observe(
+                resource,
+                obj,
+                observed_at=observed_at,
+                scheduler_names=scheduler_names,
+                notes=notes,
+                spot_labels=spot_labels,
+            )
         except ManifestError as exc:
             problems.append(str(exc))
     published = known.get(key)
@@ -271,25 +295,45 @@ def _reconcile(known: Mapping[str, Observation], resource: str, obj: Mapping[str
     return Step(key, current)
 
 
-def watch_steps(known: Mapping[str, Observation], resource: str, event_type: str,
-                obj: Mapping[str, Any], *, observed_at: datetime,
-                scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
-                spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Translation:
+def watch_steps(
+    known: Mapping[str, Observation],
+    resource: str,
+    event_type: str,
+    obj: Mapping[str, Any],
+    *,
+    observed_at: datetime,
+    scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+    spot_labels: Sequence[SpotLabel] = SPOT_LABELS,
+) -> Translation:
     """The steps for one watch event (``ADDED``, ``MODIFIED`` or ``DELETED``; BOOKMARK and ERROR
     are the watch loop's business and yield nothing here)."""
     if event_type not in ("ADDED", "MODIFIED", "DELETED"):
         return Translation()
     problems: list[str] = []
     notes: list[str] = []
-    step = _reconcile(known, resource, obj, gone=event_type == "DELETED", observed_at=observed_at,
-                      scheduler_names=scheduler_names, spot_labels=spot_labels, problems=problems, notes=notes)
+    step = _reconcile(
+        known,
+        resource,
+        obj,
+        gone=event_type == "DELETED",
+        observed_at=observed_at,
+        scheduler_names=scheduler_names,
+        spot_labels=spot_labels,
+        problems=problems,
+        notes=notes,
+    )
     return Translation(steps=(step,) if step else (), problems=tuple(problems), notes=tuple(notes))
 
 
-def relist_steps(known: Mapping[str, Observation], resource: str, objects: Iterable[Mapping[str, Any]], *,
-                 observed_at: datetime,
-                 scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
-                 spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> Translation:
+def relist_steps(
+    known: Mapping[str, Observation],
+    resource: str,
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    observed_at: datetime,
+    scheduler_names: frozenset[str] = DEFAULT_SCHEDULER_NAMES,
+    spot_labels: Sequence[SpotLabel] = SPOT_LABELS,
+) -> Translation:
     """The steps that make ``known`` match a complete list of the resource: removals of what
     disappeared (or stopped being visible) first — they free capacity — then observations of
     what is new or changed; each group in key order, so a relist publishes deterministically."""
@@ -300,9 +344,17 @@ def relist_steps(known: Mapping[str, Observation], resource: str, objects: Itera
     removals: list[Step] = []
     for obj in objects:
         listed.add(identity(resource, obj))
-        step = _reconcile(known, resource, obj, gone=False, observed_at=observed_at,
-                          scheduler_names=scheduler_names, spot_labels=spot_labels, problems=problems,
-                          notes=notes)
+        step = _reconcile(
+            known,
+            resource,
+            obj,
+            gone=False,
+            observed_at=observed_at,
+            scheduler_names=scheduler_names,
+            spot_labels=spot_labels,
+            problems=problems,
+            notes=notes,
+        )
         if step is not None:
             (removals if step.removes else observations).append(step)
     for key in sorted(set(known) - listed):

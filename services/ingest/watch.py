@@ -31,12 +31,12 @@ from datetime import datetime
 from typing import Any
 
 import urllib3
+from berth.schemas._base import utc_now
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_exponential, wait_random
 
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
 from berth.metrics import PENDING_PODS
-from berth.schemas._base import utc_now
 
 from .kubeapi import PATHS, ApiException, KubeApi, close_stream, lines
 from .metrics import RELISTS, UNCONVERTIBLE, WATCH_EVENTS, WATCH_LAG
@@ -124,7 +124,9 @@ class ResourceWatcher:
             # A fresh retrier per cycle: the backoff grows over consecutive failures only, and a
             # cycle that ends normally (the server's watch timeout) starts the count again.
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(_RETRYABLE), stop=stop_never, reraise=True,
+                retry=retry_if_exception_type(_RETRYABLE),
+                stop=stop_never,
+                reraise=True,
                 wait=wait_exponential(multiplier=0.2, max=self.max_backoff_s) + wait_random(0, 0.5),
                 before_sleep=self._before_retry,
             ):
@@ -138,19 +140,25 @@ class ResourceWatcher:
         try:
             await self.watch_once(self.resource_version or "")
         except Gone as exc:
-            self._log.info("resourceVersion gone; relisting", resource_version=self.resource_version,
-                           reason=str(exc))
+            self._log.info("resourceVersion gone; relisting", resource_version=self.resource_version, reason=str(exc))
             self.resource_version = None
 
     def _before_retry(self, state: Any) -> None:
         exc = state.outcome.exception() if state.outcome else None
         status = getattr(exc, "status", None)
         if status == 404:
-            self._log.warning("resource not served; is its CustomResourceDefinition applied? "
-                              "(kubectl apply -f deploy/helm/berth/crds/)", path=self.path)
+            self._log.warning(
+                "resource not served; is its CustomResourceDefinition applied? "
+                "(kubectl apply -f deploy/helm/berth/crds/)",
+                path=self.path,
+            )
         else:
-            self._log.warning("apiserver error; retrying", error=f"{type(exc).__name__}: {exc}"[:500],
-                              status=status, attempt=state.attempt_number)
+            self._log.warning(
+                "apiserver error; retrying",
+                error=f"{type(exc).__name__}: {exc}"[:500],
+                status=status,
+                attempt=state.attempt_number,
+            )
 
     # --- list -------------------------------------------------------------------------------
 
@@ -160,16 +168,21 @@ class ResourceWatcher:
         if self.lists:
             RELISTS.labels(self.resource).inc()
         self.lists += 1
-        translation = relist_steps(self.known, self.resource, items, observed_at=self.clock(),
-                                   scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
+        translation = relist_steps(
+            self.known,
+            self.resource,
+            items,
+            observed_at=self.clock(),
+            scheduler_names=self.scheduler_names,
+            spot_labels=self.spot_labels,
+        )
         await self._apply(translation)
         if self.resource == "pods":
             self.gated = {str(_uid(item)) for item in items if is_gated(item, self.scheduler_names)}
             self._report_gated()
         self.resource_version = version
         self.synced.set()
-        self._log.info("listed", objects=len(items), published=len(translation.steps),
-                       resource_version=version)
+        self._log.info("listed", objects=len(items), published=len(translation.steps), resource_version=version)
 
     async def _list_all(self) -> tuple[list[dict[str, Any]], str]:
         items: list[dict[str, Any]] = []
@@ -200,8 +213,9 @@ class ResourceWatcher:
         if resource_version:
             query.append(("resourceVersion", resource_version))
         try:
-            response = await asyncio.to_thread(self.api.open_watch, self.path, query,
-                                               read_timeout_s=self.watch_timeout_s + 30)
+            response = await asyncio.to_thread(
+                self.api.open_watch, self.path, query, read_timeout_s=self.watch_timeout_s + 30
+            )
         except ApiException as exc:
             if exc.status == 410:
                 raise Gone(f"HTTP 410: {exc.body or exc.reason}") from exc
@@ -217,11 +231,12 @@ class ResourceWatcher:
                     loop.call_soon_threadsafe(queue.put_nowait, item)
                 except RuntimeError:
                     pass  # the loop is closed: nobody is listening any more
+
             try:
                 for line in lines(response):
                     hand(line)
                 hand(_END)
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop, raised there
+            except BaseException as exc:
                 hand(exc)
 
         reader = threading.Thread(target=pump, name=f"watch-{self.resource}", daemon=True)
@@ -273,8 +288,15 @@ class ResourceWatcher:
             written = last_write_time(obj)
             if written is not None:
                 WATCH_LAG.labels(self.resource).set(max(0.0, (now - written).total_seconds()))
-            translation = watch_steps(self.known, self.resource, kind, obj, observed_at=now,
-                                      scheduler_names=self.scheduler_names, spot_labels=self.spot_labels)
+            translation = watch_steps(
+                self.known,
+                self.resource,
+                kind,
+                obj,
+                observed_at=now,
+                scheduler_names=self.scheduler_names,
+                spot_labels=self.spot_labels,
+            )
             if self.resource == "pods":
                 if kind != "DELETED" and is_gated(obj, self.scheduler_names):
                     self.gated.add(str(_uid(obj)))

@@ -34,10 +34,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
+from berth.schemas import CellTick, NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas.topics import (
+    DECISION_INPUTS,
+    GPU_TELEMETRY,
+    HANDOVERS,
+    INVENTORY_STATE,
+    NODES,
+    PODS,
+    POLICIES,
+    SPOT,
+)
 from pydantic import ValidationError
 
 from berth.bus.deadletter import dead_letter_for
@@ -53,17 +64,6 @@ from berth.bus.streams import (
     track_consumer_lag,
 )
 from berth.logs import get_logger
-from berth.schemas import CellTick, NodeObserved, NodeRemoved, PodDeleted, PodObserved
-from berth.schemas.topics import (
-    DECISION_INPUTS,
-    GPU_TELEMETRY,
-    HANDOVERS,
-    INVENTORY_STATE,
-    NODES,
-    PODS,
-    POLICIES,
-    SPOT,
-)
 
 from .fold import (
     NODE_INPUT,
@@ -117,9 +117,9 @@ class Layout:
             raise StartupError(
                 f"{HANDOVERS.name} has {handovers} partitions and {PODS.name} {pods}: they must have as "
                 f"many (a hand-over returns to its pod's partition); add partitions to the smaller one "
-                f"(kafka-topics.sh --alter --partitions {max(pods, handovers)})")
-        return cls(cells=partitions[DECISION_INPUTS.name], pod_partitions=pods,
-                   node_partitions=partitions[NODES.name])
+                f"(kafka-topics.sh --alter --partitions {max(pods, handovers)})"
+            )
+        return cls(cells=partitions[DECISION_INPUTS.name], pod_partitions=pods, node_partitions=partitions[NODES.name])
 
 
 LAYOUT_TOPICS = (DECISION_INPUTS.name, PODS.name, HANDOVERS.name, NODES.name)
@@ -142,8 +142,14 @@ Emit = Callable[[tuple[Output, ...], str, str], None]
 """Sends a fold's outputs: ``emit(outputs, origin, stage)``."""
 
 
-def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | None = None,
-               app_id: str = APP_ID, tick_interval_s: float = TICK_INTERVAL_S) -> InventoryApp:
+def create_app(
+    layout: Layout,
+    *,
+    app_options: dict[str, Any],
+    outbox: Outbox | None = None,
+    app_id: str = APP_ID,
+    tick_interval_s: float = TICK_INTERVAL_S,
+) -> InventoryApp:
     """Declare the app, its topics, tables, agents and timer for ``layout``.
 
     ``app_options`` are extra ``faust.App`` settings (broker, credentials, store, datadir ...);
@@ -163,13 +169,24 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
     topics = {topic.name: app.topic(topic.name, **raw) for topic in (*NODE_FACT_TOPICS, POLICIES)}
     node_inputs = app.topic(NODE_INPUTS, partitions=layout.node_partitions, internal=True, **raw)
-    pod_routes = ModelTable.declare(app, "pod-routes", POD_ROUTE, partitions=layout.pod_partitions,
-                                    help="pod UID → where its events were last routed")
-    nodes = ModelTable.declare(app, "nodes", NODE_STATE, partitions=layout.node_partitions,
-                               help="node name → everything the inventory knows about the node")
+    pod_routes = ModelTable.declare(
+        app,
+        "pod-routes",
+        POD_ROUTE,
+        partitions=layout.pod_partitions,
+        help="pod UID → where its events were last routed",
+    )
+    nodes = ModelTable.declare(
+        app,
+        "nodes",
+        NODE_STATE,
+        partitions=layout.node_partitions,
+        help="node name → everything the inventory knows about the node",
+    )
     emit = _emitter(sink)
-    agents = {"pods": _pods_agent(app, app.topic(PODS.name, HANDOVERS.name, **raw), sink, emit, pod_routes,
-                                  layout.cells)}
+    agents = {
+        "pods": _pods_agent(app, app.topic(PODS.name, HANDOVERS.name, **raw), sink, emit, pod_routes, layout.cells)
+    }
     for topic in NODE_FACT_TOPICS:
         agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
     agents["policies"] = _policies_agent(app, topics[POLICIES.name], sink, emit, layout.cells)
@@ -178,7 +195,7 @@ def create_app(layout: Layout, *, app_options: dict[str, Any], outbox: Outbox | 
     @app.timer(interval=tick_interval_s, on_leader=True)
     async def tick_cells() -> None:
         # The cells read no clock; this is how time reaches a cell where nothing else happens.
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         for cell in range(layout.cells):
             sink.publish(DECISION_INPUTS.name, CellTick(issued_at=at), partition=cell)
 
@@ -198,8 +215,9 @@ def _emitter(sink: Outbox) -> Emit:
                 sink.publish(DECISION_INPUTS.name, output.event, partition=output.cell, event_id=event_id)
                 _log_routed(output)
             elif isinstance(output, ToNode):
-                payload = output.payload if output.payload.origin else output.payload.model_copy(
-                    update={"origin": origin})
+                payload = (
+                    output.payload if output.payload.origin else output.payload.model_copy(update={"origin": origin})
+                )
                 sink.publish_raw(NODE_INPUTS, output.node.encode(), NODE_INPUT.dump_json(payload))
             elif isinstance(output, InventoryChanged):
                 sink.publish(INVENTORY_STATE.name, output.inventory, event_id=event_id)
@@ -207,8 +225,7 @@ def _emitter(sink: Outbox) -> Emit:
     return emit
 
 
-def _pods_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, pod_routes: ModelTable[Any],
-                cells: int) -> Any:
+def _pods_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, pod_routes: ModelTable[Any], cells: int) -> Any:
     """The agent that routes pod events and hand-overs, keeping each pod's route in ``pod_routes``."""
     pod_sources = {PODS.name: PODS, HANDOVERS.name: HANDOVERS}
 
@@ -241,8 +258,9 @@ def _policies_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, cell
     return app.agent(channel, name="policies")(route_policies)
 
 
-def _node_stage_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, nodes: ModelTable[Any],
-                      cells: int) -> Any:
+def _node_stage_agent(
+    app: faust.App, channel: Any, sink: Outbox, emit: Emit, nodes: ModelTable[Any], cells: int
+) -> Any:
     """The agent that folds every node-scoped input into the node's state in ``nodes``."""
 
     async def fold_nodes(stream: Any) -> None:
@@ -251,10 +269,19 @@ def _node_stage_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, no
             try:
                 item = NODE_INPUT.validate_json(message.value)
             except ValidationError as exc:  # written by this app: only a version skew gets here
-                refuse(dead_letter_for(
-                    topic=message.topic, partition=message.partition, offset=message.offset,
-                    key=message.key, value=message.value, headers=list(message.headers or ()),
-                    consumer=CONSUMER, reason=f"not a node input: {exc}"), outbox=sink)
+                refuse(
+                    dead_letter_for(
+                        topic=message.topic,
+                        partition=message.partition,
+                        offset=message.offset,
+                        key=message.key,
+                        value=message.value,
+                        headers=list(message.headers or ()),
+                        consumer=CONSUMER,
+                        reason=f"not a node input: {exc}",
+                    ),
+                    outbox=sink,
+                )
                 continue
             state = nodes.get(item.node)
             folded = fold_node_input(state, item, cells)
@@ -283,8 +310,6 @@ def _log_routed(output: ToCell) -> None:
     if isinstance(event, (NodeObserved, NodeRemoved)):
         log.info("node routed", node=event.subject, type=event.type, cell=output.cell)
     elif isinstance(event, (PodObserved, PodDeleted)):
-        log.debug("pod routed", pod=event.subject, pod_uid=event.partition_key, type=event.type,
-                  cell=output.cell)
+        log.debug("pod routed", pod=event.subject, pod_uid=event.partition_key, type=event.type, cell=output.cell)
     else:
         log.debug("routed", subject=event.subject, type=event.type, cell=output.cell)
-

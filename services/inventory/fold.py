@@ -54,8 +54,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-
 from berth.schemas import (
     DeviceInventory,
     ForeignNodeObserved,
@@ -76,6 +74,7 @@ from berth.schemas import (
     SpotInterruptionNotice,
 )
 from berth.schemas.cells import cell_of_node, cell_of_pod, pinned_cell
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 BERTH_SCHEDULER = "berth"
 """``spec.schedulerName`` of the pods Berth places."""
@@ -91,8 +90,16 @@ class _State(BaseModel):
 # --- outputs ------------------------------------------------------------------------------------
 
 CellEvent = Union[
-    PodObserved, PodDeleted, PodRouted, NodeObserved, NodeRemoved, PolicyObserved, PolicyRemoved,
-    SpotInterruptionNotice, ForeignNodeObserved, ForeignNodeRemoved,
+    PodObserved,
+    PodDeleted,
+    PodRouted,
+    NodeObserved,
+    NodeRemoved,
+    PolicyObserved,
+    PolicyRemoved,
+    SpotInterruptionNotice,
+    ForeignNodeObserved,
+    ForeignNodeRemoved,
 ]
 
 
@@ -129,7 +136,7 @@ Output = Union[ToCell, ToNode, InventoryChanged]
 
 
 NodeScopedEvent = Annotated[
-    Union[NodeObserved, NodeRemoved, GpuTelemetry, SpotInterruptionNotice, PodObserved, PodDeleted],
+    NodeObserved | NodeRemoved | GpuTelemetry | SpotInterruptionNotice | PodObserved | PodDeleted,
     Field(discriminator="type"),
 ]
 
@@ -201,8 +208,9 @@ class Folded:
     outputs: tuple[Output, ...] = field(default=())
 
 
-def fold_pod_input(route: PodRoute | None, event: PodObserved | PodDeleted | HandOverPod, cells: int, *,
-                   partition: int = 0) -> Folded:
+def fold_pod_input(
+    route: PodRoute | None, event: PodObserved | PodDeleted | HandOverPod, cells: int, *, partition: int = 0
+) -> Folded:
     """The pod stage: route one pod event, or act on one hand-over. ``partition``: of the pod
     topic, where this stage keeps the pod's route (hand-overs are sent back to it)."""
     if isinstance(event, HandOverPod):
@@ -210,8 +218,9 @@ def fold_pod_input(route: PodRoute | None, event: PodObserved | PodDeleted | Han
     return fold_pod_event(route, event, cells, partition=partition)
 
 
-def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cells: int, *,
-                   partition: int = 0) -> Folded:
+def fold_pod_event(
+    route: PodRoute | None, event: PodObserved | PodDeleted, cells: int, *, partition: int = 0
+) -> Folded:
     """Route one pod event; ``route`` is what this stage remembers of the pod (None: nothing);
     ``partition``: the pod topic's partition the event came from (a round's hand-overs return there)."""
     if isinstance(event, PodDeleted):
@@ -246,10 +255,23 @@ def fold_pod_event(route: PodRoute | None, event: PodObserved | PodDeleted, cell
     hop = route.hop + 1 if route is not None else 0
     if cells > 1 and pinned_cell(pod, cells) is None:
         at = event.observed_at
-        outputs.append(ToCell(home, PodRouted(pod=pod, tried=(home,), cells=cells, hop=hop, route_partition=partition,
-                                              round_started_at=at, observed_at=at)))
-        return Folded(PodRoute(cell=home, home=home, pod=pod, tried=(home,), round_started_at=at, hop=hop),
-                      tuple(outputs))
+        outputs.append(
+            ToCell(
+                home,
+                PodRouted(
+                    pod=pod,
+                    tried=(home,),
+                    cells=cells,
+                    hop=hop,
+                    route_partition=partition,
+                    round_started_at=at,
+                    observed_at=at,
+                ),
+            )
+        )
+        return Folded(
+            PodRoute(cell=home, home=home, pod=pod, tried=(home,), round_started_at=at, hop=hop), tuple(outputs)
+        )
     outputs.append(ToCell(home, event))
     return Folded(PodRoute(cell=home, home=home, hop=hop), tuple(outputs))
 
@@ -260,21 +282,43 @@ def fold_hand_over(route: PodRoute | None, request: HandOverPod, cells: int) -> 
     Ignored unless the pod is still pending in a round, routed to the handing cell, at the hop
     the cell saw: a pod bound, deleted or moved since, or a repeated hand-over, changes nothing.
     """
-    if (route is None or route.node is not None or route.pod is None or not route.tried
-            or route.cell != request.cell or route.hop != request.hop or cells < 2):
+    if (
+        route is None
+        or route.node is not None
+        or route.pod is None
+        or not route.tried
+        or route.cell != request.cell
+        or route.hop != request.hop
+        or cells < 2
+    ):
         return Folded(route)
     tried, started = route.tried, route.round_started_at
     if len(set(tried)) >= cells:  # every cell had its try: a new round, from this cell on
         tried, started = (request.cell,), request.issued_at
-    target = next(cell for cell in ((request.cell + step) % cells for step in range(1, cells))
-                  if cell not in tried)
+    target = next(cell for cell in ((request.cell + step) % cells for step in range(1, cells)) if cell not in tried)
     at = request.issued_at
-    routed = PodRouted(pod=route.pod, tried=(*tried, target), cells=cells, hop=route.hop + 1,
-                       route_partition=request.route_partition, elsewhere=request.rejected,
-                       round_started_at=started or at, observed_at=at)
+    routed = PodRouted(
+        pod=route.pod,
+        tried=(*tried, target),
+        cells=cells,
+        hop=route.hop + 1,
+        route_partition=request.route_partition,
+        elsewhere=request.rejected,
+        round_started_at=started or at,
+        observed_at=at,
+    )
     outputs = (ToCell(request.cell, _deletion_of(route.pod, at, None)), ToCell(target, routed))
-    return Folded(route.model_copy(update={"cell": target, "tried": routed.tried, "hop": routed.hop,
-                                           "round_started_at": routed.round_started_at}), outputs)
+    return Folded(
+        route.model_copy(
+            update={
+                "cell": target,
+                "tried": routed.tried,
+                "hop": routed.hop,
+                "round_started_at": routed.round_started_at,
+            }
+        ),
+        outputs,
+    )
 
 
 def _pod_deleted(route: PodRoute | None, event: PodDeleted) -> Folded:
@@ -384,21 +428,28 @@ def inventory_of(state: NodeState, cells: int) -> NodeInventory | None:
             used[index] = used.get(index, 0) + share
         for resource, amount in pod.requests.items():
             requested[resource] = requested.get(resource, 0) + amount
-        allocations.append(PodAllocation(
-            pod_uid=pod.uid, pod=pod.key, requests=pod.requests, gpu_devices=pod.gpu_devices,
-            gpu_milli=pod.gpu_fraction_milli,
-        ))
+        allocations.append(
+            PodAllocation(
+                pod_uid=pod.uid,
+                pod=pod.key,
+                requests=pod.requests,
+                gpu_devices=pod.gpu_devices,
+                gpu_milli=pod.gpu_fraction_milli,
+            )
+        )
     devices = []
     for device in node.gpus:
         sample = state.samples.get(device.index)
-        devices.append(DeviceInventory(
-            index=device.index,
-            # Over-commitment (two binders racing, stale device lists) shows as 0 free, never < 0.
-            free_milli=max(0, WHOLE_DEVICE_MILLI - used.get(device.index, 0)),
-            healthy=device.healthy,
-            utilization_pct=sample.utilization_pct if sample else None,
-            memory_used_mib=sample.memory_used_mib if sample else None,
-        ))
+        devices.append(
+            DeviceInventory(
+                index=device.index,
+                # Over-commitment (two binders racing, stale device lists) shows as 0 free, never < 0.
+                free_milli=max(0, WHOLE_DEVICE_MILLI - used.get(device.index, 0)),
+                healthy=device.healthy,
+                utilization_pct=sample.utilization_pct if sample else None,
+                memory_used_mib=sample.memory_used_mib if sample else None,
+            )
+        )
     return NodeInventory(
         node=node,
         cell=state.forwarded_cell if state.forwarded_cell is not None else cell_of_node(node, cells),
@@ -421,10 +472,14 @@ def fold_node_input(state: NodeState | None, item: NodeInput, cells: int) -> Fol
     before = state if state is not None else NodeState(name=item.node)
     outputs: list[Output] = []
     if isinstance(event, NodeObserved):
-        after = before.model_copy(update={
-            "info": event.node, "resource_version": event.resource_version, "removed": False,
-            "updated_at": event.observed_at,
-        })
+        after = before.model_copy(
+            update={
+                "info": event.node,
+                "resource_version": event.resource_version,
+                "removed": False,
+                "updated_at": event.observed_at,
+            }
+        )
         after = _sync_cell(after, event.observed_at, cells, outputs)
     elif isinstance(event, NodeRemoved):
         after = before.model_copy(update={"removed": True, "updated_at": event.observed_at})
@@ -436,8 +491,8 @@ def fold_node_input(state: NodeState | None, item: NodeInput, cells: int) -> Fol
         samples = dict(before.samples)
         for sample in event.devices:
             samples[sample.index] = DeviceSample(
-                healthy=sample.healthy, utilization_pct=sample.utilization_pct,
-                memory_used_mib=sample.memory_used_mib)
+                healthy=sample.healthy, utilization_pct=sample.utilization_pct, memory_used_mib=sample.memory_used_mib
+            )
         after = before.model_copy(update={"samples": samples, "updated_at": event.sampled_at})
         after = _sync_cell(after, event.sampled_at, cells, outputs)
     elif isinstance(event, SpotInterruptionNotice):
@@ -487,11 +542,18 @@ def _sync_cell(state: NodeState, at: datetime, cells: int, outputs: list[Output]
     return state.model_copy(update={"pods": pods})
 
 
-def _send_census(state: NodeState, node: NodeInfo, cell: int, at: datetime, cells: int,
-                 outputs: list[Output]) -> NodeState:
+def _send_census(
+    state: NodeState, node: NodeInfo, cell: int, at: datetime, cells: int, outputs: list[Output]
+) -> NodeState:
     """Tell every other cell the node's census when it changed (see the module docstring)."""
-    census = ForeignNodeObserved(name=node.name, cell=cell, labels=node.labels, taints=node.taints,
-                                 unschedulable=node.unschedulable, observed_at=at)
+    census = ForeignNodeObserved(
+        name=node.name,
+        cell=cell,
+        labels=node.labels,
+        taints=node.taints,
+        unschedulable=node.unschedulable,
+        observed_at=at,
+    )
     sent = state.census
     if sent is not None and state.census_cells == cells and sent.model_copy(update={"observed_at": at}) == census:
         return state
@@ -503,13 +565,17 @@ def _withdraw_census(state: NodeState, at: datetime, cells: int, outputs: list[O
     sent = state.census
     if sent is None:
         return state
-    outputs.extend(ToCell(other, ForeignNodeRemoved(name=sent.name, observed_at=at))
-                   for other in range(cells) if other != sent.cell)
+    outputs.extend(
+        ToCell(other, ForeignNodeRemoved(name=sent.name, observed_at=at))
+        for other in range(cells)
+        if other != sent.cell
+    )
     return state.model_copy(update={"census": None, "census_cells": 0})
 
 
-def _pod_bound(state: NodeState, event: PodObserved, withdraw_from: int | None, cells: int,
-               outputs: list[Output]) -> NodeState:
+def _pod_bound(
+    state: NodeState, event: PodObserved, withdraw_from: int | None, cells: int, outputs: list[Output]
+) -> NodeState:
     pod = event.pod
     known = state.pods.get(pod.uid)
     if state.present and state.forwarded_cell is not None:

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from berth.schemas import PoolLagState
+from berth.schemas.cells import cell_of_pool
+from berth.schemas.topics import DECISION_INPUTS, LAG_STATE, QUEUE_LAG
 from pydantic import TypeAdapter
 
 from berth.bus.streams import FaustOutbox, ModelTable, Outbox, accept, derived_event_id, origin_of, track_consumer_lag
 from berth.logs import get_logger
-from berth.schemas import PoolLagState
-from berth.schemas.cells import cell_of_pool
-from berth.schemas.topics import DECISION_INPUTS, LAG_STATE, QUEUE_LAG
 
 from .fold import LagSettings, fold_queue_lag, is_stalled, pool_key
 from .pool_metrics import observe_lag
@@ -51,8 +51,14 @@ class TokenLagApp:
     agent: Any
 
 
-def create_app(layout: Layout, settings: LagSettings, *, app_options: dict[str, Any],
-               outbox: Outbox | None = None, app_id: str = APP_ID) -> TokenLagApp:
+def create_app(
+    layout: Layout,
+    settings: LagSettings,
+    *,
+    app_options: dict[str, Any],
+    outbox: Outbox | None = None,
+    app_id: str = APP_ID,
+) -> TokenLagApp:
     """Declare the app, its table and agent; ``app_options`` are extra ``faust.App`` settings."""
     app = faust.App(
         app_id,
@@ -65,8 +71,13 @@ def create_app(layout: Layout, settings: LagSettings, *, app_options: dict[str, 
     )
     sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE)
     queue = app.topic(QUEUE_LAG.name, key_serializer="raw", value_serializer="raw")
-    pools = ModelTable.declare(app, "pools", POOL_STATE, partitions=layout.queue_partitions,
-                               help="namespace/pool → the pool's latest lag state")
+    pools = ModelTable.declare(
+        app,
+        "pools",
+        POOL_STATE,
+        partitions=layout.queue_partitions,
+        help="namespace/pool → the pool's latest lag state",
+    )
 
     @app.agent(queue, name="queue")
     async def track_lag(stream: Any) -> None:
@@ -87,11 +98,21 @@ def create_app(layout: Layout, settings: LagSettings, *, app_options: dict[str, 
             sink.publish(LAG_STATE.name, state, event_id=derived_event_id(CONSUMER, origin, 0))
             sink.publish(DECISION_INPUTS.name, state, partition=cell, event_id=derived_event_id(CONSUMER, origin, 1))
             if is_stalled(state):
-                log.warning("pool stalled: tokens queued, none processed", pool=key,
-                            tokens_in_queue=state.tokens_in_queue, expected_ttft_ms=state.expected_ttft_ms)
+                log.warning(
+                    "pool stalled: tokens queued, none processed",
+                    pool=key,
+                    tokens_in_queue=state.tokens_in_queue,
+                    expected_ttft_ms=state.expected_ttft_ms,
+                )
             else:
-                log.debug("pool lag", pool=key, cell=cell, tokens_in_queue=state.tokens_in_queue,
-                          smoothed_token_rate=state.smoothed_token_rate, expected_ttft_ms=state.expected_ttft_ms)
+                log.debug(
+                    "pool lag",
+                    pool=key,
+                    cell=cell,
+                    tokens_in_queue=state.tokens_in_queue,
+                    smoothed_token_rate=state.smoothed_token_rate,
+                    expected_ttft_ms=state.expected_ttft_ms,
+                )
 
     track_consumer_lag(app, consumer=CONSUMER, topics=[QUEUE_LAG.name])
     return TokenLagApp(app=app, layout=layout, outbox=sink, pools=pools, agent=track_lag)

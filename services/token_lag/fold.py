@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
+from berth.schemas import PoolLagState, QueueLagObserved
+from berth.schemas.agentpool import duration_seconds
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -42,8 +44,6 @@ from pydantic import (
 )
 
 from berth.cells.pools import PoolPolicy
-from berth.schemas import PoolLagState, QueueLagObserved
-from berth.schemas.agentpool import duration_seconds
 
 DEFAULT_MODEL_LOAD_SECONDS = 60.0
 DEFAULT_HALF_LIFE_SECONDS = 30.0
@@ -73,8 +73,9 @@ class PoolSettings(BaseModel):
             theirs.update(c for c in choices if isinstance(c, str))
         return {key: value for key, value in data.items() if key in ours or key not in theirs}
 
-    model_load_seconds: Annotated[float, Field(ge=0, validation_alias=AliasChoices(
-        "model_load_seconds", "modelLoadSeconds", "modelLoadTime"))] = DEFAULT_MODEL_LOAD_SECONDS
+    model_load_seconds: Annotated[
+        float, Field(ge=0, validation_alias=AliasChoices("model_load_seconds", "modelLoadSeconds", "modelLoadTime"))
+    ] = DEFAULT_MODEL_LOAD_SECONDS
 
     @field_validator("model_load_seconds", mode="before")
     @classmethod
@@ -124,8 +125,7 @@ def load_lag_settings(path: Path | None, **overrides: float) -> LagSettings:
     try:
         return LagSettings.model_validate({**document, **overrides})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False))
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False))
         raise PoolsFileError(f"{path or 'settings'}: {problems}") from exc
 
 
@@ -141,8 +141,15 @@ def smoothing_factor(dt_seconds: float, half_life_seconds: float) -> float:
     return 1.0 - 2.0 ** (-dt_seconds / half_life_seconds)
 
 
-def expected_ttft_ms(tokens_in_queue: int, smoothed_rate: float, *, busy: bool, ready_replicas: int | None,
-                     model_load_seconds: float, max_ttft_ms: float) -> float | None:
+def expected_ttft_ms(
+    tokens_in_queue: int,
+    smoothed_rate: float,
+    *,
+    busy: bool,
+    ready_replicas: int | None,
+    model_load_seconds: float,
+    max_ttft_ms: float,
+) -> float | None:
     """See the module docstring; ``busy`` = sessions active or tokens flowing."""
     if tokens_in_queue == 0 and not busy:
         return None
@@ -164,13 +171,17 @@ def is_stalled(state: PoolLagState) -> bool:
 
 def _repeats(observation: QueueLagObserved, state: PoolLagState) -> bool:
     """The observation is the one ``state`` already holds (a redelivery after a restart)."""
-    return (observation.tokens_in_queue, observation.token_rate, observation.active_sessions,
-            observation.ready_replicas) == (state.tokens_in_queue, state.token_rate, state.active_sessions,
-                                            state.ready_replicas)
+    return (
+        observation.tokens_in_queue,
+        observation.token_rate,
+        observation.active_sessions,
+        observation.ready_replicas,
+    ) == (state.tokens_in_queue, state.token_rate, state.active_sessions, state.ready_replicas)
 
 
-def fold_queue_lag(previous: PoolLagState | None, observation: QueueLagObserved,
-                   settings: LagSettings) -> PoolLagState | None:
+def fold_queue_lag(
+    previous: PoolLagState | None, observation: QueueLagObserved, settings: LagSettings
+) -> PoolLagState | None:
     """The pool's new lag state, or None when ``observation`` brings nothing: it is older than
     ``previous`` (stale) or the very observation ``previous`` came from (redelivered)."""
     if previous is None:
@@ -191,7 +202,10 @@ def fold_queue_lag(previous: PoolLagState | None, observation: QueueLagObserved,
         token_rate=observation.token_rate,
         smoothed_token_rate=smoothed,
         expected_ttft_ms=expected_ttft_ms(
-            observation.tokens_in_queue, smoothed, busy=busy, ready_replicas=observation.ready_replicas,
+            observation.tokens_in_queue,
+            smoothed,
+            busy=busy,
+            ready_replicas=observation.ready_replicas,
             model_load_seconds=settings.model_load_seconds(observation.namespace, observation.pool),
             max_ttft_ms=settings.max_ttft_ms,
         ),

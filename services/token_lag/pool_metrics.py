@@ -5,16 +5,22 @@ replicas the decision service asks for."""
 
 from __future__ import annotations
 
+from berth.schemas import PoolLagState
 from prometheus_client import Gauge
 
-from berth.schemas import PoolLagState
-
-READY_REPLICAS = Gauge("berth_pool_ready_replicas", "Ready replicas of an inference pool, as its gateway "
-                       "last reported them.", ["namespace", "pool"])
-TOKENS_IN_QUEUE = Gauge("berth_pool_tokens_in_queue", "Tokens waiting in an inference pool's queue.",
-                        ["namespace", "pool"])
-EXPECTED_TTFT = Gauge("berth_pool_expected_ttft_seconds", "Expected time to first token of a request "
-                      "arriving now (the token-lag estimate; NaN while the pool is idle).", ["namespace", "pool"])
+READY_REPLICAS = Gauge(
+    "berth_pool_ready_replicas",
+    "Ready replicas of an inference pool, as its gateway last reported them.",
+    ["namespace", "pool"],
+)
+TOKENS_IN_QUEUE = Gauge(
+    "berth_pool_tokens_in_queue", "Tokens waiting in an inference pool's queue.", ["namespace", "pool"]
+)
+EXPECTED_TTFT = Gauge(
+    "berth_pool_expected_ttft_seconds",
+    "Expected time to first token of a request arriving now (the token-lag estimate; NaN while the pool is idle).",
+    ["namespace", "pool"],
+)
 
 
 def observe_lag(state: PoolLagState) -> None:
@@ -23,5 +29,6 @@ def observe_lag(state: PoolLagState) -> None:
     if state.ready_replicas is not None:
         READY_REPLICAS.labels(*labels).set(state.ready_replicas)
     TOKENS_IN_QUEUE.labels(*labels).set(state.tokens_in_queue)
-    EXPECTED_TTFT.labels(*labels).set(float("nan") if state.expected_ttft_ms is None
-                                      else state.expected_ttft_ms / 1000.0)
+    EXPECTED_TTFT.labels(*labels).set(
+        float("nan") if state.expected_ttft_ms is None else state.expected_ttft_ms / 1000.0
+    )

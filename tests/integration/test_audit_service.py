@@ -6,16 +6,16 @@ import asyncio
 import uuid
 
 import pytest
-from sqlalchemy import func, select
-
-from berth.services.audit import db
-from berth.services.audit.models import InputRow
-from berth.bus import EventProducer, ensure_topics
 from berth.schemas import PodDeleted
 from berth.schemas.envelope import encode
 from berth.schemas.samples import T0
 from berth.schemas.topics import DECISION_INPUTS
+from berth.services.audit import db
+from berth.services.audit.models import InputRow
 from berth.services.audit.service import run_audit
+from sqlalchemy import func, select
+
+from berth.bus import EventProducer, ensure_topics
 from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -40,8 +40,11 @@ async def test_more_records_than_one_batch_are_all_stored_without_gaps(kafka_boo
             for i in range(burst):
                 event = PodDeleted(uid=f"{tag}-{len(offsets)}-{i}", namespace="t", name=f"p{i}", observed_at=T0)
                 record = encode(event, source="t")
-                futures.append(await producer.raw.send(DECISION_INPUTS.name, record.value, key=record.key,
-                                                       headers=record.headers, partition=partition))
+                futures.append(
+                    await producer.raw.send(
+                        DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=partition
+                    )
+                )
             offsets.extend([(await f).offset for f in futures])
             await asyncio.sleep(0.3)
     first, last = offsets[0], offsets[-1]
@@ -50,8 +53,11 @@ async def test_more_records_than_one_batch_are_all_stored_without_gaps(kafka_boo
         for _ in range(240):
             await asyncio.sleep(0.5)
             with engine.connect() as connection:
-                stored = connection.scalar(select(func.count()).select_from(InputRow).where(
-                    InputRow.partition == partition, InputRow.offset >= first, InputRow.offset <= last))
+                stored = connection.scalar(
+                    select(func.count())
+                    .select_from(InputRow)
+                    .where(InputRow.partition == partition, InputRow.offset >= first, InputRow.offset <= last)
+                )
             if stored == last - first + 1 or task.done():
                 break
         assert stored == last - first + 1, f"{last - first + 1 - stored} of the records were not stored"

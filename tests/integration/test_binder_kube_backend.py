@@ -13,26 +13,26 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import yaml
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
-from test_binder_service import _end_offsets, _park_group_at_end, _publish, _result_of, read_from, unique
-
-from berth.bus import EventProducer, ensure_topics
 from berth.schemas import CommandResult, DecisionRecord, InputPosition, PlacePods, PodPlacement
 from berth.schemas.topics import DECISIONS, RESULTS
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind, Preemptor
 from berth.services.binder.ratelimit import TokenBucket
-from berth.settings import KafkaSettings
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection
 from berth_dev.supervisor import Supervisor
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
+from test_binder_service import _end_offsets, _park_group_at_end, _publish, _result_of, read_from, unique
+
+from berth.bus import EventProducer, ensure_topics
+from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
 
@@ -73,28 +73,38 @@ def nodes(api: ApiClient) -> list[str]:
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def backend(kube_apiserver: KubeConnection) -> AsyncIterator[KubeBackend]:
-    cluster = KubeBackend(kube_apiserver.api_client(pool_size=4), limiter=CountingBucket(),
-                          event_limiter=CountingBucket(), workers=4, instance="berth-binder-test")
+    cluster = KubeBackend(
+        kube_apiserver.api_client(pool_size=4),
+        limiter=CountingBucket(),
+        event_limiter=CountingBucket(),
+        workers=4,
+        instance="berth-binder-test",
+    )
     yield cluster
     await cluster.close()
 
 
 def make_pod(api: ApiClient, namespace: str, name: str, labels: dict[str, str] | None = None) -> str:
     """A pending pod for Berth; returns its UID."""
-    body = {"metadata": {"name": name, "labels": labels or {}},
-            "spec": {"schedulerName": "berth",
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+    body = {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"schedulerName": "berth", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     return CoreV1Api(api).create_namespaced_pod(namespace, body).metadata.uid
 
 
-def placement(namespace: str, name: str, uid: str, node: str, devices: tuple[int, ...] = (0,),
-              milli: int | None = None) -> PodPlacement:
+def placement(
+    namespace: str, name: str, uid: str, node: str, devices: tuple[int, ...] = (0,), milli: int | None = None
+) -> PodPlacement:
     return PodPlacement(pod_uid=uid, namespace=namespace, name=name, node=node, gpu_devices=devices, gpu_milli=milli)
 
 
 def events_of(api: ApiClient, namespace: str, pod: str, reason: str) -> list[Any]:
-    return [e for e in CoreV1Api(api).list_namespaced_event(namespace).items
-            if e.involved_object.name == pod and e.reason == reason]
+    return [
+        e
+        for e in CoreV1Api(api).list_namespaced_event(namespace).items
+        if e.involved_object.name == pod and e.reason == reason
+    ]
 
 
 def read_pod(api: ApiClient, namespace: str, name: str) -> Any:
@@ -191,10 +201,18 @@ async def test_forbidden_says_which_rule_is_missing(kube_apiserver, api, namespa
 
 def run_and_ready(api: ApiClient, namespace: str, name: str) -> None:
     """What a kubelet would report, so that disruption budgets count the pod."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    CoreV1Api(api).patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True", "lastTransitionTime": now}]}},
-        _content_type="application/strategic-merge-patch+json")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    CoreV1Api(api).patch_namespaced_pod_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+            }
+        },
+        _content_type="application/strategic-merge-patch+json",
+    )
 
 
 async def test_nominate_records_the_node_with_the_uid_as_precondition(api, namespace, nodes, backend):
@@ -213,8 +231,13 @@ async def test_evict_applies_once_and_honours_uid_and_disruption_budgets(api, na
     for name, uid in (("victim", free_uid), ("guarded", guarded_uid)):
         assert (await backend.bind(placement(namespace, name, uid, nodes[0]))).kind is APPLIED
         run_and_ready(api, namespace, name)
-    PolicyV1Api(api).create_namespaced_pod_disruption_budget(namespace, {
-        "metadata": {"name": "keep-one"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "metadata": {"name": "keep-one"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
 
     wrong = await backend.evict(namespace, "victim", "uid-of-an-older-pod")
     assert wrong.kind is CONFLICT and read_pod(api, namespace, "victim").metadata.deletion_timestamp is None
@@ -230,26 +253,30 @@ async def test_evict_applies_once_and_honours_uid_and_disruption_budgets(api, na
     assert read_pod(api, namespace, "guarded").metadata.deletion_timestamp is None
 
 
-async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_is_evicted(api, namespace, nodes,
-                                                                                           backend):
+async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_is_evicted(
+    api, namespace, nodes, backend
+):
     victim_uid = make_pod(api, namespace, "low")
     assert (await backend.bind(placement(namespace, "low", victim_uid, nodes[0]))).kind is APPLIED
     assert not [c for c in read_pod(api, namespace, "low").status.conditions or () if c.type == "DisruptionTarget"]
     # Marked (DisruptionTarget, as kube-scheduler v1.34 marks victims; the Eviction API then puts its
     # own reason on the condition) and told who preempts it, then evicted.
-    assert (await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))).kind \
-        is APPLIED
+    assert (
+        await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))
+    ).kind is APPLIED
     # Evicting again (as a retry does) neither marks nor tells it twice.
-    assert (await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))).kind \
-        is APPLIED
+    assert (
+        await backend.evict(namespace, "low", victim_uid, Preemptor("uid-of-the-preemptor", nodes[0]))
+    ).kind is APPLIED
     await backend.flush_events()
     [event] = events_of(api, namespace, "low", "Preempted")
     assert event.message == f"Preempted by pod uid-of-the-preemptor on node {nodes[0]}"
     assert (event.action, event.type, event.reporting_component) == ("Preempting", "Normal", "berth")
     pod = read_pod(api, namespace, "low")
     assert pod.metadata.deletion_timestamp is not None
-    assert [(c.type, c.status) for c in pod.status.conditions or () if c.type == "DisruptionTarget"] == \
-        [("DisruptionTarget", "True")]
+    assert [(c.type, c.status) for c in pod.status.conditions or () if c.type == "DisruptionTarget"] == [
+        ("DisruptionTarget", "True")
+    ]
     # A re-created victim (another UID) is neither marked nor evicted.
     make_pod(api, namespace, "other")
     stale = await backend.evict(namespace, "other", "uid-of-an-older-pod", Preemptor("p", nodes[0]))
@@ -259,8 +286,7 @@ async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_
     assert not [c for c in other.status.conditions or () if c.type == "DisruptionTarget"]
 
 
-async def test_a_pod_nominated_for_one_node_and_bound_to_another_loses_its_nomination(api, namespace, nodes,
-                                                                                       backend):
+async def test_a_pod_nominated_for_one_node_and_bound_to_another_loses_its_nomination(api, namespace, nodes, backend):
     uid = make_pod(api, namespace, "moved")
     assert (await backend.nominate(placement(namespace, "moved", uid, nodes[1]))).kind is APPLIED
     assert read_pod(api, namespace, "moved").status.nominated_node_name == nodes[1]
@@ -285,15 +311,27 @@ def _install_agentpool_crd(api: ApiClient) -> None:
     if AGENTPOOL_CRD.exists():
         document = yaml.safe_load(AGENTPOOL_CRD.read_text())
     else:  # not written yet: the least that has a scale subresource
-        document = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                    "metadata": {"name": "agentpools.berth.io"},
-                    "spec": {"group": "berth.io", "scope": "Namespaced",
-                             "names": {"plural": "agentpools", "singular": "agentpool", "kind": "AgentPool"},
-                             "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                                           "subresources": {"scale": {"specReplicasPath": ".spec.replicas",
-                                                                      "statusReplicasPath": ".status.replicas"}},
-                                           "schema": {"openAPIV3Schema": {
-                                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        document = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "agentpools.berth.io"},
+            "spec": {
+                "group": "berth.io",
+                "scope": "Namespaced",
+                "names": {"plural": "agentpools", "singular": "agentpool", "kind": "AgentPool"},
+                "versions": [
+                    {
+                        "name": "v1alpha1",
+                        "served": True,
+                        "storage": True,
+                        "subresources": {
+                            "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+                        },
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
     dynamic = DynamicClient(api)
     resource = dynamic.resources.get(api_version=document["apiVersion"], kind=document["kind"])
     dynamic.server_side_apply(resource, body=document, field_manager="berth-binder-tests", force_conflicts=True)
@@ -308,9 +346,14 @@ def _install_agentpool_crd(api: ApiClient) -> None:
 
 def _workload(kind: str, name: str, replicas: int) -> dict[str, Any]:
     labels = {"app": name}
-    spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": labels},
-                            "template": {"metadata": {"labels": labels}, "spec": {"schedulerName": "berth",
-                                         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}}
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {"schedulerName": "berth", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        },
+    }
     if kind == "StatefulSet":
         spec["serviceName"] = name
     return {"metadata": {"name": name}, "spec": spec}
@@ -319,15 +362,26 @@ def _workload(kind: str, name: str, replicas: int) -> dict[str, Any]:
 async def test_scale_sets_replicas_of_agentpools_deployments_and_statefulsets(api, namespace, backend):
     _install_agentpool_crd(api)
     custom, apps = CustomObjectsApi(api), AppsV1Api(api)
-    custom.create_namespaced_custom_object("berth.io", "v1alpha1", namespace, "agentpools", {
-        "apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "chat"},
-        "spec": {"model": "llama-70b", "replicas": 1}})
+    custom.create_namespaced_custom_object(
+        "berth.io",
+        "v1alpha1",
+        namespace,
+        "agentpools",
+        {
+            "apiVersion": "berth.io/v1alpha1",
+            "kind": "AgentPool",
+            "metadata": {"name": "chat"},
+            "spec": {"model": "llama-70b", "replicas": 1},
+        },
+    )
     apps.create_namespaced_deployment(namespace, _workload("Deployment", "web", 1))
     apps.create_namespaced_stateful_set(namespace, _workload("StatefulSet", "db", 1))
 
     assert (await backend.scale(namespace, "chat", 4)).kind is APPLIED
-    assert custom.get_namespaced_custom_object("berth.io", "v1alpha1", namespace, "agentpools", "chat")[
-        "spec"]["replicas"] == 4
+    assert (
+        custom.get_namespaced_custom_object("berth.io", "v1alpha1", namespace, "agentpools", "chat")["spec"]["replicas"]
+        == 4
+    )
     assert (await backend.scale(namespace, "web", 3)).kind is APPLIED
     assert apps.read_namespaced_deployment("web", namespace).spec.replicas == 3
     assert (await backend.scale(namespace, "db", 2)).kind is APPLIED
@@ -390,11 +444,19 @@ async def test_report_unschedulable_leaves_bound_and_other_pods_alone(api, names
 
 
 def _decision(namespace: str, name: str, message: str) -> DecisionRecord:
-    return DecisionRecord(decision_id=unique("dec"), cell="cell-0",
-                          input=InputPosition(topic="t", partition=0, offset=0), subject=f"{namespace}/{name}",
-                          outcome="unschedulable", message=message,
-                          config_version="v", snapshot_hash="s", config_hash="c", decision_hash="h",
-                          event_time=datetime.now(timezone.utc))
+    return DecisionRecord(
+        decision_id=unique("dec"),
+        cell="cell-0",
+        input=InputPosition(topic="t", partition=0, offset=0),
+        subject=f"{namespace}/{name}",
+        outcome="unschedulable",
+        message=message,
+        config_version="v",
+        snapshot_hash="s",
+        config_hash="c",
+        decision_hash="h",
+        event_time=datetime.now(UTC),
+    )
 
 
 def _wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
@@ -407,20 +469,43 @@ def _wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
     raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
-def test_binder_service_binds_and_reports_with_kafka_and_kubernetes(kafka_bootstrap, kube_apiserver, api, namespace,
-                                                                    nodes, tmp_path):
+def test_binder_service_binds_and_reports_with_kafka_and_kubernetes(
+    kafka_bootstrap, kube_apiserver, api, namespace, nodes, tmp_path
+):
     kafka = KafkaSettings(bootstrap=kafka_bootstrap)
     asyncio.run(ensure_topics(kafka))
     uids = {name: make_pod(api, namespace, name) for name in ("w0", "w1", "starved")}
     group = unique("it-kube-binder")
     asyncio.run(_park_group_at_end(kafka, group))
     asyncio.run(_park_group_at_end(kafka, f"{group}-decisions", DECISIONS.name))
-    gang = PlacePods(command_id=unique("cmd"), decision_id=unique("dec"), cell=1, issued_at=datetime.now(timezone.utc),
-                     pod_group="gang", placements=tuple(placement(namespace, name, uids[name], nodes[0], devices=(i,))
-                                                        for i, name in enumerate(("w0", "w1"))))
+    gang = PlacePods(
+        command_id=unique("cmd"),
+        decision_id=unique("dec"),
+        cell=1,
+        issued_at=datetime.now(UTC),
+        pod_group="gang",
+        placements=tuple(
+            placement(namespace, name, uids[name], nodes[0], devices=(i,)) for i, name in enumerate(("w0", "w1"))
+        ),
+    )
     with Supervisor(tmp_path / "logs", {"BERTH_KAFKA_BOOTSTRAP": kafka_bootstrap}) as supervisor:
-        supervisor.start("binder", ["run", "--backend", "kube", "--kubeconfig", str(kube_apiserver.kubeconfig_path),
-                                    "--group", group, "--qps", "20", "--burst", "10"], ready_timeout=90)
+        supervisor.start(
+            "binder",
+            [
+                "run",
+                "--backend",
+                "kube",
+                "--kubeconfig",
+                str(kube_apiserver.kubeconfig_path),
+                "--group",
+                group,
+                "--qps",
+                "20",
+                "--burst",
+                "10",
+            ],
+            ready_timeout=90,
+        )
 
         async def scenario() -> None:
             start = await _end_offsets(kafka, RESULTS.name)
@@ -435,7 +520,14 @@ def test_binder_service_binds_and_reports_with_kafka_and_kubernetes(kafka_bootst
             pod = read_pod(api, namespace, name)
             assert (pod.spec.node_name, pod.metadata.annotations["berth.io/gpu-devices"]) == (nodes[0], str(index))
             _wait_for(lambda: len(events_of(api, namespace, name, "Scheduled")) == 1, "one Scheduled event")
-        condition = _wait_for(lambda: next((c for c in read_pod(api, namespace, "starved").status.conditions or ()
-                                            if c.type == "PodScheduled"), None), "the PodScheduled condition")
+        condition = _wait_for(
+            lambda: next(
+                (c for c in read_pod(api, namespace, "starved").status.conditions or () if c.type == "PodScheduled"),
+                None,
+            ),
+            "the PodScheduled condition",
+        )
         assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", MESSAGE)
-        _wait_for(lambda: len(events_of(api, namespace, "starved", "FailedScheduling")) == 1, "one FailedScheduling event")
+        _wait_for(
+            lambda: len(events_of(api, namespace, "starved", "FailedScheduling")) == 1, "one FailedScheduling event"
+        )

@@ -15,15 +15,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from kubernetes.client import ApiClient, CoreV1Api
-from test_binder_kube_backend import MESSAGE, api, namespace  # noqa: F401 - fixtures shared with those tests
-from test_binder_kube_backend import CountingBucket as Tokens
-
 from berth.schemas import PodPlacement
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection
+from kubernetes.client import ApiClient, CoreV1Api
+from test_binder_kube_backend import MESSAGE, api, namespace  # noqa: F401 - fixtures shared with those tests
+from test_binder_kube_backend import CountingBucket as Tokens
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +31,13 @@ APPLIED, CONFLICT = OutcomeKind.APPLIED, OutcomeKind.CONFLICT
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def backend(kube_apiserver: KubeConnection) -> AsyncIterator[KubeBackend]:
-    cluster = KubeBackend(kube_apiserver.api_client(pool_size=6), limiter=Tokens(), event_limiter=Tokens(),
-                          workers=4, instance="berth-binder-informer-test")
+    cluster = KubeBackend(
+        kube_apiserver.api_client(pool_size=6),
+        limiter=Tokens(),
+        event_limiter=Tokens(),
+        workers=4,
+        instance="berth-binder-informer-test",
+    )
     await cluster.start()
     assert cluster.informer is not None and cluster.informer.cache.synced
     yield cluster
@@ -47,8 +51,10 @@ def own_requests(backend: KubeBackend) -> int:
 
 
 def make_pod(api: ApiClient, namespace: str, name: str) -> str:
-    body = {"metadata": {"name": name}, "spec": {"schedulerName": "berth",
-                                                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+    body = {
+        "metadata": {"name": name},
+        "spec": {"schedulerName": "berth", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     return CoreV1Api(api).create_namespaced_pod(namespace, body).metadata.uid
 
 
@@ -123,8 +129,12 @@ async def test_a_binding_that_lands_first_is_never_marked_unschedulable(api, nam
     assert (await backend.report_unschedulable(namespace, "raced", None, MESSAGE)).kind is APPLIED
     [node] = create_fake_nodes(api, 1, prefix=f"race-{uuid.uuid4().hex[:6]}-")
     # Another client binds the pod: this backend's memory of the pod is now stale.
-    CoreV1Api(api).create_namespaced_pod_binding("raced", namespace, {
-        "metadata": {"name": "raced", "uid": uid}, "target": {"kind": "Node", "name": node}}, _preload_content=False)
+    CoreV1Api(api).create_namespaced_pod_binding(
+        "raced",
+        namespace,
+        {"metadata": {"name": "raced", "uid": uid}, "target": {"kind": "Node", "name": node}},
+        _preload_content=False,
+    )
     late = await backend.report_unschedulable(namespace, "raced", None, "0/3 nodes are available: 3 Too many pods.")
     assert late.kind is APPLIED and "meanwhile" in late.reason
     bound_to, condition = pod_scheduled(api, namespace, "raced")
@@ -134,8 +144,10 @@ async def test_a_binding_that_lands_first_is_never_marked_unschedulable(api, nam
 async def test_a_recreated_pod_is_a_conflict_for_a_report_with_the_old_uid(api, namespace, backend):
     make_pod(api, namespace, "reborn")
     CoreV1Api(api).delete_namespaced_pod("reborn", namespace, grace_period_seconds=0)
-    await until(lambda: not [p for p in CoreV1Api(api).list_namespaced_pod(namespace).items
-                             if p.metadata.name == "reborn"], "the pod being gone")
+    await until(
+        lambda: not [p for p in CoreV1Api(api).list_namespaced_pod(namespace).items if p.metadata.name == "reborn"],
+        "the pod being gone",
+    )
     make_pod(api, namespace, "reborn")
     outcome = await backend.report_unschedulable(namespace, "reborn", "uid-of-the-first-pod", MESSAGE)
     assert outcome.kind is CONFLICT and "UID in precondition" in outcome.reason

@@ -14,22 +14,22 @@ import asyncio
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from berth.bus import EventProducer, ensure_topics
 from berth.schemas import CommandResult, DeadLetter, PlacePods, PodObserved, PodPlacement, topic_named
 from berth.schemas.envelope import decode
 from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, PODS, RESULTS
-from berth.settings import KafkaSettings
 from berth_dev.devstack import procs
 from berth_dev.supervisor import Supervisor
 from berth_dev.workloads import write_documents
 from berth_dev.workloads.generate import H100, gpu_node_manifest, pod_manifest
+
+from berth.bus import EventProducer, ensure_topics
+from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
 CELL = 1
@@ -65,12 +65,21 @@ async def _park_group_at_end(kafka: KafkaSettings, group: str, topic: str = COMM
         await consumer.stop()
 
 
-async def read_from(kafka: KafkaSettings, topic: str, start: dict[int, int], match: Callable[[Any], bool], *,
-                    count: int = 1, timeout: float = 60.0, settle: float = 0.0) -> list[tuple[int, int, Any]]:
+async def read_from(
+    kafka: KafkaSettings,
+    topic: str,
+    start: dict[int, int],
+    match: Callable[[Any], bool],
+    *,
+    count: int = 1,
+    timeout: float = 60.0,
+    settle: float = 0.0,
+) -> list[tuple[int, int, Any]]:
     """(partition, offset, event) of records of ``topic`` at or after ``start`` whose event
     ``match``es; waits for ``count`` of them, then ``settle`` more seconds for unexpected extras."""
-    consumer = AIOKafkaConsumer(**kafka.client_options(), group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed")
+    consumer = AIOKafkaConsumer(
+        **kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
+    )
     await consumer.start()
     found: list[tuple[int, int, Any]] = []
     contract = topic_named(topic)
@@ -108,19 +117,37 @@ class Cluster:
         self.node = unique("it-node")
         self.pods = {name: unique(f"it-{name}") for name in ("solo", "dup", "w0", "w1", "bad")}
         documents = [gpu_node_manifest(self.node, H100, zone="us-east-1a")]
-        documents += [pod_manifest(pod, "ml", requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                                   gpu_toleration=True) for pod in self.pods.values()]
+        documents += [
+            pod_manifest(pod, "ml", requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, gpu_toleration=True)
+            for pod in self.pods.values()
+        ]
         workload = tmp_path / "workload.yaml"
         write_documents(documents, workload)
         [port] = procs.free_ports(1)
         self.url = f"http://127.0.0.1:{port}"
-        supervisor.start("cluster-sim", ["run", "--workload", str(workload), "--port", str(port), "--speed", "max",
-                                         "--no-progress", "--no-watch-decisions"], ready_timeout=90)
+        supervisor.start(
+            "cluster-sim",
+            [
+                "run",
+                "--workload",
+                str(workload),
+                "--port",
+                str(port),
+                "--speed",
+                "max",
+                "--no-progress",
+                "--no-watch-decisions",
+            ],
+            ready_timeout=90,
+        )
         _wait_http(self.url + "/healthz")
         group = unique("it-binder")
         asyncio.run(_park_group_at_end(kafka, group))
-        supervisor.start("binder", ["run", "--backend", "sim", "--sim-url", self.url, "--group", group,
-                                    "--max-attempts", "2"], ready_timeout=90)
+        supervisor.start(
+            "binder",
+            ["run", "--backend", "sim", "--sim-url", self.url, "--group", group, "--max-attempts", "2"],
+            ready_timeout=90,
+        )
 
     def uid(self, pod: str) -> str:
         """The UID the workload gives a pod (deterministic, from its namespace and name)."""
@@ -129,16 +156,28 @@ class Cluster:
         with urllib.request.urlopen(f"{self.url}/api/v1/namespaces/ml/pods/{self.pods[pod]}") as response:
             return json.load(response)["metadata"]["uid"]
 
-    def place(self, *pods: str, devices: tuple[int, ...] = (0,), command_id: str | None = None,
-              uid: str | None = None) -> PlacePods:
-        placements = tuple(PodPlacement(pod_uid=uid or self.uid(p) if p in self.pods else uid or "uid-nobody",
-                                        namespace="ml", name=self.pods.get(p, p), node=self.node,
-                                        gpu_devices=(devices[0] + i,) if devices else ())
-                           for i, p in enumerate(pods))
+    def place(
+        self, *pods: str, devices: tuple[int, ...] = (0,), command_id: str | None = None, uid: str | None = None
+    ) -> PlacePods:
+        placements = tuple(
+            PodPlacement(
+                pod_uid=uid or self.uid(p) if p in self.pods else uid or "uid-nobody",
+                namespace="ml",
+                name=self.pods.get(p, p),
+                node=self.node,
+                gpu_devices=(devices[0] + i,) if devices else (),
+            )
+            for i, p in enumerate(pods)
+        )
         command_id = command_id or unique("cmd")
-        return PlacePods(command_id=command_id, decision_id=f"dec-{command_id}", cell=CELL,
-                         issued_at=datetime.now(timezone.utc), placements=placements,
-                         pod_group="gang" if len(pods) > 1 else None)
+        return PlacePods(
+            command_id=command_id,
+            decision_id=f"dec-{command_id}",
+            cell=CELL,
+            issued_at=datetime.now(UTC),
+            placements=placements,
+            pod_group="gang" if len(pods) > 1 else None,
+        )
 
 
 def _wait_http(url: str, timeout: float = 60.0) -> None:
@@ -178,8 +217,10 @@ def _bound(uid: str) -> Callable[[Any], bool]:
 
 
 async def _positions(kafka: KafkaSettings) -> dict[str, dict[int, int]]:
-    return {topic: await _end_offsets(kafka, topic)
-            for topic in (RESULTS.name, DECISION_INPUTS.name, PODS.name, DEAD_LETTER.name)}
+    return {
+        topic: await _end_offsets(kafka, topic)
+        for topic in (RESULTS.name, DECISION_INPUTS.name, PODS.name, DEAD_LETTER.name)
+    }
 
 
 def test_place_pods_is_applied_reported_to_its_cell_and_bound_once(cluster: Cluster):
@@ -191,10 +232,14 @@ def test_place_pods_is_applied_reported_to_its_cell_and_bound_once(cluster: Clus
         start = await _positions(kafka)
         await _publish(kafka, command)
         [(_, _, result)] = await read_from(kafka, RESULTS.name, start[RESULTS.name], _result_of(command))
-        assert (result.status, result.target, result.decision_id) == ("applied", f"ml/{cluster.pods['solo']}",
-                                                                      command.decision_id)
-        [(partition, _, echoed)] = await read_from(kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name],
-                                                   _result_of(command))
+        assert (result.status, result.target, result.decision_id) == (
+            "applied",
+            f"ml/{cluster.pods['solo']}",
+            command.decision_id,
+        )
+        [(partition, _, echoed)] = await read_from(
+            kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name], _result_of(command)
+        )
         assert partition == CELL and echoed == result
         [(_, _, bound)] = await read_from(kafka, PODS.name, start[PODS.name], _bound(uid), settle=2)
         assert (bound.pod.node_name, bound.pod.gpu_devices) == (cluster.node, (2,))
@@ -228,8 +273,9 @@ def test_missing_pod_is_a_conflict_and_a_gang_binds_every_member(cluster: Cluste
         await _publish(kafka, missing, gang)
         [(_, _, conflict)] = await read_from(kafka, RESULTS.name, start[RESULTS.name], _result_of(missing))
         assert conflict.status == "conflict" and "not found" in conflict.reason
-        [(partition, _, _)] = await read_from(kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name],
-                                              _result_of(missing))
+        [(partition, _, _)] = await read_from(
+            kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name], _result_of(missing)
+        )
         assert partition == CELL
         [(_, _, applied)] = await read_from(kafka, RESULTS.name, start[RESULTS.name], _result_of(gang))
         assert applied.status == "applied"
@@ -251,9 +297,15 @@ def test_a_command_that_can_never_apply_is_failed_and_dead_lettered(cluster: Clu
         [(_, _, result)] = await read_from(kafka, RESULTS.name, start[RESULTS.name], _result_of(command))
         assert result.status == "failed" and "no GPU device(s) [99]" in result.reason and result.attempts == 1
         [(_, _, letter)] = await read_from(
-            kafka, DEAD_LETTER.name, start[DEAD_LETTER.name],
-            lambda e: isinstance(e, DeadLetter) and e.source_topic == COMMANDS.name and command.command_id in
-            _decoded_command_id(e))
+            kafka,
+            DEAD_LETTER.name,
+            start[DEAD_LETTER.name],
+            lambda e: (
+                isinstance(e, DeadLetter)
+                and e.source_topic == COMMANDS.name
+                and command.command_id in _decoded_command_id(e)
+            ),
+        )
         assert letter.consumer == "binder" and "place-pods failed" in letter.reason
         assert letter.source_offset >= commands_start[letter.source_partition]
 

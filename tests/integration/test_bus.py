@@ -9,13 +9,13 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
-from berth.bus import EventConsumer, EventProducer, ensure_topics
-from berth.bus.deadletter import original_value
 from berth.schemas import ALL_TOPICS, DeadLetter, topic_for_event
 from berth.schemas.envelope import decode, encode
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import DEAD_LETTER, QUEUE_LAG
+
+from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.bus.deadletter import original_value
 from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -27,8 +27,9 @@ def _private(topic):
 
 
 async def _read_all(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30.0):
-    consumer = AIOKafkaConsumer(topic, **kafka.client_options(), group_id=None,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, **kafka.client_options(), group_id=None, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await consumer.start()
     records = []
     try:
@@ -134,16 +135,17 @@ async def test_ensure_topics_creates_every_topic_with_its_partitions(kafka_boots
 async def test_compacted_topics_roll_segments_so_compaction_bounds_what_recovery_reads(kafka_bootstrap):
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+    from berth.schemas.topics import INVENTORY_STATE
 
     from berth.bus.topics_admin import COMPACTION
-    from berth.schemas.topics import INVENTORY_STATE
 
     await ensure_topics(KafkaSettings(bootstrap=kafka_bootstrap), [INVENTORY_STATE])
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()
     try:
-        [response] = await admin.describe_configs([ConfigResource(
-            ConfigResourceType.TOPIC, INVENTORY_STATE.name, dict.fromkeys(COMPACTION))])
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, INVENTORY_STATE.name, dict.fromkeys(COMPACTION))]
+        )
     finally:
         await admin.close()
     configs = {entry[0]: entry[1] for entry in response.resources[0][4]}
@@ -157,15 +159,20 @@ def test_cli_publishes_what_producers_send_and_tail_reads_it_back(kafka_bootstra
 
     runner = CliRunner()
     pool = f"pool-{uuid.uuid4().hex[:6]}"
-    result = runner.invoke(app, ["publish", "queue-lag", "--pool", pool, "--tokens", "120000",
-                                 "--rate", "4000", "--kafka", kafka_bootstrap])
+    result = runner.invoke(
+        app,
+        ["publish", "queue-lag", "--pool", pool, "--tokens", "120000", "--rate", "4000", "--kafka", kafka_bootstrap],
+    )
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["publish", "spot-notice", "--node", "gpu-17", "--in", "120s",
-                                 "--provider", "aws", "--kafka", kafka_bootstrap])
+    result = runner.invoke(
+        app,
+        ["publish", "spot-notice", "--node", "gpu-17", "--in", "120s", "--provider", "aws", "--kafka", kafka_bootstrap],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["deadline"]
-    result = runner.invoke(app, ["tail", QUEUE_LAG.name, "--kafka", kafka_bootstrap, "--timeout", "3",
-                                 "--max", "100000"])
+    result = runner.invoke(
+        app, ["tail", QUEUE_LAG.name, "--kafka", kafka_bootstrap, "--timeout", "3", "--max", "100000"]
+    )
     assert result.exit_code == 0, result.output
     pools = [json.loads(line)["event"]["pool"] for line in result.stdout.splitlines() if line.startswith("{")]
     assert pool in pools

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from berth_dev.devstack.procs import free_ports
 
 from berth.bus import ensure_topics
 from berth.settings import KafkaSettings
-from berth_dev.devstack.procs import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +60,28 @@ def lifecycle(service: str, args: list[str], bootstrap: str, tmp_path: Path, *, 
     as log records, having checked that it stopped with 0 and nothing unclean was written."""
     health_port, metrics_port = free_ports(2)
     stderr_path = tmp_path / f"{service}.stderr"
-    env = {**os.environ, "BERTH_KAFKA_BOOTSTRAP": bootstrap, "BERTH_LOG_LEVEL": log_level,
-           "BERTH_LOG_FORMAT": "json", "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONWARNINGS": ""}
+    env = {
+        **os.environ,
+        "BERTH_KAFKA_BOOTSTRAP": bootstrap,
+        "BERTH_LOG_LEVEL": log_level,
+        "BERTH_LOG_FORMAT": "json",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "PYTHONWARNINGS": "",
+    }
     berth = str(Path(sys.executable).with_name("berth"))  # the entry point, under warnings as errors
-    argv = [sys.executable, "-W", "error::ResourceWarning", berth, service, "run", *args,
-            "--health-port", str(health_port), "--metrics-port", str(metrics_port)]
+    argv = [
+        sys.executable,
+        "-W",
+        "error::ResourceWarning",
+        berth,
+        service,
+        "run",
+        *args,
+        "--health-port",
+        str(health_port),
+        "--metrics-port",
+        str(metrics_port),
+    ]
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
         try:
@@ -105,8 +122,7 @@ def test_decision_starts_and_stops_cleanly(broker: str, tmp_path: Path) -> None:
 
 def test_a_faust_service_starts_and_stops_cleanly_with_faust_logs_as_json(broker: str, tmp_path: Path) -> None:
     # debug: the libraries' records are there to be seen (at info they keep to warnings).
-    records = lifecycle("token-lag", ["--data-dir", str(tmp_path / "token-lag")], broker, tmp_path,
-                        log_level="debug")
+    records = lifecycle("token-lag", ["--data-dir", str(tmp_path / "token-lag")], broker, tmp_path, log_level="debug")
     loggers = {record["logger"].split(".")[0] for record in records}
     assert {"faust", "mode", "aiokafka", "berth"} <= loggers, loggers
     events = [record["event"] for record in records]

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from berth.bus import ensure_topics
 from berth.services.audit import db
-from berth.settings import BerthSettings
 from berth_dev.demo import _kafka_counts, _replay, _status, _wait_for_audit
 from berth_dev.devstack.procs import free_ports
 from berth_dev.supervisor import ServiceFailed, Supervisor
+
+from berth.bus import ensure_topics
+from berth.settings import BerthSettings
 from tests.faults_kit import check_invariants, placements
 
 pytestmark = pytest.mark.integration
@@ -41,8 +41,10 @@ def _run(services: Supervisor, sim_url: str, victim: str) -> dict[str, Any]:
     while True:
         services.check_alive()
         if time.monotonic() > deadline:
-            raise ServiceFailed(f"the pipeline did not decide every pod within {RUN_TIMEOUT_S:.0f} s "
-                                f"(killed {victim}: {killed}); last status {_status(sim_url)}")
+            raise ServiceFailed(
+                f"the pipeline did not decide every pod within {RUN_TIMEOUT_S:.0f} s "
+                f"(killed {victim}: {killed}); last status {_status(sim_url)}"
+            )
         status = _status(sim_url)
         if status is None:
             time.sleep(0.3)
@@ -63,9 +65,9 @@ def _run(services: Supervisor, sim_url: str, victim: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("victim", ["binder", "inventory", "decision"])
 def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
-        victim: str, own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    victim: str, own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import yaml
-
     from berth_dev.workloads import from_documents, generated_documents, pool_policies, write_documents
 
     env = {"BERTH_KAFKA_BOOTSTRAP": own_kafka, "BERTH_DATABASE_URL": fresh_database}
@@ -82,14 +84,29 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
     [sim_port] = free_ports(1)
     sim_url = f"http://127.0.0.1:{sim_port}"
 
-    with Supervisor(tmp_path / "logs", {**env, "BERTH_LOG_LEVEL": os.environ.get("CRASH_LOG_LEVEL", "info")}) as services:
+    with Supervisor(
+        tmp_path / "logs", {**env, "BERTH_LOG_LEVEL": os.environ.get("CRASH_LOG_LEVEL", "info")}
+    ) as services:
         services.start("audit")
         services.start("inventory", ["run", "--data-dir", str(tmp_path / "inventory")])
         services.start("token-lag", ["run", "--pools", str(pools)])
         services.start("decision", ["run", "--pools", str(pools)])
         services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
-        services.start("cluster-sim", ["run", "--workload", str(workload), "--max-pods", str(MAX_PODS),
-                                       "--speed", SPEED, "--port", str(sim_port), "--no-progress"])
+        services.start(
+            "cluster-sim",
+            [
+                "run",
+                "--workload",
+                str(workload),
+                "--max-pods",
+                str(MAX_PODS),
+                "--speed",
+                SPEED,
+                "--port",
+                str(sim_port),
+                "--no-progress",
+            ],
+        )
         status = _run(services, sim_url, victim)
         # As the demo does: binder first, then the cluster, so the pipeline drains.
         services.services["binder"].stop()
@@ -103,5 +120,14 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_places_nothing_twice(
     # The invariants every fault test checks (tests/faults_kit.py): no pod placed twice, no GPU
     # over-committed, every pod decided, every decision on Kafka in Postgres once, and the audit
     # replays without a mismatch.
-    check_invariants(settings, status, commands, statuses, min_bound=MAX_PODS // 2, audited=audited,
-                     decisions_on_kafka=kafka_decisions, inputs_on_kafka=kafka_inputs, report=report)
+    check_invariants(
+        settings,
+        status,
+        commands,
+        statuses,
+        min_bound=MAX_PODS // 2,
+        audited=audited,
+        decisions_on_kafka=kafka_decisions,
+        inputs_on_kafka=kafka_inputs,
+        report=report,
+    )

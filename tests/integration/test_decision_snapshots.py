@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from berth.bus import EventConsumer, EventProducer, ensure_topics
-from berth.cells import Cell, CellConfig
 from berth.schemas import DecisionRecord, InputPosition, NodeObserved, PodInfo, PodObserved
 from berth.schemas.envelope import encode
 from berth.schemas.samples import T0, h100_node
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS
+
+from berth.bus import EventConsumer, EventProducer, ensure_topics
+from berth.cells import Cell, CellConfig
 from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -36,9 +36,15 @@ EVERY = 40
 
 
 def _pod(name: str, gpus: int) -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name="berth",
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, creation_time=T0,
-                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        creation_time=T0,
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+    )
 
 
 async def _publish(bootstrap: str, events: list[Any]) -> None:
@@ -48,8 +54,11 @@ async def _publish(bootstrap: str, events: list[Any]) -> None:
         futures = []
         for event in events:
             record = encode(event, source="tests/snapshots")
-            futures.append(await producer.raw.send(DECISION_INPUTS.name, record.value, key=record.key,
-                                                   headers=record.headers, partition=0))
+            futures.append(
+                await producer.raw.send(
+                    DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=0
+                )
+            )
         for future in futures:
             await future
 
@@ -65,8 +74,9 @@ async def _read(bootstrap: str, topic: Any) -> list[tuple[int, Any]]:
 
 def _start(bootstrap: str, log_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "BERTH_SNAPSHOT_EVERY": str(EVERY), "BERTH_LOG_FORMAT": "json"}
-    return subprocess.Popen([BERTH, "decision", "run", "--kafka", bootstrap], env=env,
-                            stdout=log_path.open("ab"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [BERTH, "decision", "run", "--kafka", bootstrap], env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT
+    )
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -79,8 +89,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _placed(bootstrap: str) -> list[DecisionRecord]:
-    return [e for _, e in asyncio.run(_read(bootstrap, DECISIONS))
-            if isinstance(e, DecisionRecord) and e.outcome == "placed"]
+    return [
+        e
+        for _, e in asyncio.run(_read(bootstrap, DECISIONS))
+        if isinstance(e, DecisionRecord) and e.outcome == "placed"
+    ]
 
 
 def _wait_placed(bootstrap: str, count: int, log_path: Path, timeout: float = 120) -> list[DecisionRecord]:
@@ -90,12 +103,12 @@ def _wait_placed(bootstrap: str, count: int, log_path: Path, timeout: float = 12
         if len(placed) >= count:
             return placed
         time.sleep(1)
-    raise AssertionError(f"fewer than {count} placements within {timeout:.0f}s:\n"
-                         f"{log_path.read_text()[-3000:]}")
+    raise AssertionError(f"fewer than {count} placements within {timeout:.0f}s:\n{log_path.read_text()[-3000:]}")
 
 
-def test_a_restarted_cell_restores_its_snapshot_and_decides_as_if_it_never_stopped(own_kafka: str,
-                                                                                    tmp_path: Path) -> None:
+def test_a_restarted_cell_restores_its_snapshot_and_decides_as_if_it_never_stopped(
+    own_kafka: str, tmp_path: Path
+) -> None:
     log_path = tmp_path / "decision.log"
     nodes = [NodeObserved(node=h100_node(f"gpu-{i}"), observed_at=T0) for i in range(60)]
     first = [PodObserved(pod=_pod(f"a-{i}", 1 + i % 2), observed_at=T0) for i in range(100)]

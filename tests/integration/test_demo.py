@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from berth.schemas import PodInfo
 from berth.schemas.samples import T0, h100_node
 from berth_dev.cluster_sim.state import FINISHED, ClusterState
@@ -35,12 +34,12 @@ def test_demo_runs_the_pipeline_end_to_end_and_replays_without_mismatch(kafka_bo
     # The fixtures' own broker is running; the demo must start and stop its own beside it.
     before = _stack_processes()
     berth = Path(sys.executable).with_name("berth")
-    result = subprocess.run([str(berth), "demo", "--keep-logs", str(tmp_path)], capture_output=True,
-                            text=True, timeout=1200)
+    result = subprocess.run(
+        [str(berth), "demo", "--keep-logs", str(tmp_path)], capture_output=True, text=True, timeout=1200
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(summary) >= {"pods", "placed", "unschedulable", "decisions_audited", "replay_mismatches",
-                            "elapsed_s"}
+    assert set(summary) >= {"pods", "placed", "unschedulable", "decisions_audited", "replay_mismatches", "elapsed_s"}
     assert summary["pods"] >= 1000
     assert summary["placed"] >= 900
     assert summary["unschedulable"] >= 1, "the workload has pods that fit nowhere"
@@ -63,8 +62,14 @@ def test_demo_runs_the_pipeline_end_to_end_and_replays_without_mismatch(kafka_bo
 
 
 def _pending(name: str, gpus: int = 1, scheduler: str = "berth") -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name=scheduler,
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, creation_time=T0)
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name=scheduler,
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        creation_time=T0,
+    )
 
 
 def test_every_pod_is_in_exactly_one_row_of_the_account():
@@ -81,8 +86,10 @@ def test_every_pod_is_in_exactly_one_row_of_the_account():
     state.delete_pod("ml", "p0", T0, cause=FINISHED)
     assert state.evict("ml", "p1", T0).ok
     state.remove_node("node-b", T0)  # p2 goes with it
-    too_big = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available: " \
-              "2 No preemption victims found for incoming pod."
+    too_big = (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available: "
+        "2 No preemption victims found for incoming pod."
+    )
     state.mark_decided("ml/p4", unschedulable=True, reason=too_big)
     state.mark_decided("ml/p5", unschedulable=True, reason=too_big)
     state.mark_decided("ml/chat-1", unschedulable=True, reason=too_big)
@@ -91,35 +98,61 @@ def test_every_pod_is_in_exactly_one_row_of_the_account():
     pods = {"workload": 10, "arrived": 9, "refused": 0, "ledger": state.ledger()}  # one still to come
     fates = pod_fates(pods)
     assert fates.replicas == 3 and fates.total == 13
-    assert fates.counts == {"placed": 5, "running_from_start": 1, "unschedulable": 2, "deleted_while_pending": 2,
-                            "refused": 0, "undecided": 1, "other_scheduler": 1, "not_arrived": 1}
+    assert fates.counts == {
+        "placed": 5,
+        "running_from_start": 1,
+        "unschedulable": 2,
+        "deleted_while_pending": 2,
+        "refused": 0,
+        "undecided": 1,
+        "other_scheduler": 1,
+        "not_arrived": 1,
+    }
     assert sum(fates.counts.values()) == fates.total
     assert dict(fates.details["placed"]) == {
-        "still running at the end": 2, "finished (their run time was over)": 1,
-        "evicted on Berth's command (preemption, spot drain)": 1, "deleted with their node (spot reclaim, node removal)": 1}
+        "still running at the end": 2,
+        "finished (their run time was over)": 1,
+        "evicted on Berth's command (preemption, spot drain)": 1,
+        "deleted with their node (spot reclaim, node removal)": 1,
+    }
     assert fates.details["unschedulable"] == [("Insufficient nvidia.com/gpu", 2)]
     assert dict(fates.details["deleted_while_pending"]) == {
         "removed by a pool scale-down after an unschedulable verdict": 1,
-        "removed by a pool scale-down before any verdict": 1}
+        "removed by a pool scale-down before any verdict": 1,
+    }
     # the bar: of the 8 pods Berth has to decide (5 placed, 2 unschedulable, 1 waiting), 7 are decided
     assert (fates.decided, fates.decidable) == (7, 8)
     rows = pod_rows(fates)
     assert rows[0][1] == fates.total == sum(n for _, n, depth in rows if depth == 1)
     for i, (_, count, depth) in enumerate(rows):
         if depth == 1 and i + 1 < len(rows) and rows[i + 1][2] == 2:
-            subs = [n for _, n, d in rows[i + 1:][:next((j for j, r in enumerate(rows[i + 1:]) if r[2] != 2),
-                                                        len(rows) - i - 1)]]
+            subs = [
+                n
+                for _, n, d in rows[i + 1 :][
+                    : next((j for j, r in enumerate(rows[i + 1 :]) if r[2] != 2), len(rows) - i - 1)
+                ]
+            ]
             assert sum(subs) == count
 
 
-@pytest.mark.parametrize(("message", "row"), [
-    ("0/120 nodes are available: 8 node(s) had untolerated taint(s), 112 Insufficient nvidia.com/gpu. "
-     "preemption: 0/120 nodes are available: 120 No preemption victims found for incoming pod.",
-     "Insufficient nvidia.com/gpu"),
-    ("pod group ml/big did not fit as a whole: only 1 of minMember 3 could be placed",
-     "gang did not fit as a whole (fewer than minMember placeable)"),
-    ("pod group ml/g has 2 pending pods, fewer than minMember 4", "gang waiting for members (fewer pending than minMember)"),
-    ("", "(no message)"),
-])
+@pytest.mark.parametrize(
+    ("message", "row"),
+    [
+        (
+            "0/120 nodes are available: 8 node(s) had untolerated taint(s), 112 Insufficient nvidia.com/gpu. "
+            "preemption: 0/120 nodes are available: 120 No preemption victims found for incoming pod.",
+            "Insufficient nvidia.com/gpu",
+        ),
+        (
+            "pod group ml/big did not fit as a whole: only 1 of minMember 3 could be placed",
+            "gang did not fit as a whole (fewer than minMember placeable)",
+        ),
+        (
+            "pod group ml/g has 2 pending pods, fewer than minMember 4",
+            "gang waiting for members (fewer pending than minMember)",
+        ),
+        ("", "(no message)"),
+    ],
+)
 def test_reason_rows(message, row):
     assert reason_class(message) == row

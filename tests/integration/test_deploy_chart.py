@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from berth_dev.devstack.helm import (
     COLD_BUILD_NOTE,
     RELEASE_NAMESPACE,
@@ -80,7 +79,8 @@ def committed() -> list[dict[str, Any]]:
 def test_committed_manifests_are_the_charts_current_rendering(helm: Path) -> None:
     rendered = render_manifests(helm)
     assert manifests_path().read_text() == rendered, (
-        f"{manifests_path()} is stale: run `make deploy-render` and commit the result")
+        f"{manifests_path()} is stale: run `make deploy-render` and commit the result"
+    )
 
 
 def test_chart_lints_strictly(helm: Path) -> None:
@@ -115,9 +115,14 @@ def _dynamic(api: Any) -> Any:
 def _apply(dynamic: Any, doc: dict[str, Any], *, dry_run: bool) -> Any:
     """Server-side apply, as ``kubectl apply --server-side [--dry-run=server]`` does."""
     resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-    return dynamic.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
-                                     field_manager=FIELD_MANAGER, force_conflicts=True,
-                                     dry_run="All" if dry_run else None)
+    return dynamic.server_side_apply(
+        resource,
+        body=doc,
+        namespace=doc["metadata"].get("namespace"),
+        field_manager=FIELD_MANAGER,
+        force_conflicts=True,
+        dry_run="All" if dry_run else None,
+    )
 
 
 def _ensure_namespace(api: Any, name: str) -> None:
@@ -171,8 +176,9 @@ def _dry_run_all(api: Any, documents: list[dict[str, Any]]) -> list[str]:
     return accepted
 
 
-def test_rendered_manifests_apply_with_server_side_dry_run(api: Any, committed: list[dict[str, Any]],
-                                                           crds_installed: list[str]) -> None:
+def test_rendered_manifests_apply_with_server_side_dry_run(
+    api: Any, committed: list[dict[str, Any]], crds_installed: list[str]
+) -> None:
     from kubernetes.client import AppsV1Api
     from kubernetes.client.exceptions import ApiException
 
@@ -181,26 +187,54 @@ def test_rendered_manifests_apply_with_server_side_dry_run(api: Any, committed: 
     accepted = _dry_run_all(api, committed)
     assert len(accepted) == len(committed) - len(crds_installed)
     assert {name.split("/")[0] for name in accepted} >= {
-        "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "Deployment", "Job", "PodDisruptionBudget"}
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "Job",
+        "PodDisruptionBudget",
+    }
     with pytest.raises(ApiException) as missing:  # a dry run persists nothing
         AppsV1Api(api).read_namespaced_deployment("berth-decision", RELEASE_NAMESPACE)
     assert missing.value.status == 404
 
 
 def test_a_release_with_tls_sasl_and_pools_applies_with_server_side_dry_run(
-        helm: Path, api: Any, crds_installed: list[str]) -> None:
+    helm: Path, api: Any, crds_installed: list[str]
+) -> None:
     from berth_dev.devstack.helm import chart_dir
 
     namespace = "berth-values-test"
-    text = run_helm([
-        "template", "gpu-sched", str(chart_dir()), "--namespace", namespace,
-        "--set", "kafka.securityProtocol=SASL_SSL", "--set", "kafka.sasl.existingSecret=kafka-user",
-        "--set", "kafka.tls.existingSecret=kafka-ca", "--set", "database.sslmode=verify-full",
-        "--set", "migrations.enabled=false", "--set", "audit.replicas=2",
-        "--set-json", 'pools={"serving/llama-70b": {"tokens_per_second_per_replica": 2000, "ttft_slo_ms": 2000}}',
-        "--set-json", 'tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
-    ], helm=helm)
+    text = run_helm(
+        [
+            "template",
+            "gpu-sched",
+            str(chart_dir()),
+            "--namespace",
+            namespace,
+            "--set",
+            "kafka.securityProtocol=SASL_SSL",
+            "--set",
+            "kafka.sasl.existingSecret=kafka-user",
+            "--set",
+            "kafka.tls.existingSecret=kafka-ca",
+            "--set",
+            "database.sslmode=verify-full",
+            "--set",
+            "migrations.enabled=false",
+            "--set",
+            "audit.replicas=2",
+            "--set-json",
+            'pools={"serving/llama-70b": {"tokens_per_second_per_replica": 2000, "ttft_slo_ms": 2000}}',
+            "--set-json",
+            'tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
+        ],
+        helm=helm,
+    )
     documents = _documents(text)
     assert not [doc for doc in documents if doc["kind"] == "Job"]
     _ensure_namespace(api, namespace)
@@ -217,28 +251,47 @@ SERVICE_MONITOR_CRD: dict[str, Any] = {
     "spec": {
         "group": "monitoring.coreos.com",
         "scope": "Namespaced",
-        "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors",
-                  "singular": "servicemonitor"},
-        "versions": [{
-            "name": "v1", "served": True, "storage": True,
-            "schema": {"openAPIV3Schema": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": True,
-                "properties": {"spec": {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                    "required": ["selector", "endpoints"],
-                    "properties": {
-                        "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                        "endpoints": {"type": "array", "items": {
-                            "type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                            "properties": {"port": {"type": "string"},
-                                           "interval": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
-                                           "scrapeTimeout": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}}}},
-                    },
-                }},
-            }},
-        }],
+        "names": {
+            "kind": "ServiceMonitor",
+            "listKind": "ServiceMonitorList",
+            "plural": "servicemonitors",
+            "singular": "servicemonitor",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                                "required": ["selector", "endpoints"],
+                                "properties": {
+                                    "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                    "endpoints": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "x-kubernetes-preserve-unknown-fields": True,
+                                            "properties": {
+                                                "port": {"type": "string"},
+                                                "interval": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
+                                                "scrapeTimeout": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
+                                            },
+                                        },
+                                    },
+                                },
+                            }
+                        },
+                    }
+                },
+            }
+        ],
     },
 }
 
@@ -258,21 +311,34 @@ def service_monitor_crd(api: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def everything_on(helm: Path) -> list[dict[str, Any]]:
-    text = run_helm(["template", "gpu", str(chart_dir()), "--namespace", "berth-platform",
-                     "-f", str(chart_dir() / "ci" / "everything-on-values.yaml")], helm=helm)
+    text = run_helm(
+        [
+            "template",
+            "gpu",
+            str(chart_dir()),
+            "--namespace",
+            "berth-platform",
+            "-f",
+            str(chart_dir() / "ci" / "everything-on-values.yaml"),
+        ],
+        helm=helm,
+    )
     return _documents(text)
 
 
 def test_the_everything_on_release_applies_with_server_side_dry_run(
-        api: Any, everything_on: list[dict[str, Any]], crds_installed: list[str], service_monitor_crd: str) -> None:
+    api: Any, everything_on: list[dict[str, Any]], crds_installed: list[str], service_monitor_crd: str
+) -> None:
     for namespace in {doc["metadata"].get("namespace") for doc in everything_on} - {None}:
         _ensure_namespace(api, namespace)
     accepted = _dry_run_all(api, everything_on)
     assert "ServiceMonitor/gpu-sched" in accepted
-    assert {f"PodDisruptionBudget/gpu-sched-{c}" for c in ("ingest", "token-lag", "decision", "binder", "audit")} \
-        <= set(accepted)
-    assert {f"Deployment/gpu-sched-{c}" for c in ("ingest", "inventory", "token-lag", "decision", "binder", "audit")} \
-        <= set(accepted)
+    assert {
+        f"PodDisruptionBudget/gpu-sched-{c}" for c in ("ingest", "token-lag", "decision", "binder", "audit")
+    } <= set(accepted)
+    assert {
+        f"Deployment/gpu-sched-{c}" for c in ("ingest", "inventory", "token-lag", "decision", "binder", "audit")
+    } <= set(accepted)
     assert len(accepted) == len(everything_on)
     (monitor,) = [doc for doc in everything_on if doc["kind"] == "ServiceMonitor"]
     assert monitor["metadata"]["namespace"] == "monitoring"
@@ -283,9 +349,12 @@ def test_the_apiserver_refuses_a_bad_service_monitor_interval(api: Any, service_
     from kubernetes.client.exceptions import ApiException
 
     _ensure_namespace(api, "monitoring")
-    bad = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-           "metadata": {"name": "bad-interval", "namespace": "monitoring"},
-           "spec": {"selector": {}, "endpoints": [{"port": "metrics", "interval": "soon"}]}}
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "bad-interval", "namespace": "monitoring"},
+        "spec": {"selector": {}, "endpoints": [{"port": "metrics", "interval": "soon"}]},
+    }
     with pytest.raises(ApiException) as refused:
         _apply(_dynamic(api), bad, dry_run=True)
     assert refused.value.status == 422 and "interval" in str(refused.value.body)
@@ -300,12 +369,21 @@ def _pods_of(documents: list[dict[str, Any]], namespace: str) -> list[dict[str, 
     for doc in documents:
         if doc["kind"] in ("Deployment", "Job"):
             template = doc["spec"]["template"]
-            spec = {key: value for key, value in template["spec"].items()
-                    if key != "priorityClassName"}  # the Priority admission wants the class to exist
-            pods.append({"apiVersion": "v1", "kind": "Pod",
-                         "metadata": {"name": doc["metadata"]["name"], "namespace": namespace,
-                                      "labels": template["metadata"]["labels"]},
-                         "spec": spec})
+            spec = {
+                key: value for key, value in template["spec"].items() if key != "priorityClassName"
+            }  # the Priority admission wants the class to exist
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": doc["metadata"]["name"],
+                        "namespace": namespace,
+                        "labels": template["metadata"]["labels"],
+                    },
+                    "spec": spec,
+                }
+            )
     return pods
 
 
@@ -314,15 +392,28 @@ def restricted_namespace(api: Any) -> str:
     from kubernetes.client import CoreV1Api
 
     _ensure_namespace(api, RESTRICTED_NAMESPACE)
-    CoreV1Api(api).patch_namespace(RESTRICTED_NAMESPACE, {"metadata": {"labels": {
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    CoreV1Api(api).patch_namespace(
+        RESTRICTED_NAMESPACE,
+        {
+            "metadata": {
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                }
+            }
+        },
+    )
     return RESTRICTED_NAMESPACE
 
 
 @pytest.mark.parametrize("values", ["default", "everything-on"])
 def test_every_pod_meets_the_restricted_pod_security_standard(
-        api: Any, committed: list[dict[str, Any]], everything_on: list[dict[str, Any]], restricted_namespace: str,
-        values: str) -> None:
+    api: Any,
+    committed: list[dict[str, Any]],
+    everything_on: list[dict[str, Any]],
+    restricted_namespace: str,
+    values: str,
+) -> None:
     pods = _pods_of(committed if values == "default" else everything_on, restricted_namespace)
     assert len(pods) == 7  # six services and the migration Job
     dynamic = _dynamic(api)
@@ -330,12 +421,21 @@ def test_every_pod_meets_the_restricted_pod_security_standard(
         _apply(dynamic, pod, dry_run=True)
 
 
-def test_the_restricted_standard_refuses_a_privileged_override(
-        helm: Path, api: Any, restricted_namespace: str) -> None:
+def test_the_restricted_standard_refuses_a_privileged_override(helm: Path, api: Any, restricted_namespace: str) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    text = run_helm(["template", "berth", str(chart_dir()), "--namespace", RELEASE_NAMESPACE,
-                     "--set", "binder.securityContext.allowPrivilegeEscalation=true"], helm=helm)
+    text = run_helm(
+        [
+            "template",
+            "berth",
+            str(chart_dir()),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--set",
+            "binder.securityContext.allowPrivilegeEscalation=true",
+        ],
+        helm=helm,
+    )
     (pod,) = [p for p in _pods_of(_documents(text), restricted_namespace) if p["metadata"]["name"] == "berth-binder"]
     with pytest.raises(ApiException) as refused:
         _apply(_dynamic(api), pod, dry_run=True)
@@ -361,20 +461,40 @@ def rbac_installed(api: Any, committed: list[dict[str, Any]], crds_installed: li
             dynamic.delete(resource, name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"))
 
 
-def _allowed(api: Any, account: str, verb: str, resource: str, *, group: str = "", subresource: str = "",
-             namespace: str | None = "team-a") -> bool:
+def _allowed(
+    api: Any,
+    account: str,
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    subresource: str = "",
+    namespace: str | None = "team-a",
+) -> bool:
     """What the apiserver's authorizer answers for ServiceAccount ``berth/<account>``."""
     from kubernetes.client import AuthorizationV1Api
 
-    review = AuthorizationV1Api(api).create_subject_access_review({
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {
-            "user": f"system:serviceaccount:{RELEASE_NAMESPACE}:{account}",
-            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NAMESPACE}", "system:authenticated"],
-            "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": subresource,
-                                   **({"namespace": namespace} if namespace else {})},
-        },
-    })
+    review = AuthorizationV1Api(api).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{RELEASE_NAMESPACE}:{account}",
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{RELEASE_NAMESPACE}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    **({"namespace": namespace} if namespace else {}),
+                },
+            },
+        }
+    )
     return bool(review.status.allowed)
 
 
@@ -412,32 +532,57 @@ ACCESS = [
     ("berth-ingest", "create", "pods", "", "binding", "team-a", False),
     ("berth-ingest", "patch", "nodes", "", "", None, False),
     ("berth-ingest", "get", "secrets", "", "", RELEASE_NAMESPACE, False),
-    *[(f"berth-{component}", verb, resource, group, "", namespace, False)
-      for component in ("decision", "inventory", "token-lag", "audit")
-      for verb, resource, group, namespace in [("get", "pods", "", "team-a"), ("list", "nodes", "", None),
-                                               ("create", "leases", "coordination.k8s.io", RELEASE_NAMESPACE),
-                                               ("get", "configmaps", "", RELEASE_NAMESPACE)]],
+    *[
+        (f"berth-{component}", verb, resource, group, "", namespace, False)
+        for component in ("decision", "inventory", "token-lag", "audit")
+        for verb, resource, group, namespace in [
+            ("get", "pods", "", "team-a"),
+            ("list", "nodes", "", None),
+            ("create", "leases", "coordination.k8s.io", RELEASE_NAMESPACE),
+            ("get", "configmaps", "", RELEASE_NAMESPACE),
+        ]
+    ],
 ]
 
 
-@pytest.mark.parametrize(("account", "verb", "resource", "group", "subresource", "namespace", "allowed"), ACCESS,
-                         ids=[f"{a}-{v}-{r}{'/' + s if s else ''}-{'allowed' if ok else 'denied'}"
-                              for a, v, r, _g, s, _n, ok in ACCESS])
-def test_least_privilege_per_component(api: Any, rbac_installed: None, account: str, verb: str, resource: str,
-                                       group: str, subresource: str, namespace: str | None, allowed: bool) -> None:
-    assert _allowed(api, account, verb, resource, group=group, subresource=subresource,
-                    namespace=namespace) is allowed
+@pytest.mark.parametrize(
+    ("account", "verb", "resource", "group", "subresource", "namespace", "allowed"),
+    ACCESS,
+    ids=[f"{a}-{v}-{r}{'/' + s if s else ''}-{'allowed' if ok else 'denied'}" for a, v, r, _g, s, _n, ok in ACCESS],
+)
+def test_least_privilege_per_component(
+    api: Any,
+    rbac_installed: None,
+    account: str,
+    verb: str,
+    resource: str,
+    group: str,
+    subresource: str,
+    namespace: str | None,
+    allowed: bool,
+) -> None:
+    assert _allowed(api, account, verb, resource, group=group, subresource=subresource, namespace=namespace) is allowed
 
 
 def test_ingest_may_update_its_own_lease_only(api: Any, rbac_installed: None) -> None:
     from kubernetes.client import AuthorizationV1Api
 
     def update(namespace: str, name: str) -> bool:
-        review = AuthorizationV1Api(api).create_subject_access_review({"spec": {
-            "user": f"system:serviceaccount:{RELEASE_NAMESPACE}:berth-ingest",
-            "groups": ["system:serviceaccounts", "system:authenticated"],
-            "resourceAttributes": {"verb": "update", "group": "coordination.k8s.io", "resource": "leases",
-                                   "namespace": namespace, "name": name}}})
+        review = AuthorizationV1Api(api).create_subject_access_review(
+            {
+                "spec": {
+                    "user": f"system:serviceaccount:{RELEASE_NAMESPACE}:berth-ingest",
+                    "groups": ["system:serviceaccounts", "system:authenticated"],
+                    "resourceAttributes": {
+                        "verb": "update",
+                        "group": "coordination.k8s.io",
+                        "resource": "leases",
+                        "namespace": namespace,
+                        "name": name,
+                    },
+                }
+            }
+        )
         return bool(review.status.allowed)
 
     assert update(RELEASE_NAMESPACE, "berth-ingest")
@@ -453,7 +598,9 @@ def _client_as(kube: KubeConnection, admin_api: Any, account: str, tmp_path: Pat
 
     user = f"system:serviceaccount:{RELEASE_NAMESPACE}:{account}"
     if kube.control_plane is not None:
-        path = kube.control_plane.service_account_kubeconfig(RELEASE_NAMESPACE, account, tmp_path / f"{account}.kubeconfig")
+        path = kube.control_plane.service_account_kubeconfig(
+            RELEASE_NAMESPACE, account, tmp_path / f"{account}.kubeconfig"
+        )
         with KubeConnection.from_kubeconfig(path).api_client(pool_size=2) as client:
             yield client
         return
@@ -467,7 +614,8 @@ def _client_as(kube: KubeConnection, admin_api: Any, account: str, tmp_path: Pat
 
 
 def test_service_account_tokens_bind_watch_and_are_refused_as_the_roles_say(
-        kube_apiserver: KubeConnection, api: Any, rbac_installed: None, tmp_path: Path) -> None:
+    kube_apiserver: KubeConnection, api: Any, rbac_installed: None, tmp_path: Path
+) -> None:
     from kubernetes.client import CoreV1Api
     from kubernetes.client.exceptions import ApiException
 
@@ -475,14 +623,22 @@ def test_service_account_tokens_bind_watch_and_are_refused_as_the_roles_say(
     admin = CoreV1Api(api)
     _ensure_namespace(api, namespace)
     admin.create_node({"metadata": {"name": node}})
-    admin.create_namespaced_pod(namespace, {
-        "metadata": {"name": pod},
-        "spec": {"schedulerName": "berth", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
+    admin.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": pod},
+            "spec": {"schedulerName": "berth", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        },
+    )
     try:
         uid = admin.read_namespaced_pod(pod, namespace).metadata.uid
         # pods/{name}/binding with the pod's UID as precondition, as the binder and kube-scheduler do.
-        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "uid": uid},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
 
         with _client_as(kube_apiserver, api, "berth-ingest", tmp_path) as ingest_api:
             ingest = CoreV1Api(ingest_api)

@@ -17,15 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes.client import CoreV1Api
-
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection
 from berth_dev.devstack.procs import is_running
 from berth_dev.devstack.stack import SERVICE_ORDER
+from kubernetes.client import CoreV1Api
 
 pytestmark = pytest.mark.integration
-
 
 
 def _wait(check, what: str, timeout: float) -> object:
@@ -65,20 +63,37 @@ def test_dev_up_with_kubernetes_runs_berth_and_down_stops_it(tmp_path: Path) -> 
         assert shown.returncode == 0, shown.stdout + shown.stderr
         assert "not answering" not in shown.stdout
         for name in ("kafka", "postgres", "kubernetes", *SERVICE_ORDER):
-            assert any(line.split()[:1] == [name] and "answering" in line for line in shown.stdout.splitlines()), \
-                (name, shown.stdout)
+            assert any(line.split()[:1] == [name] and "answering" in line for line in shown.stdout.splitlines()), (
+                name,
+                shown.stdout,
+            )
 
         # Berth schedules: nodes and a pod with schedulerName berth, through the API only. (The
         # node pool keeps the pod and its nodes in one cell, whatever the names hash to.)
         with KubeConnection.from_kubeconfig(printed["BERTH_KUBECONFIG"]).api_client() as api:
             nodes = create_fake_nodes(api, 2, prefix="dev-", labels={"berth.io/node-pool": "dev"})
-            CoreV1Api(api).create_namespaced_pod("default", {
-                "metadata": {"name": "hello"},
-                "spec": {"schedulerName": "berth", "nodeSelector": {"berth.io/node-pool": "dev"},
-                         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
-            pod = _wait(lambda: (p := CoreV1Api(api).read_namespaced_pod("hello", "default")).spec.node_name and p,
-                        "the pod bound", timeout=120)
+            CoreV1Api(api).create_namespaced_pod(
+                "default",
+                {
+                    "metadata": {"name": "hello"},
+                    "spec": {
+                        "schedulerName": "berth",
+                        "nodeSelector": {"berth.io/node-pool": "dev"},
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                            }
+                        ],
+                    },
+                },
+            )
+            pod = _wait(
+                lambda: (p := CoreV1Api(api).read_namespaced_pod("hello", "default")).spec.node_name and p,
+                "the pod bound",
+                timeout=120,
+            )
             assert pod.spec.node_name in nodes
             assert len(pod.metadata.annotations["berth.io/gpu-devices"].split(",")) == 1
 

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
 from berth_dev.devstack.kafka import KafkaProcess, fetch_cluster_metadata
 from berth_dev.devstack.procs import is_running, pids_mentioning
+
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
-
 
 
 # --- the fixtures provide working services ------------------------------------------------------
@@ -42,8 +41,11 @@ async def test_kafka_produce_consume_round_trip(kafka_bootstrap: str, topic_name
         await producer.stop()
 
     consumer = AIOKafkaConsumer(
-        topic_name, bootstrap_servers=kafka_bootstrap, group_id=f"{topic_name}.group",
-        auto_offset_reset="earliest", enable_auto_commit=False,
+        topic_name,
+        bootstrap_servers=kafka_bootstrap,
+        group_id=f"{topic_name}.group",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
     )
     await consumer.start()
     try:

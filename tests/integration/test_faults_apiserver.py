@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import CoreV1Api
-from kubernetes.client.exceptions import ApiException
-
 from berth.services.audit import db
-from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
 from berth_dev.demo import _kafka_counts, _replay, _wait_for_audit
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection, KubeControlPlane
 from berth_dev.devstack.scratch import empty_kafka, scratch_database
 from berth_dev.supervisor import Supervisor, create_pipeline_topics
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
 from tests.faults_kit import (
     GPU,
     KUBE_SERVICES,
@@ -104,7 +104,7 @@ def _create_with_retry(core: CoreV1Api, body: dict[str, Any], deadline: float) -
                 return core.read_namespaced_pod(name, NAMESPACE, _request_timeout=5).metadata.uid
             if exc.status and exc.status < 500 and exc.status != 429:
                 raise
-        except Exception:  # noqa: BLE001 - connection refused/reset while the apiserver restarts
+        except Exception:
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"could not create pod {name}")
@@ -112,12 +112,19 @@ def _create_with_retry(core: CoreV1Api, body: dict[str, Any], deadline: float) -
 
 
 def test_apiserver_restart_mid_run_binds_every_pod_once(
-        control_plane: KubeControlPlane, module_kafka: str, module_database: str, tmp_path: Path):
+    control_plane: KubeControlPlane, module_kafka: str, module_database: str, tmp_path: Path
+):
     kubeconfig = control_plane.kubeconfig_path
-    settings = BerthSettings(kafka=KafkaSettings(bootstrap=module_kafka), database=DatabaseSettings(url=module_database))
+    settings = BerthSettings(
+        kafka=KafkaSettings(bootstrap=module_kafka), database=DatabaseSettings(url=module_database)
+    )
     asyncio.run(create_pipeline_topics(settings.kafka))
-    env = {"BERTH_KAFKA_BOOTSTRAP": module_kafka, "BERTH_DATABASE_URL": module_database, "BERTH_LOG_LEVEL": "info",
-           "BERTH_LOG_FORMAT": "json"}
+    env = {
+        "BERTH_KAFKA_BOOTSTRAP": module_kafka,
+        "BERTH_DATABASE_URL": module_database,
+        "BERTH_LOG_LEVEL": "info",
+        "BERTH_LOG_FORMAT": "json",
+    }
     args = kube_service_args(kubeconfig, tmp_path)
     started = time.monotonic()
     timeline: list[str] = []
@@ -131,8 +138,11 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
         core = CoreV1Api(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         pools = pools_in_both_cells("faults")
-        nodes = {node: pool for pool in pools
-                 for node in create_fake_nodes(api, NODES_PER_POOL, gpus=8, prefix=f"{pool}-", labels={POOL_LABEL: pool})}
+        nodes = {
+            node: pool
+            for pool in pools
+            for node in create_fake_nodes(api, NODES_PER_POOL, gpus=8, prefix=f"{pool}-", labels={POOL_LABEL: pool})
+        }
         for name in KUBE_SERVICES:
             services.start(name, args[name], wait=False)
         for name in KUBE_SERVICES:
@@ -155,8 +165,10 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
 
         bodies = [pod_body(f"p-{i:03d}", pools[i % 2], gpus=GPUS[i % len(GPUS)]) for i in range(PODS - BURST)]
         burst = [pod_body(f"burst-{i}", pools[i % 2], gpus=1) for i in range(BURST)]
-        requested = {body["metadata"]["name"]: int(body["spec"]["containers"][0]["resources"]["requests"][GPU])
-                     for body in [*bodies, *burst]}
+        requested = {
+            body["metadata"]["name"]: int(body["spec"]["containers"][0]["resources"]["requests"][GPU])
+            for body in [*bodies, *burst]
+        }
         uids: dict[str, str] = {}
         failures: list[BaseException] = []
 
@@ -165,14 +177,17 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
                 for body in bodies:
                     uids[body["metadata"]["name"]] = _create_with_retry(core, body, time.monotonic() + 120)
                     time.sleep(CREATE_EVERY_S)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            except BaseException as exc:
                 failures.append(exc)
 
         creator = threading.Thread(target=create_steadily, name="pod-creator")
         creator.start()
         try:
-            wait_for(lambda: sum(1 for p in pods().values() if p.spec.node_name) >= PODS // 4,
-                     "a quarter of the pods bound", 120)
+            wait_for(
+                lambda: sum(1 for p in pods().values() if p.spec.node_name) >= PODS // 4,
+                "a quarter of the pods bound",
+                120,
+            )
             assert creator.is_alive(), "the restart must land while pods are still being created"
             # Binds in flight when the apiserver goes: the binder is paused (SIGSTOP) while a burst
             # of pods is created and decided, the apiserver is killed (SIGKILL, as a crash would:
@@ -197,8 +212,13 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
             creator.join()
         note("all pods created")
         assert not failures, failures
-        bound = wait_for(lambda: (found := pods()) and len(found) == PODS
-                         and all(p.spec.node_name for p in found.values()) and found, "every pod bound", 180)
+        bound = wait_for(
+            lambda: (
+                (found := pods()) and len(found) == PODS and all(p.spec.node_name for p in found.values()) and found
+            ),
+            "every pod bound",
+            180,
+        )
         note("every pod bound")
 
         # None lost, none re-created: every pod is the one created, bound on a node of its pool,
@@ -227,8 +247,9 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
         assert {uid: len(applied[uid]) for uid in ours} == dict.fromkeys(ours, 1)
         placing = {command_id for command_id, pod_uids in commands.items() if ours & set(pod_uids)}
         outcomes = [result for result in asyncio.run(results(settings)) if result.command_id in placing]
-        assert outcomes and all(result.status == "applied" for result in outcomes), \
-            [(r.status, r.reason) for r in outcomes if r.status != "applied"]
+        assert outcomes and all(result.status == "applied" for result in outcomes), [
+            (r.status, r.reason) for r in outcomes if r.status != "applied"
+        ]
         failed_commands = {result.command_id for result in outcomes if result.status == "failed"}
         retried = sum(1 for result in outcomes if result.attempts > 1)
         assert retried >= 1, "no bind met the stopped apiserver: the run did not test the binder's retries"
@@ -236,13 +257,20 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
 
         # Events still written: one Scheduled event per pod, and no FailedScheduling.
         def scheduled() -> dict[str, int] | None:
-            found = Counter(event.involved_object.name for event in core.list_namespaced_event(NAMESPACE).items
-                            if event.reason == "Scheduled" and event.involved_object.name in requested)
+            found = Counter(
+                event.involved_object.name
+                for event in core.list_namespaced_event(NAMESPACE).items
+                if event.reason == "Scheduled" and event.involved_object.name in requested
+            )
             return dict(found) if len(found) == PODS else None
+
         assert wait_for(scheduled, "a Scheduled event for every pod", 60) == dict.fromkeys(requested, 1)
         names_by_uid = {uid: name for name, uid in uids.items()}
-        failed = {event.involved_object.name for event in core.list_namespaced_event(NAMESPACE).items
-                  if event.reason == "FailedScheduling" and event.involved_object.name in requested}
+        failed = {
+            event.involved_object.name
+            for event in core.list_namespaced_event(NAMESPACE).items
+            if event.reason == "FailedScheduling" and event.involved_object.name in requested
+        }
         assert not failed and not requeued, (failed, {names_by_uid.get(uid) for uid in requeued})
 
         # Ingest: a new term re-listed; no pod missed, no observation published twice.
@@ -263,10 +291,12 @@ def test_apiserver_restart_mid_run_binds_every_pod_once(
         assert report.compared == audited and report.mismatches == [], report.mismatches[:5]
         note("checked")
     print("\n" + "\n".join(timeline))
-    print(f"{PODS} pods bound once; {len(outcomes)} placing commands, {retried} needed retries "
-          f"(max attempts {max(r.attempts for r in outcomes)}), {len(failed_commands)} failed; "
-          f"ingest relists metric {relists}, "
-          f"'listed' lines {len(listed)}; {audited} decisions audited and replayed, 0 mismatches")
+    print(
+        f"{PODS} pods bound once; {len(outcomes)} placing commands, {retried} needed retries "
+        f"(max attempts {max(r.attempts for r in outcomes)}), {len(failed_commands)} failed; "
+        f"ingest relists metric {relists}, "
+        f"'listed' lines {len(listed)}; {audited} decisions audited and replayed, 0 mismatches"
+    )
 
 
 # --- the binder's patience with an apiserver that does not answer (what the run above relies on) --
@@ -288,9 +318,13 @@ def _place(pod: str) -> Any:
     from berth.schemas import PlacePods, PodPlacement
     from berth.schemas.samples import T0
 
-    return PlacePods(command_id=f"cmd-{pod}", decision_id=f"dec-{pod}", cell=0, issued_at=T0,
-                     placements=(PodPlacement(pod_uid=f"uid-{pod}", namespace="ml", name=pod, node="node-a",
-                                              gpu_devices=(0,)),))
+    return PlacePods(
+        command_id=f"cmd-{pod}",
+        decision_id=f"dec-{pod}",
+        cell=0,
+        issued_at=T0,
+        placements=(PodPlacement(pod_uid=f"uid-{pod}", namespace="ml", name=pod, node="node-a", gpu_devices=(0,)),),
+    )
 
 
 def _fake(pod: str) -> Any:
@@ -324,10 +358,9 @@ async def test_errors_the_apiserver_answers_with_still_spend_it_and_the_patience
 
 
 def test_refused_or_cut_connections_are_no_answer_and_timeouts_are_not():
-    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, ReadTimeoutError
-
     from berth.services.binder.kube_outcomes import Access, Reply, classify
     from berth.services.binder.kube_transport import _no_connection
+    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, ReadTimeoutError
 
     refused = MaxRetryError(None, "/binding", NewConnectionError(None, "[Errno 111] Connection refused"))
     assert _no_connection(refused) and _no_connection(ProtocolError("Connection aborted."))

@@ -24,13 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from berth.bus import ensure_topics
 from berth.services.audit import db
-from berth.settings import BerthSettings
 from berth_dev.devstack.kafka import KafkaCluster
 from berth_dev.devstack.scratch import empty_kafka_cluster, scratch_database
 from berth_dev.supervisor import Supervisor
+
+from berth.bus import ensure_topics
+from berth.settings import BerthSettings
 from tests.faults_kit import drain_and_check, start_sim_pipeline, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(600)]
@@ -40,8 +40,13 @@ STREAM_S = 130.0
 """The pods arrive over two minutes, long enough to cover both faults."""
 DOWN_S = 15.0
 """How long the killed broker stays down (its partitions' leaders move after ~9 s, the session timeout)."""
-BUSY_TOPICS = ("berth.scheduler.inputs.v1", "berth.scheduler.commands.v1", "berth.scheduler.decisions.v1",
-               "berth.cluster.pods.v1", "berth.scheduler.results.v1")
+BUSY_TOPICS = (
+    "berth.scheduler.inputs.v1",
+    "berth.scheduler.commands.v1",
+    "berth.scheduler.decisions.v1",
+    "berth.cluster.pods.v1",
+    "berth.scheduler.results.v1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +63,14 @@ def module_database(database_url: str) -> Iterator[str]:
 
 
 def test_losing_the_busiest_broker_and_a_rolling_restart_lose_nothing(
-        cluster: KafkaCluster, module_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    env = {"BERTH_KAFKA_BOOTSTRAP": cluster.bootstrap_servers, "BERTH_DATABASE_URL": module_database,
-           "BERTH_KAFKA__REPLICATION_FACTOR": "3", "BERTH_LOG_LEVEL": "info"}
+    cluster: KafkaCluster, module_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    env = {
+        "BERTH_KAFKA_BOOTSTRAP": cluster.bootstrap_servers,
+        "BERTH_DATABASE_URL": module_database,
+        "BERTH_KAFKA__REPLICATION_FACTOR": "3",
+        "BERTH_LOG_LEVEL": "info",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = BerthSettings()
@@ -80,8 +90,7 @@ def test_losing_the_busiest_broker_and_a_rolling_restart_lose_nothing(
     with Supervisor(tmp_path / "logs", env) as services:
         pipeline = start_sim_pipeline(services, settings, tmp_path, max_pods=MAX_PODS, stream_s=STREAM_S)
         note("pipeline up")
-        pipeline.wait_until(lambda s: pipeline.arrived_fraction(s) >= 0.2, "a fifth of the pods arrived",
-                            timeout_s=90)
+        pipeline.wait_until(lambda s: pipeline.arrived_fraction(s) >= 0.2, "a fifth of the pods arrived", timeout_s=90)
         victim = cluster.busiest_leader(BUSY_TOPICS)
         cluster.kill(victim)
         note(f"kill -9 broker {victim}")

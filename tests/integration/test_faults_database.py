@@ -21,13 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from berth.bus import ensure_topics
 from berth.services.audit import db
-from berth.settings import BerthSettings
 from berth_dev.devstack.postgres import PostgresProcess
 from berth_dev.devstack.scratch import empty_kafka
 from berth_dev.supervisor import Supervisor
+
+from berth.bus import ensure_topics
+from berth.settings import BerthSettings
 from tests.faults_kit import drain_and_check, log_lines, metric_value, scrape, start_sim_pipeline, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(600)]
@@ -54,9 +54,14 @@ def module_kafka(kafka_bootstrap: str) -> Iterator[str]:
 
 
 def test_postgres_down_30_s_decisions_flow_and_the_audit_catches_up_exactly_once(
-        postgres: PostgresProcess, module_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    env = {"BERTH_KAFKA_BOOTSTRAP": module_kafka, "BERTH_DATABASE_URL": postgres.url, "BERTH_LOG_LEVEL": "info",
-           "BERTH_LOG_FORMAT": "json"}
+    postgres: PostgresProcess, module_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    env = {
+        "BERTH_KAFKA_BOOTSTRAP": module_kafka,
+        "BERTH_DATABASE_URL": postgres.url,
+        "BERTH_LOG_LEVEL": "info",
+        "BERTH_LOG_FORMAT": "json",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = BerthSettings()
@@ -67,8 +72,11 @@ def test_postgres_down_30_s_decisions_flow_and_the_audit_catches_up_exactly_once
         pipeline = start_sim_pipeline(services, settings, tmp_path, max_pods=MAX_PODS, stream_s=STREAM_S)
         audit = services.services["audit"]
         assert metric_value(scrape(audit.metrics_port), "berth_audit_database_up") == 1.0
-        before = pipeline.wait_until(lambda s: pipeline.arrived_fraction(s) >= 0.2 and s["decisions_seen"] > 0,
-                                     "a fifth of the pods arrived and decided", timeout_s=90)
+        before = pipeline.wait_until(
+            lambda s: pipeline.arrived_fraction(s) >= 0.2 and s["decisions_seen"] > 0,
+            "a fifth of the pods arrived and decided",
+            timeout_s=90,
+        )
         postgres.stop_server()
         assert not postgres.is_answering()
         down_at = time.monotonic()
@@ -101,5 +109,12 @@ def test_postgres_down_30_s_decisions_flow_and_the_audit_catches_up_exactly_once
         verdict = drain_and_check(pipeline, min_bound=MAX_PODS // 2)
         assert len(log_lines(audit.log_path, UNREACHABLE)) == 1
         assert len(log_lines(audit.log_path, BACK)) == 1
-    print("\n" + summary(verdict, outage_s=OUTAGE_S, audit_retries=int(retries),
-                         decisions_during_outage=during["decisions_seen"] - before["decisions_seen"]))
+    print(
+        "\n"
+        + summary(
+            verdict,
+            outage_s=OUTAGE_S,
+            audit_retries=int(retries),
+            decisions_during_outage=during["decisions_seen"] - before["decisions_seen"],
+        )
+    )

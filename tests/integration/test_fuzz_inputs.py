@@ -30,11 +30,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-
-from berth.bus import ensure_topics
-from berth.schemas import ALL_TOPICS, DeadLetter, QueueLagObserved
+from berth.schemas import DeadLetter, QueueLagObserved
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import (
@@ -53,20 +49,30 @@ from berth.schemas.topics import (
     SPOT,
     Topic,
 )
-from berth.settings import BerthSettings
 from berth_dev.devstack.procs import free_ports
 from berth_dev.supervisor import Supervisor
 from berth_dev.workloads import write_documents
 from berth_dev.workloads.generate import H100, gpu_node_manifest, pod_manifest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from berth.bus import ensure_topics
+from berth.settings import BerthSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 CONSUMERS: dict[Topic, frozenset[str]] = {
-    PODS: frozenset({"inventory"}), HANDOVERS: frozenset({"inventory"}), NODES: frozenset({"inventory"}),
-    GPU_TELEMETRY: frozenset({"inventory"}), SPOT: frozenset({"inventory"}), POLICIES: frozenset({"inventory"}),
+    PODS: frozenset({"inventory"}),
+    HANDOVERS: frozenset({"inventory"}),
+    NODES: frozenset({"inventory"}),
+    GPU_TELEMETRY: frozenset({"inventory"}),
+    SPOT: frozenset({"inventory"}),
+    POLICIES: frozenset({"inventory"}),
     QUEUE_LAG: frozenset({"token-lag"}),
-    DECISION_INPUTS: frozenset({"decision", "audit"}), COMMANDS: frozenset({"binder", "audit"}),
-    RESULTS: frozenset({"audit"}), DECISIONS: frozenset({"audit"}),
+    DECISION_INPUTS: frozenset({"decision", "audit"}),
+    COMMANDS: frozenset({"binder", "audit"}),
+    RESULTS: frozenset({"audit"}),
+    DECISIONS: frozenset({"audit"}),
 }
 """Every topic the five services consume, and who consumes it (the dead letters' ``consumer``)."""
 
@@ -77,8 +83,10 @@ SAMPLES = {event.type: event for event in one_of_each()}
 # --- bad records ------------------------------------------------------------------------------------
 
 IMPOSSIBLE = st.sampled_from([-1, -8, 10**30, 2**63, -(2**63) - 1, "NaN", "Infinity", "-Infinity", "1e400"])
-WRONG = st.one_of(st.sampled_from([[], {}, [1, 2], {"a": {"b": []}}, True, "x" * 20_000]),
-                  st.text(min_size=1, max_size=30).map(lambda t: {"text": t}))
+WRONG = st.one_of(
+    st.sampled_from([[], {}, [1, 2], {"a": {"b": []}}, True, "x" * 20_000]),
+    st.text(min_size=1, max_size=30).map(lambda t: {"text": t}),
+)
 
 
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -105,8 +113,22 @@ def bad_record(draw: st.DrawFn, topic: Topic) -> tuple[int, bytes | None, bytes 
     record = encode(event, source="fuzz")
     headers, key = list(record.headers), record.key
     tree = json.loads(record.value)
-    kind = draw(st.sampled_from(["bad-json", "wrong-type", "impossible", "unknown-type", "missing-header",
-                                 "unknown-field", "huge", "newer-major", "garbled-header", "missing-field"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "bad-json",
+                "wrong-type",
+                "impossible",
+                "unknown-type",
+                "missing-header",
+                "unknown-field",
+                "huge",
+                "newer-major",
+                "garbled-header",
+                "missing-field",
+            ]
+        )
+    )
     value: bytes | None
     if kind == "bad-json":
         value = draw(st.sampled_from([b"{", b"not json", b"\xff\xfe\x00", b"", b'{"type": '])) or None
@@ -120,7 +142,9 @@ def bad_record(draw: st.DrawFn, topic: Topic) -> tuple[int, bytes | None, bytes 
         else:
             _set(tree, path, "@@")
         text = json.dumps(tree)
-        value = text.replace('"@@"', str(draw(IMPOSSIBLE)) if kind == "impossible" else json.dumps(draw(WRONG))).encode()
+        value = text.replace(
+            '"@@"', str(draw(IMPOSSIBLE)) if kind == "impossible" else json.dumps(draw(WRONG))
+        ).encode()
     elif kind == "unknown-type":
         unknown = draw(st.sampled_from(["io.berth.unknown.v1", "io.berth.cluster.pod-exploded.v1", ""]))
         headers = [(n, unknown.encode() if n == "ce_type" else v) for n, v in headers]
@@ -154,14 +178,22 @@ def generate_bad_records(count: int) -> list[tuple[Topic, tuple[int, Any, Any, A
     topics = sorted(CONSUMERS, key=lambda t: t.name)
     found: list[tuple[Topic, tuple[int, Any, Any, Any]]] = []
 
-    @settings(max_examples=count * 3, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count * 3,
+        phases=[Phase.generate],
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(index=st.integers(min_value=0, max_value=len(topics) - 1), data=st.data())
     def collect(index: int, data: st.DataObject) -> None:
         topic = topics[index]
         record = data.draw(bad_record(topic))  # always drawn: generation must not depend on ``found``
-        if (len(found) < count and sum(t is topic for t, _ in found) <= count // len(topics)
-                and _refused(topic, record[1], record[2], record[3])):
+        if (
+            len(found) < count
+            and sum(t is topic for t, _ in found) <= count // len(topics)
+            and _refused(topic, record[1], record[2], record[3])
+        ):
             found.append((topic, record))
 
     collect()
@@ -181,8 +213,16 @@ def _refused(topic: Topic, key: bytes | None, value: bytes | None, headers: list
 
 def _documents() -> list[dict[str, Any]]:
     nodes = [gpu_node_manifest(f"gpu-{i}", H100, zone="zone-a") for i in range(3)]
-    pods = [pod_manifest(f"job-{i}", NS, requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                         at_s=i * 1.5, gpu_toleration=True) for i in range(PODS_TO_BIND)]
+    pods = [
+        pod_manifest(
+            f"job-{i}",
+            NS,
+            requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            at_s=i * 1.5,
+            gpu_toleration=True,
+        )
+        for i in range(PODS_TO_BIND)
+    ]
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, *nodes, *pods]
 
 
@@ -197,28 +237,30 @@ def _bound(sim_url: str) -> dict[str, str | None]:
     return found
 
 
-async def _publish(bootstrap: str, records: list[tuple[Topic, tuple[int, Any, Any, Any]]], good: list[Any],
-                   services: Supervisor) -> dict[tuple[str, int, int], Topic]:
+async def _publish(
+    bootstrap: str, records: list[tuple[Topic, tuple[int, Any, Any, Any]]], good: list[Any], services: Supervisor
+) -> dict[tuple[str, int, int], Topic]:
     """Publish the bad records in rounds, a good queue-lag observation between rounds; returns
     the position of each bad record."""
     positions: dict[tuple[str, int, int], Topic] = {}
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2_000_000, linger_ms=5,
-                                enable_idempotence=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, max_request_size=2_000_000, linger_ms=5, enable_idempotence=True
+    )
     await producer.start()
     try:
         rounds = 6
         for round_ in range(rounds):
             chunk = records[round_::rounds]
-            futures = [(topic, await producer.send(topic.name, value=value, key=key, headers=headers,
-                                                   partition=partition))
-                       for topic, (partition, key, value, headers) in chunk]
+            futures = [
+                (topic, await producer.send(topic.name, value=value, key=key, headers=headers, partition=partition))
+                for topic, (partition, key, value, headers) in chunk
+            ]
             for topic, future in futures:
                 metadata = await future
                 positions[(metadata.topic, metadata.partition, metadata.offset)] = topic
             event = good[round_]
             encoded = encode(event, source="fuzz-test")
-            await producer.send_and_wait(QUEUE_LAG.name, value=encoded.value, key=encoded.key,
-                                         headers=encoded.headers)
+            await producer.send_and_wait(QUEUE_LAG.name, value=encoded.value, key=encoded.key, headers=encoded.headers)
             services.check_alive()
             await asyncio.sleep(1.5)
     finally:
@@ -227,9 +269,16 @@ async def _publish(bootstrap: str, records: list[tuple[Topic, tuple[int, Any, An
 
 
 async def _read_all(bootstrap: str, topics: list[str], idle_s: float = 3.0) -> list[Any]:
-    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                enable_auto_commit=False, isolation_level="read_committed",
-                                fetch_max_bytes=8_000_000, max_partition_fetch_bytes=4_000_000)
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        fetch_max_bytes=8_000_000,
+        max_partition_fetch_bytes=4_000_000,
+    )
     await consumer.start()
     records: list[Any] = []
     try:
@@ -248,8 +297,10 @@ def _dead_letters(bootstrap: str) -> list[DeadLetter]:
     return [decode(DEAD_LETTER, r.key, r.value, r.headers).event for r in records]
 
 
-_SAMPLE = re.compile(r'^(berth_records_consumed_total|berth_dead_lettered_records_total)'
-                     r'\{consumer="([^"]+)",topic="([^"]+)"\} ([0-9.e+]+)$')
+_SAMPLE = re.compile(
+    r"^(berth_records_consumed_total|berth_dead_lettered_records_total)"
+    r'\{consumer="([^"]+)",topic="([^"]+)"\} ([0-9.e+]+)$'
+)
 
 
 def _counters(services: Supervisor) -> dict[str, Counter[tuple[str, str]]]:
@@ -278,7 +329,8 @@ def _wait(services: Supervisor, predicate: Any, what: str, timeout: float) -> No
 
 
 def test_bad_records_on_every_consumed_topic_are_dead_lettered_and_the_services_carry_on(
-        own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    own_kafka: str, fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     env = {"BERTH_KAFKA_BOOTSTRAP": own_kafka, "BERTH_DATABASE_URL": fresh_database}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -289,8 +341,16 @@ def test_bad_records_on_every_consumed_topic_are_dead_lettered_and_the_services_
     assert len(bad) >= BAD_RECORDS * 0.9, len(bad)
     random.Random(15).shuffle(bad)
     lag_sample = SAMPLES["io.berth.inference.queue-lag.v1"]
-    good = [QueueLagObserved(pool=POOL, namespace=NS, tokens_in_queue=1000 * (i + 1), token_rate=500.0,
-                             observed_at=lag_sample.observed_at + timedelta(seconds=i)) for i in range(6)]
+    good = [
+        QueueLagObserved(
+            pool=POOL,
+            namespace=NS,
+            tokens_in_queue=1000 * (i + 1),
+            token_rate=500.0,
+            observed_at=lag_sample.observed_at + timedelta(seconds=i),
+        )
+        for i in range(6)
+    ]
 
     workload = tmp_path / "workload.yaml"
     write_documents(_documents(), workload)
@@ -302,8 +362,10 @@ def test_bad_records_on_every_consumed_topic_are_dead_lettered_and_the_services_
         services.start("decision", ["run"])
         services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
         services.start("audit", ["run"])
-        services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", "1",
-                                       "--port", str(sim_port), "--no-progress"])
+        services.start(
+            "cluster-sim",
+            ["run", "--workload", str(workload), "--speed", "1", "--port", str(sim_port), "--no-progress"],
+        )
 
         positions = asyncio.run(_publish(own_kafka, bad, good, services))
         expected = {(t, p, o, consumer) for (t, p, o), topic in positions.items() for consumer in CONSUMERS[topic]}
@@ -327,14 +389,19 @@ def test_bad_records_on_every_consumed_topic_are_dead_lettered_and_the_services_
             records_in.clear()
             records_in.update(r.topic for r in asyncio.run(_read_all(own_kafka, [t.name for t in CONSUMERS], idle_s=1)))
             counters.update(_counters(services))
-            return all(counters["consumed"][(consumer, topic.name)] == records_in[topic.name]
-                       for topic, consumers in CONSUMERS.items() for consumer in consumers)
+            return all(
+                counters["consumed"][(consumer, topic.name)] == records_in[topic.name]
+                for topic, consumers in CONSUMERS.items()
+                for consumer in consumers
+            )
 
         time.sleep(3)  # anything beyond the expected dead letters would show up now
         letters[:] = _dead_letters(own_kafka)
         _wait(services, all_consumed, "every record consumed", timeout=45)
-        lag_states = [decode(LAG_STATE, r.key, r.value, r.headers).event
-                      for r in asyncio.run(_read_all(own_kafka, [LAG_STATE.name], idle_s=2))]
+        lag_states = [
+            decode(LAG_STATE, r.key, r.value, r.headers).event
+            for r in asyncio.run(_read_all(own_kafka, [LAG_STATE.name], idle_s=2))
+        ]
         services.check_alive()
 
     found = Counter((d.source_topic, d.source_partition, d.source_offset, d.consumer) for d in letters)
@@ -346,7 +413,8 @@ def test_bad_records_on_every_consumed_topic_are_dead_lettered_and_the_services_
     assert not duplicates, f"dead-lettered more than once: {list(duplicates)[:5]}"
     assert all(letter.reason for letter in letters)
     assert any("truncated" in letter.reason for letter in letters) or not any(
-        len(value or b"") > 600_000 for _, (_, _, value, _) in bad)
+        len(value or b"") > 600_000 for _, (_, _, value, _) in bad
+    )
     by_topic = Counter(topic.name for topic in positions.values())
     assert set(by_topic) == {topic.name for topic in CONSUMERS}, by_topic
     # Records in = accepted + dead-lettered, for every consumer of every topic: each consumed every

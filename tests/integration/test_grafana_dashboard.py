@@ -12,16 +12,30 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from berth_dev.supervisor import Supervisor
 
 from berth.bus import ensure_topics
 from berth.settings import BerthSettings
-from berth_dev.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "berth.json"
-FUNCTIONS = {"sum", "rate", "increase", "histogram_quantile", "max", "min", "avg", "by", "le", "without",
-             "irate", "count", "topk", "bottomk"}
+FUNCTIONS = {
+    "sum",
+    "rate",
+    "increase",
+    "histogram_quantile",
+    "max",
+    "min",
+    "avg",
+    "by",
+    "le",
+    "without",
+    "irate",
+    "count",
+    "topk",
+    "bottomk",
+}
 
 
 def queried_metrics() -> set[str]:
@@ -29,7 +43,7 @@ def queried_metrics() -> set[str]:
     names: set[str] = set()
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
-            expr = re.sub(r'\{[^}]*\}', "", re.sub(r'"[^"]*"', "", target["expr"]))
+            expr = re.sub(r"\{[^}]*\}", "", re.sub(r'"[^"]*"', "", target["expr"]))
             expr = re.sub(r"\[[^\]]*\]", "", expr)
             expr = re.sub(r"by \([^)]*\)", "", expr)
             for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
@@ -51,11 +65,17 @@ def declared(port: int) -> set[str]:
     return found
 
 
-def test_every_metric_the_dashboard_queries_is_on_a_running_service(own_kafka: str, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch):
+def test_every_metric_the_dashboard_queries_is_on_a_running_service(
+    own_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     wanted = queried_metrics()
-    assert {"scheduler_pending_pods", "scheduler_scheduling_attempt_duration_seconds",
-            "berth_consumer_lag_records", "berth_pool_ready_replicas", "berth_pool_desired_replicas"} <= wanted, wanted
+    assert {
+        "scheduler_pending_pods",
+        "scheduler_scheduling_attempt_duration_seconds",
+        "berth_consumer_lag_records",
+        "berth_pool_ready_replicas",
+        "berth_pool_desired_replicas",
+    } <= wanted, wanted
     monkeypatch.setenv("BERTH_KAFKA_BOOTSTRAP", own_kafka)
     asyncio.run(ensure_topics(BerthSettings().kafka))
     pools = tmp_path / "pools.yaml"

@@ -24,15 +24,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
+from berth_dev.devstack.procs import free_ports, tail_file
+from berth_dev.supervisor import ServiceProcess
 
 from berth.bus import ensure_topics
 from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
-from berth_dev.devstack.procs import free_ports, tail_file
-from berth_dev.supervisor import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +51,14 @@ def probe(port: int, path: str, timeout: float = 2.0) -> tuple[int, str] | None:
         return None
 
 
-def wait_for(port: int, path: str, want: Callable[[tuple[int, str] | None], bool], *, timeout: float,
-             alive: Callable[[], None] = lambda: None) -> list[tuple[int, str] | None]:
+def wait_for(
+    port: int,
+    path: str,
+    want: Callable[[tuple[int, str] | None], bool],
+    *,
+    timeout: float,
+    alive: Callable[[], None] = lambda: None,
+) -> list[tuple[int, str] | None]:
     """Probe every 0.1 s until ``want(answer)``; returns every answer seen, the wanted one last."""
     seen: list[tuple[int, str] | None] = []
     deadline = time.monotonic() + timeout
@@ -82,8 +89,9 @@ def broker(kafka_bootstrap: str) -> Iterator[str]:
 def start_service(name: str, args: list[str], bootstrap: str, tmp_path: Path) -> tuple[ServiceProcess, int]:
     health_port, metrics_port = free_ports(2)
     env = {**os.environ, "BERTH_KAFKA_BOOTSTRAP": bootstrap, "BERTH_LOG_LEVEL": "info"}
-    service = ServiceProcess(name, [*args, "--health-port", str(health_port)], tmp_path / f"{name}.log", env,
-                             metrics_port)
+    service = ServiceProcess(
+        name, [*args, "--health-port", str(health_port)], tmp_path / f"{name}.log", env, metrics_port
+    )
     service.start()
     return service, health_port
 
@@ -92,6 +100,7 @@ def alive_check(service: ServiceProcess) -> Callable[[], None]:
     def check() -> None:
         if not service.is_alive():
             raise AssertionError(f"{service.name} exited:\n{tail_file(service.log_path)}")
+
     return check
 
 
@@ -145,10 +154,11 @@ class InProcessDecision:
         self._thread = threading.Thread(target=self._run, name="decision-in-process", daemon=True)
 
     def _run(self) -> None:
-        from berth.configfiles import load_cell_config
-        from berth.health import HealthServer, serving
         from berth.services.decision.health import register
         from berth.services.decision.service import DecisionService
+
+        from berth.configfiles import load_cell_config
+        from berth.health import HealthServer, serving
 
         settings = BerthSettings(kafka=KafkaSettings(bootstrap=self.bootstrap))
 
@@ -165,7 +175,7 @@ class InProcessDecision:
 
         try:
             asyncio.run(main())
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:
             self.error = exc
         finally:
             self.started.set()
@@ -201,7 +211,8 @@ def test_decision_in_process_readyz_then_loop_stall_fails_livez_then_recovers(br
         assert body.splitlines() == [
             "[-]kafka-group failed: waiting for consumer group berth-decision to assign partitions",
             "[-]cells failed: no cells assigned yet by consumer group berth-decision",
-            "readyz check failed"]
+            "readyz check failed",
+        ]
         assert probe(port, "/livez") == (200, "[+]loop ok\nlivez check passed\n")
         decision.run_service()
         wait_for(port, "/readyz", status_is(200), timeout=READY_TIMEOUT_S)
@@ -246,10 +257,10 @@ async def _readyz_of_audit(settings: BerthSettings, run: bool) -> list[tuple[int
     """/readyz answers of the audit service's checks served in-process (and ``run_audit`` if
     ``run``), until 200 or 30 s; the last one is the verdict."""
     import aiohttp
-
-    from berth.health import HealthServer, serving
     from berth.services.audit.health import register
     from berth.services.audit.service import run_audit
+
+    from berth.health import HealthServer, serving
 
     stop = asyncio.Event()
     answers: list[tuple[int, str]] = []
@@ -271,12 +282,16 @@ async def _readyz_of_audit(settings: BerthSettings, run: bool) -> list[tuple[int
 
 def test_audit_readyz_names_the_database_when_postgres_cannot_be_reached(broker: str):
     [closed] = free_ports(1)
-    settings = BerthSettings(kafka=KafkaSettings(bootstrap=broker), database=DatabaseSettings(
-        url=f"postgresql+psycopg://berth:secret@127.0.0.1:{closed}/berth"))  # type: ignore[arg-type]
+    settings = BerthSettings(
+        kafka=KafkaSettings(bootstrap=broker),
+        database=DatabaseSettings(url=f"postgresql+psycopg://berth:secret@127.0.0.1:{closed}/berth"),
+    )  # type: ignore[arg-type]
     answers = asyncio.run(_readyz_of_audit(settings, run=False))
     status, body = answers[-1]
     assert status == 503
-    assert f"[-]database failed: database postgresql+psycopg://berth:***@127.0.0.1:{closed}/berth does not answer" in body
+    assert (
+        f"[-]database failed: database postgresql+psycopg://berth:***@127.0.0.1:{closed}/berth does not answer" in body
+    )
     assert "secret" not in body
     assert "[-]caught-up failed" in body
 
@@ -284,32 +299,34 @@ def test_audit_readyz_names_the_database_when_postgres_cannot_be_reached(broker:
 async def _backlog(kafka: KafkaSettings, committed: int, aborted: int) -> None:
     """``committed`` cell ticks on cell 0's inputs, then a transaction of ``aborted`` ones on cell 1's,
     aborted (offsets that no reader ever sees, and the audit store never writes a position for)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from aiokafka import AIOKafkaProducer
-
     from berth.schemas import CellTick
     from berth.schemas.envelope import encode
     from berth.schemas.topics import DECISION_INPUTS
 
     def tick() -> Any:
-        return encode(CellTick(issued_at=datetime.now(timezone.utc)), source="test")
+        return encode(CellTick(issued_at=datetime.now(UTC)), source="test")
 
     plain = AIOKafkaProducer(**kafka.client_options(), enable_idempotence=True)
-    transactional = AIOKafkaProducer(**kafka.client_options(), enable_idempotence=True,
-                                     transactional_id="test-health-aborted")
+    transactional = AIOKafkaProducer(
+        **kafka.client_options(), enable_idempotence=True, transactional_id="test-health-aborted"
+    )
     await plain.start()
     await transactional.start()
     try:
         for _ in range(committed):
             record = tick()
-            await plain.send_and_wait(DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers,
-                                      partition=0)
+            await plain.send_and_wait(
+                DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=0
+            )
         await transactional.begin_transaction()
         for _ in range(aborted):
             record = tick()
-            await transactional.send_and_wait(DECISION_INPUTS.name, record.value, key=record.key,
-                                              headers=record.headers, partition=1)
+            await transactional.send_and_wait(
+                DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=1
+            )
         await transactional.abort_transaction()
     finally:
         await plain.stop()
@@ -320,8 +337,7 @@ def test_audit_ready_on_a_real_database_once_the_backlog_is_written(broker: str,
     from berth.schemas.topics import DECISION_INPUTS
     from berth.services.audit.health import visible_ends
 
-    settings = BerthSettings(kafka=KafkaSettings(bootstrap=broker),
-                             database=DatabaseSettings(url=fresh_database))  # type: ignore[arg-type]
+    settings = BerthSettings(kafka=KafkaSettings(bootstrap=broker), database=DatabaseSettings(url=fresh_database))  # type: ignore[arg-type]
     before = asyncio.run(visible_ends(settings, [DECISION_INPUTS.name]))
     asyncio.run(_backlog(settings.kafka, committed=40, aborted=30))
     after = asyncio.run(visible_ends(settings, [DECISION_INPUTS.name]))

@@ -23,6 +23,14 @@ from typing import Any
 
 import pytest
 import yaml
+from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas.policy import PolicyObserved, PolicyRemoved
+from berth.schemas.topics import NODES, PODS, POLICIES
+from berth.services.ingest.kubeapi import KubeApi, close_stream, lines
+from berth.services.ingest.service import IngestConfig, IngestService
+from berth.services.ingest.watch import ResourceWatcher
+from berth_dev.devstack.gobuild import kubernetes_binaries_present
+from berth_dev.devstack.kube import KubeControlPlane
 from kubernetes.client import (
     ApiClient,
     ApiextensionsV1Api,
@@ -36,15 +44,7 @@ from prometheus_client import REGISTRY
 
 from berth.bus import EventConsumer, EventProducer, ensure_topics
 from berth.bus.consumer import read_matching
-from berth.schemas.cluster import NodeObserved, NodeRemoved, PodDeleted, PodObserved
-from berth.schemas.policy import PolicyObserved, PolicyRemoved
-from berth.schemas.topics import NODES, PODS, POLICIES
-from berth.services.ingest.kubeapi import KubeApi, close_stream, lines
-from berth.services.ingest.service import IngestConfig, IngestService
-from berth.services.ingest.watch import ResourceWatcher
 from berth.settings import KafkaSettings
-from berth_dev.devstack.gobuild import kubernetes_binaries_present
-from berth_dev.devstack.kube import KubeControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -86,11 +86,18 @@ def new_namespace(client: ApiClient) -> str:
     return name
 
 
-def pod_body(name: str, *, scheduler: str = "berth", node: str | None = None,
-             labels: dict[str, str] | None = None, priority_class: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulerName": scheduler,
-                            "containers": [{"name": "main", "image": PAUSE_IMAGE,
-                                            "resources": {"requests": {"cpu": "100m"}}}]}
+def pod_body(
+    name: str,
+    *,
+    scheduler: str = "berth",
+    node: str | None = None,
+    labels: dict[str, str] | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"requests": {"cpu": "100m"}}}],
+    }
     if node:
         spec["nodeName"] = node
     if priority_class:
@@ -99,9 +106,13 @@ def pod_body(name: str, *, scheduler: str = "berth", node: str | None = None,
 
 
 def node_body(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "H100"}},
-            "status": {"capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"},
-                       "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}}}
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "H100"}},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"},
+            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"},
+        },
+    }
 
 
 def topics_for(topic_name: str) -> dict[str, str]:
@@ -132,8 +143,9 @@ def relists(resource: str) -> float:
 # --- 1. what is published ----------------------------------------------------------------------
 
 
-async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube_apiserver, kafka_bootstrap,
-                                                                            topic_name):
+async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(
+    kube_apiserver, kafka_bootstrap, topic_name
+):
     kafka = KafkaSettings(bootstrap=kafka_bootstrap)
     names = topics_for(topic_name)
     client = kube_apiserver.api_client()
@@ -146,33 +158,65 @@ async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube
         for name in nodes:
             await kube(core.create_node, node_body(name))
         priority_class = f"ingest-{tag}-high"
-        await kube(SchedulingV1Api(client).create_priority_class,
-                   {"metadata": {"name": priority_class}, "value": 1000})
-        await kube(custom.create_namespaced_custom_object, "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups",
-                   {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                    "metadata": {"name": "train"}, "spec": {"minMember": 2}})
-        await kube(custom.create_namespaced_custom_object, "berth.io", "v1alpha1", ns, "agentpools",
-                   {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "llama"},
-                    "spec": {"model": "llama-70b", "replicas": 2, "ttftSloMs": 500,
-                             "gpuRequirements": {"count": 2, "type": "H100", "topology": {"locality": "nvlink"}},
-                             "scheduling": {"spotEnabled": True}}})
+        await kube(SchedulingV1Api(client).create_priority_class, {"metadata": {"name": priority_class}, "value": 1000})
+        await kube(
+            custom.create_namespaced_custom_object,
+            "scheduling.x-k8s.io",
+            "v1alpha1",
+            ns,
+            "podgroups",
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "train"},
+                "spec": {"minMember": 2},
+            },
+        )
+        await kube(
+            custom.create_namespaced_custom_object,
+            "berth.io",
+            "v1alpha1",
+            ns,
+            "agentpools",
+            {
+                "apiVersion": "berth.io/v1alpha1",
+                "kind": "AgentPool",
+                "metadata": {"name": "llama"},
+                "spec": {
+                    "model": "llama-70b",
+                    "replicas": 2,
+                    "ttftSloMs": 500,
+                    "gpuRequirements": {"count": 2, "type": "H100", "topology": {"locality": "nvlink"}},
+                    "scheduling": {"spotEnabled": True},
+                },
+            },
+        )
         created = {}
-        for body in (pod_body("berth-pending", labels={"scheduling.x-k8s.io/pod-group": "train"},
-                              priority_class=priority_class),
-                     pod_body("berth-bound", node=nodes[0]),
-                     pod_body("other-pending", scheduler="default-scheduler"),
-                     pod_body("other-bound", scheduler="default-scheduler", node=nodes[1])):
+        for body in (
+            pod_body("berth-pending", labels={"scheduling.x-k8s.io/pod-group": "train"}, priority_class=priority_class),
+            pod_body("berth-bound", node=nodes[0]),
+            pod_body("other-pending", scheduler="default-scheduler"),
+            pod_body("other-bound", scheduler="default-scheduler", node=nodes[1]),
+        ):
             created[body["metadata"]["name"]] = await kube(core.create_namespaced_pod, ns, body)
 
-        config = IngestConfig(identity="solo", lease_namespace=ns, namespaces=(ns,), topic_names=names,
-                              lease_duration_s=6, renew_deadline_s=4, retry_period_s=1)
+        config = IngestConfig(
+            identity="solo",
+            lease_namespace=ns,
+            namespaces=(ns,),
+            topic_names=names,
+            lease_duration_s=6,
+            renew_deadline_s=4,
+            retry_period_s=1,
+        )
         service = IngestService(config, kafka, KubeApi(client))
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop))
         try:
             pods_topic = topic(PODS, names["pods"])
             observed = await read_matching(
-                kafka, pods_topic, lambda e: isinstance(e, PodObserved) and e.pod.namespace == ns, 3)
+                kafka, pods_topic, lambda e: isinstance(e, PodObserved) and e.pod.namespace == ns, 3
+            )
             by_name = {item.event.pod.name: item.event.pod for item in observed}
             assert set(by_name) == {"berth-pending", "berth-bound", "other-bound"}
             pending = by_name["berth-pending"]
@@ -181,19 +225,24 @@ async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube
             assert pending.requests == {"cpu": 100}
             assert by_name["other-bound"].node_name == nodes[1]
             assert {item.event.resource_version for item in observed} == {
-                created[name].metadata.resource_version for name in by_name}
+                created[name].metadata.resource_version for name in by_name
+            }
 
             node_events = await read_matching(
-                kafka, topic(NODES, names["nodes"]),
-                lambda e: isinstance(e, NodeObserved) and e.node.name in nodes, 2)
+                kafka, topic(NODES, names["nodes"]), lambda e: isinstance(e, NodeObserved) and e.node.name in nodes, 2
+            )
             assert all(item.event.node.allocatable["nvidia.com/gpu"] == 8 for item in node_events)
 
-            wanted = {("PodGroup", "train"), ("AgentPool", "llama"), ("PriorityClass", priority_class),
-                      ("Namespace", ns)}
+            wanted = {
+                ("PodGroup", "train"),
+                ("AgentPool", "llama"),
+                ("PriorityClass", priority_class),
+                ("Namespace", ns),
+            }
             policies_topic = topic(POLICIES, names["policies"])
             policy_events = await read_matching(
-                kafka, policies_topic,
-                lambda e: isinstance(e, PolicyObserved) and (e.kind, e.obj.name) in wanted, 4)
+                kafka, policies_topic, lambda e: isinstance(e, PolicyObserved) and (e.kind, e.obj.name) in wanted, 4
+            )
             by_kind = {item.event.kind: item.event for item in policy_events}
             assert by_kind["PodGroup"].pod_group.min_member == 2
             assert by_kind["AgentPool"].agent_pool.spec["gpuRequirements"]["topology"] == {"locality": "nvlink"}
@@ -209,24 +258,35 @@ async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube
             await kube(core.delete_node, nodes[1])
             await kube(custom.delete_namespaced_custom_object, "berth.io", "v1alpha1", ns, "agentpools", "llama")
 
-            gone = await read_matching(
-                kafka, pods_topic, lambda e: isinstance(e, PodDeleted) and e.namespace == ns, 2)
+            gone = await read_matching(kafka, pods_topic, lambda e: isinstance(e, PodDeleted) and e.namespace == ns, 2)
             assert {(item.event.name, item.event.node_name) for item in gone} == {
-                ("berth-pending", None), ("berth-bound", nodes[0])}
-            await read_matching(kafka, pods_topic,
-                                lambda e: isinstance(e, PodObserved) and e.pod.key == f"{ns}/berth-new", 1)
-            await read_matching(kafka, topic(NODES, names["nodes"]),
-                                lambda e: isinstance(e, NodeRemoved) and e.name == nodes[1], 1)
-            await read_matching(kafka, policies_topic,
-                                lambda e: isinstance(e, PolicyRemoved) and e.kind == "AgentPool"
-                                and e.name == "llama" and e.namespace == ns, 1)
+                ("berth-pending", None),
+                ("berth-bound", nodes[0]),
+            }
+            await read_matching(
+                kafka, pods_topic, lambda e: isinstance(e, PodObserved) and e.pod.key == f"{ns}/berth-new", 1
+            )
+            await read_matching(
+                kafka, topic(NODES, names["nodes"]), lambda e: isinstance(e, NodeRemoved) and e.name == nodes[1], 1
+            )
+            await read_matching(
+                kafka,
+                policies_topic,
+                lambda e: (
+                    isinstance(e, PolicyRemoved) and e.kind == "AgentPool" and e.name == "llama" and e.namespace == ns
+                ),
+                1,
+            )
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
 
         # Another scheduler's pending pod was never published, and nothing was published twice.
-        pod_events = [e for e in await all_events(kafka, pods_topic)
-                      if (e.pod.namespace if isinstance(e, PodObserved) else e.namespace) == ns]
+        pod_events = [
+            e
+            for e in await all_events(kafka, pods_topic)
+            if (e.pod.namespace if isinstance(e, PodObserved) else e.namespace) == ns
+        ]
         names_seen = [(type(e).__name__, e.pod.name if isinstance(e, PodObserved) else e.name) for e in pod_events]
         assert "other-pending" not in {name for _, name in names_seen}
         assert sorted(names_seen) == sorted(set(names_seen)), names_seen
@@ -242,16 +302,18 @@ async def test_ingest_publishes_pods_nodes_and_policies_and_follows_changes(kube
 
 def compact_etcd(etcd_url: str, revision: int) -> None:
     """Physically compact etcd's history before ``revision`` (etcd's v3 JSON gateway)."""
-    request = urllib.request.Request(f"{etcd_url}/v3/kv/compaction", method="POST",
-                                     data=json.dumps({"revision": str(revision), "physical": True}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{etcd_url}/v3/kv/compaction",
+        method="POST",
+        data=json.dumps({"revision": str(revision), "physical": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
 
 
 def first_watch_line(api: KubeApi, path: str, resource_version: str) -> dict[str, Any]:
-    response = api.open_watch(path, [("resourceVersion", resource_version), ("timeoutSeconds", "5")],
-                              read_timeout_s=10)
+    response = api.open_watch(path, [("resourceVersion", resource_version), ("timeoutSeconds", "5")], read_timeout_s=10)
     try:
         return json.loads(next(lines(response)))
     finally:
@@ -273,7 +335,8 @@ def uncached_control_plane(kube_apiserver):
 
 
 async def test_a_watch_resumed_from_a_compacted_version_relists_and_publishes_what_it_missed(
-        uncached_control_plane, kafka_bootstrap, topic_name):
+    uncached_control_plane, kafka_bootstrap, topic_name
+):
     kafka = KafkaSettings(bootstrap=kafka_bootstrap)
     pods_topic = topic(PODS, f"{topic_name}.pods")
     client = uncached_control_plane.connection().api_client()
@@ -285,6 +348,7 @@ async def test_a_watch_resumed_from_a_compacted_version_relists_and_publishes_wh
         for name in ("a", "b"):
             await kube(core.create_namespaced_pod, ns, pod_body(name))
         async with EventProducer(kafka, source="berth/ingest-test") as producer:
+
             async def publish(events):
                 for event in events:
                     await producer.send_and_wait(event, topic=pods_topic.name)
@@ -313,17 +377,23 @@ async def test_a_watch_resumed_from_a_compacted_version_relists_and_publishes_wh
             task = asyncio.create_task(watcher.run())
             try:
                 caught_up = await read_matching(
-                    kafka, pods_topic,
-                    lambda e: (isinstance(e, PodDeleted) and e.uid == uid_b)
-                    or (isinstance(e, PodObserved) and e.pod.key == f"{ns}/c"), 2)
+                    kafka,
+                    pods_topic,
+                    lambda e: (
+                        (isinstance(e, PodDeleted) and e.uid == uid_b)
+                        or (isinstance(e, PodObserved) and e.pod.key == f"{ns}/c")
+                    ),
+                    2,
+                )
                 assert {type(item.event) for item in caught_up} == {PodDeleted, PodObserved}
                 assert relists("pods") == before + 1
                 assert watcher.lists == 2
                 assert sorted(p.pod.name for p in watcher.known.values()) == ["a", "c"]
                 # And it watches again afterwards.
                 await kube(core.delete_namespaced_pod, "a", ns, grace_period_seconds=0)
-                await read_matching(kafka, pods_topic,
-                                    lambda e: isinstance(e, PodDeleted) and e.namespace == ns and e.name == "a", 1)
+                await read_matching(
+                    kafka, pods_topic, lambda e: isinstance(e, PodDeleted) and e.namespace == ns and e.name == "a", 1
+                )
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -334,8 +404,7 @@ async def test_a_watch_resumed_from_a_compacted_version_relists_and_publishes_wh
 # --- 3. one publisher through the Lease --------------------------------------------------------
 
 
-async def test_only_the_lease_holder_publishes_and_a_standby_takes_over(kube_apiserver, kafka_bootstrap,
-                                                                       topic_name):
+async def test_only_the_lease_holder_publishes_and_a_standby_takes_over(kube_apiserver, kafka_bootstrap, topic_name):
     kafka = KafkaSettings(bootstrap=kafka_bootstrap)
     names = topics_for(topic_name)
     pods_topic = topic(PODS, names["pods"])
@@ -345,8 +414,16 @@ async def test_only_the_lease_holder_publishes_and_a_standby_takes_over(kube_api
         ns = await kube(new_namespace, client)
 
         def config(identity: str) -> IngestConfig:
-            return IngestConfig(identity=identity, lease_namespace=ns, namespaces=(ns,), resources=("pods",),
-                                topic_names=names, lease_duration_s=4, renew_deadline_s=3, retry_period_s=0.5)
+            return IngestConfig(
+                identity=identity,
+                lease_namespace=ns,
+                namespaces=(ns,),
+                resources=("pods",),
+                topic_names=names,
+                lease_duration_s=4,
+                renew_deadline_s=3,
+                retry_period_s=0.5,
+            )
 
         first, second = (IngestService(config(i), kafka, KubeApi(client)) for i in ("ingest-a", "ingest-b"))
         stop_first, stop_second = asyncio.Event(), asyncio.Event()
@@ -367,9 +444,14 @@ async def test_only_the_lease_holder_publishes_and_a_standby_takes_over(kube_api
             await kube(core.create_namespaced_pod, ns, pod_body("p2"))
             await wait_until(lambda: second.is_leader, 30, "standby taking over")
             caught_up = await read_matching(
-                kafka, pods_topic,
-                lambda e: (isinstance(e, PodDeleted) and e.name == "p1") or
-                          (isinstance(e, PodObserved) and e.pod.name == "p2"), 2)
+                kafka,
+                pods_topic,
+                lambda e: (
+                    (isinstance(e, PodDeleted) and e.name == "p1")
+                    or (isinstance(e, PodObserved) and e.pod.name == "p2")
+                ),
+                2,
+            )
             assert {type(item.event) for item in caught_up} == {PodDeleted, PodObserved}
             lease = await kube(CoordinationV1Api(client).read_namespaced_lease, "berth-ingest", ns)
             assert lease.spec.holder_identity == "ingest-b"

@@ -10,15 +10,12 @@ import asyncio
 import uuid
 from base64 import b64encode
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-
-from berth.bus import EventProducer, ensure_topics
-from berth.bus.consumer import read_matching
 from berth.schemas import (
     CellTick,
     ForeignNodeObserved,
@@ -36,8 +33,11 @@ from berth.schemas import (
 )
 from berth.schemas.cells import CELL_LABEL
 from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, INVENTORY_STATE, PODS
-from berth.settings import KafkaSettings
 from berth_dev.supervisor import Supervisor
+
+from berth.bus import EventProducer, ensure_topics
+from berth.bus.consumer import read_matching
+from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
 CELL = 1  # nodes of these tests carry the berth.io/cell label "1"
@@ -77,18 +77,31 @@ def unique(prefix: str) -> str:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def gpu_node(name: str) -> NodeInfo:
-    return NodeInfo(name=name, labels={CELL_LABEL: str(CELL)}, allocatable={"nvidia.com/gpu": 2},
-                    gpus=(GpuDevice(index=0, model="H100"), GpuDevice(index=1, model="H100")))
+    return NodeInfo(
+        name=name,
+        labels={CELL_LABEL: str(CELL)},
+        allocatable={"nvidia.com/gpu": 2},
+        gpus=(GpuDevice(index=0, model="H100"), GpuDevice(index=1, model="H100")),
+    )
 
 
 def bound_pod(name: str, node: str, *, devices: tuple[int, ...], milli: int | None = None) -> PodInfo:
-    return PodInfo(uid=unique("uid"), namespace="ml", name=name, scheduler_name="berth", node_name=node,
-                   gpu_devices=devices, gpu_fraction_milli=milli, phase="Running",
-                   requests={} if milli else {"nvidia.com/gpu": len(devices)}, creation_time=now())
+    return PodInfo(
+        uid=unique("uid"),
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        node_name=node,
+        gpu_devices=devices,
+        gpu_fraction_milli=milli,
+        phase="Running",
+        requests={} if milli else {"nvidia.com/gpu": len(devices)},
+        creation_time=now(),
+    )
 
 
 async def publish(kafka: KafkaSettings, *events: Any) -> None:
@@ -97,8 +110,9 @@ async def publish(kafka: KafkaSettings, *events: Any) -> None:
             await producer.send_and_wait(event)
 
 
-async def wait_for(kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int = 1,
-                   timeout: float = 60.0) -> list[Any]:
+async def wait_for(
+    kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int = 1, timeout: float = 60.0
+) -> list[Any]:
     """The first ``count`` records of ``topic`` whose event ``match``es; fails after ``timeout``."""
     try:
         return await read_matching(kafka, topic, match, count, timeout_s=timeout, name="tests-inventory")
@@ -118,8 +132,9 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
     # The node goes to its cell; the other cell gets it in its census of foreign nodes.
     [seen] = await wait_for(kafka, DECISION_INPUTS.name, lambda e: isinstance(e, NodeObserved) and e.node.name == node)
     assert (seen.partition, seen.event.type) == (CELL, "io.berth.cluster.node-observed.v1")
-    [census] = await wait_for(kafka, DECISION_INPUTS.name,
-                              lambda e: isinstance(e, ForeignNodeObserved) and e.name == node)
+    [census] = await wait_for(
+        kafka, DECISION_INPUTS.name, lambda e: isinstance(e, ForeignNodeObserved) and e.name == node
+    )
     assert census.partition == 1 - CELL and census.event.cell == CELL
 
     # A bad record on the pod topic, then a good one: the bad one is dead-lettered, the next processed.
@@ -127,13 +142,20 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
     producer = AIOKafkaProducer(**kafka.client_options())
     await producer.start()
     try:
-        await producer.send_and_wait(PODS.name, key=share.uid.encode(), value=b"{broken",
-                                     headers=[("ce_type", b"io.berth.cluster.pod-observed.v1")])
+        await producer.send_and_wait(
+            PODS.name,
+            key=share.uid.encode(),
+            value=b"{broken",
+            headers=[("ce_type", b"io.berth.cluster.pod-observed.v1")],
+        )
     finally:
         await producer.stop()
     await publish(kafka, PodObserved(pod=share, observed_at=t + timedelta(seconds=1)))
-    letters = await wait_for(kafka, DEAD_LETTER.name,
-                             lambda e: e.consumer == "inventory" and e.key_b64 == b64encode(share.uid.encode()).decode())
+    letters = await wait_for(
+        kafka,
+        DEAD_LETTER.name,
+        lambda e: e.consumer == "inventory" and e.key_b64 == b64encode(share.uid.encode()).decode(),
+    )
     assert letters[0].event.source_topic == PODS.name and "missing header" in letters[0].event.reason
     [pod_input] = await wait_for(kafka, DECISION_INPUTS.name, about(share.name))
     assert pod_input.partition == CELL and pod_input.event.pod.uid == share.uid
@@ -142,21 +164,37 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
     deadline = t + timedelta(seconds=120)
     await publish(
         kafka,
-        GpuTelemetry(node=node, sampled_at=t + timedelta(seconds=2), devices=(
-            GpuDeviceSample(index=0, utilization_pct=0, memory_used_mib=0, healthy=False),
-            GpuDeviceSample(index=1, utilization_pct=40, memory_used_mib=2048))),
+        GpuTelemetry(
+            node=node,
+            sampled_at=t + timedelta(seconds=2),
+            devices=(
+                GpuDeviceSample(index=0, utilization_pct=0, memory_used_mib=0, healthy=False),
+                GpuDeviceSample(index=1, utilization_pct=40, memory_used_mib=2048),
+            ),
+        ),
         SpotInterruptionNotice(node=node, issued_at=t + timedelta(seconds=3), deadline=deadline, provider="aws"),
     )
     # Telemetry and spot notices come from two topics: the cell may get them in either order, and
     # the notice may reach the cell before the telemetry's effect on the node does.
-    [unhealthy] = await wait_for(kafka, DECISION_INPUTS.name, lambda e: (
-        isinstance(e, NodeObserved) and e.node.name == node and [d.healthy for d in e.node.gpus] == [False, True]))
-    [notice] = await wait_for(kafka, DECISION_INPUTS.name,
-                              lambda e: isinstance(e, SpotInterruptionNotice) and e.node == node)
+    [unhealthy] = await wait_for(
+        kafka,
+        DECISION_INPUTS.name,
+        lambda e: (
+            isinstance(e, NodeObserved) and e.node.name == node and [d.healthy for d in e.node.gpus] == [False, True]
+        ),
+    )
+    [notice] = await wait_for(
+        kafka, DECISION_INPUTS.name, lambda e: isinstance(e, SpotInterruptionNotice) and e.node == node
+    )
     assert unhealthy.partition == CELL and notice.partition == CELL
     # The state published once both have been folded (either may have been published alone first).
-    states = await wait_for(kafka, INVENTORY_STATE.name, lambda e: (
-        e.node.name == node and e.draining_until is not None and [d.healthy for d in e.devices] == [False, True]))
+    states = await wait_for(
+        kafka,
+        INVENTORY_STATE.name,
+        lambda e: (
+            e.node.name == node and e.draining_until is not None and [d.healthy for d in e.devices] == [False, True]
+        ),
+    )
     state = states[0].event
     assert state.draining_until == deadline and state.cell == CELL
     assert [(d.index, d.free_milli, d.healthy) for d in state.devices] == [(0, 1000, False), (1, 750, True)]
@@ -165,14 +203,15 @@ async def test_routes_to_cells_publishes_inventory_and_survives_bad_records(kafk
 
     # Policies other than PodGroups reach every cell.
     priority = unique("prio")
-    await publish(kafka, PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name=priority, value=5),
-                                        observed_at=t))
+    await publish(
+        kafka,
+        PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name=priority, value=5), observed_at=t),
+    )
     broadcast = await wait_for(kafka, DECISION_INPUTS.name, about(priority), count=2)
     assert sorted(item.partition for item in broadcast) == [0, 1]
 
     # Time reaches every cell, whether anything happens there or not.
-    ticks = await wait_for(kafka, DECISION_INPUTS.name,
-                           lambda e: isinstance(e, CellTick) and e.issued_at >= t, count=4)
+    ticks = await wait_for(kafka, DECISION_INPUTS.name, lambda e: isinstance(e, CellTick) and e.issued_at >= t, count=4)
     assert {item.partition for item in ticks} == {0, 1}
     assert service.is_alive()
 
@@ -182,8 +221,11 @@ async def test_restart_rebuilds_node_and_pod_state_from_the_changelogs(kafka, su
     node = unique("node")
     t = now()
     first = bound_pod(unique("first"), node, devices=(0,))
-    await publish(kafka, NodeObserved(node=gpu_node(node), observed_at=t),
-                  PodObserved(pod=first, observed_at=t + timedelta(seconds=1)))
+    await publish(
+        kafka,
+        NodeObserved(node=gpu_node(node), observed_at=t),
+        PodObserved(pod=first, observed_at=t + timedelta(seconds=1)),
+    )
     await wait_for(kafka, INVENTORY_STATE.name, lambda e: e.node.name == node and len(e.allocations) == 1)
 
     service.stop()
@@ -191,17 +233,24 @@ async def test_restart_rebuilds_node_and_pod_state_from_the_changelogs(kafka, su
     start_inventory(supervisor, tmp_path / "data-after-restart")  # empty local store: changelogs only
 
     second = bound_pod(unique("second"), node, devices=(1,), milli=500)
-    await publish(kafka, PodObserved(pod=second, observed_at=t + timedelta(seconds=2)),
-                  PodDeleted(uid=first.uid, namespace="ml", name=first.name, observed_at=t + timedelta(seconds=3)))
+    await publish(
+        kafka,
+        PodObserved(pod=second, observed_at=t + timedelta(seconds=2)),
+        PodDeleted(uid=first.uid, namespace="ml", name=first.name, observed_at=t + timedelta(seconds=3)),
+    )
     # The node's allocations from before the restart are still there, then the first pod's
     # deletion (which names no node: only the rebuilt pod-routes table knows it) releases device 0.
     both = await wait_for(kafka, INVENTORY_STATE.name, lambda e: e.node.name == node and len(e.allocations) == 2)
     assert [d.free_milli for d in both[0].event.devices] == [0, 500]
-    after = await wait_for(kafka, INVENTORY_STATE.name,
-                           lambda e: e.node.name == node and [a.pod_uid for a in e.allocations] == [second.uid])
+    after = await wait_for(
+        kafka,
+        INVENTORY_STATE.name,
+        lambda e: e.node.name == node and [a.pod_uid for a in e.allocations] == [second.uid],
+    )
     assert [d.free_milli for d in after[0].event.devices] == [1000, 500]
-    [deleted] = await wait_for(kafka, DECISION_INPUTS.name,
-                               lambda e: e.type == "io.berth.cluster.pod-deleted.v1" and e.uid == first.uid)
+    [deleted] = await wait_for(
+        kafka, DECISION_INPUTS.name, lambda e: e.type == "io.berth.cluster.pod-deleted.v1" and e.uid == first.uid
+    )
     assert deleted.partition == CELL
 
 
@@ -212,8 +261,9 @@ async def test_two_workers_share_the_nodes_and_one_takes_over_when_the_other_lea
     start_inventory(supervisor, tmp_path / "a")
     # A second member of the group (the supervisor keys services by name, so start it by hand).
     [port] = procs.free_ports(1)
-    second = ServiceProcess("inventory", ["run", "--data-dir", str(tmp_path / "b")], tmp_path / "b.log",
-                            supervisor.env, port)
+    second = ServiceProcess(
+        "inventory", ["run", "--data-dir", str(tmp_path / "b")], tmp_path / "b.log", supervisor.env, port
+    )
     try:
         second.start()
         second.wait_ready(90)
@@ -222,12 +272,20 @@ async def test_two_workers_share_the_nodes_and_one_takes_over_when_the_other_lea
 
         async def bind_everywhere(device: int, timeout: float = 90) -> None:
             events: list[Any] = [NodeObserved(node=gpu_node(name), observed_at=t) for name in names if device == 0]
-            events += [PodObserved(pod=bound_pod(f"p{device}", name, devices=(device,)),
-                                   observed_at=t + timedelta(seconds=device + 1)) for name in names]
+            events += [
+                PodObserved(
+                    pod=bound_pod(f"p{device}", name, devices=(device,)), observed_at=t + timedelta(seconds=device + 1)
+                )
+                for name in names
+            ]
             await publish(kafka, *events)
-            found = await wait_for(kafka, INVENTORY_STATE.name,
-                                   lambda e: e.node.name in names and len(e.allocations) == device + 1,
-                                   count=len(names), timeout=timeout)
+            found = await wait_for(
+                kafka,
+                INVENTORY_STATE.name,
+                lambda e: e.node.name in names and len(e.allocations) == device + 1,
+                count=len(names),
+                timeout=timeout,
+            )
             assert {item.event.node.name for item in found} == set(names)
 
         await bind_everywhere(0)

@@ -10,8 +10,8 @@ in CI.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,9 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api, VersionApi
-from kubernetes.client.exceptions import ApiException
-
 from berth_dev.devstack.fakenodes import (
     FAKE_NODE_LABEL,
     TOPOLOGY_ANNOTATION,
@@ -33,12 +30,14 @@ from berth_dev.devstack.fakenodes import (
 )
 from berth_dev.devstack.kube import KubeConnection, KubeControlPlane, KubeSchedulerProcess
 from berth_dev.devstack.procs import pids_mentioning
+from kubernetes.client import ApiClient, CoreV1Api, VersionApi
+from kubernetes.client.exceptions import ApiException
+
 from tests.orphans import assert_children_die_with_their_parent, wait_until_gone
 
 pytestmark = pytest.mark.integration
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-
 
 
 @pytest.fixture
@@ -56,8 +55,9 @@ def namespace(api: ApiClient) -> str:
     return name
 
 
-def _pod(name: str, *, scheduler: str | None = None, gpus: int = 0,
-         node_selector: dict[str, str] | None = None) -> dict:
+def _pod(
+    name: str, *, scheduler: str | None = None, gpus: int = 0, node_selector: dict[str, str] | None = None
+) -> dict:
     resources = {"requests": {"cpu": "100m", "memory": "64Mi"}}
     if gpus:
         resources["requests"]["nvidia.com/gpu"] = str(gpus)
@@ -78,7 +78,10 @@ def test_gpu_topology_has_two_nvlink_islands_of_four_for_eight_gpus() -> None:
     assert [d["index"] for d in devices] == list(range(8))
     assert devices[0] == {"index": 0, "numa": 0, "nvlink": [1, 2, 3]}
     assert devices[5] == {"index": 5, "numa": 1, "nvlink": [4, 6, 7]}
-    assert gpu_topology(2)["devices"] == [{"index": 0, "numa": 0, "nvlink": [1]}, {"index": 1, "numa": 0, "nvlink": [0]}]
+    assert gpu_topology(2)["devices"] == [
+        {"index": 0, "numa": 0, "nvlink": [1]},
+        {"index": 1, "numa": 0, "nvlink": [0]},
+    ]
 
 
 def test_parse_taint_accepts_kubectl_syntax() -> None:
@@ -109,8 +112,9 @@ def test_namespace_and_pod_for_berth_can_be_created(api: ApiClient, namespace: s
     assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
 
 
-def test_service_account_token_authenticates_without_permissions(kube_apiserver: KubeConnection,
-                                                                 namespace: str) -> None:
+def test_service_account_token_authenticates_without_permissions(
+    kube_apiserver: KubeConnection, namespace: str
+) -> None:
     plane = kube_apiserver.control_plane
     if plane is None:
         pytest.skip("mints tokens through our own control plane's helper")
@@ -128,8 +132,16 @@ def test_service_account_token_authenticates_without_permissions(kube_apiserver:
 def test_fake_nodes_have_gpu_labels_capacity_topology_and_are_ready(api: ApiClient) -> None:
     run = uuid.uuid4().hex[:8]
     prefix = f"gpu-{run}-"
-    names = create_fake_nodes(api, 4, gpus=8, prefix=prefix, zones=("zone-a", "zone-b"), spot_fraction=0.5,
-                              taints=("dedicated=gpu:NoSchedule",), labels={"berth.io/test-run": run})
+    names = create_fake_nodes(
+        api,
+        4,
+        gpus=8,
+        prefix=prefix,
+        zones=("zone-a", "zone-b"),
+        spot_fraction=0.5,
+        taints=("dedicated=gpu:NoSchedule",),
+        labels={"berth.io/test-run": run},
+    )
     try:
         assert names == [f"{prefix}{i:04d}" for i in range(4)]
         nodes = {n.metadata.name: n for n in CoreV1Api(api).list_node(label_selector=f"berth.io/test-run={run}").items}
@@ -178,8 +190,9 @@ def test_a_thousand_fake_nodes(api: ApiClient) -> None:
 # --- kube-scheduler binds plain pods on fake nodes (what the head-to-head benchmark needs) ----------
 
 
-def test_kube_scheduler_binds_plain_pods_on_fake_nodes(kube_apiserver: KubeConnection, api: ApiClient,
-                                                        namespace: str) -> None:
+def test_kube_scheduler_binds_plain_pods_on_fake_nodes(
+    kube_apiserver: KubeConnection, api: ApiClient, namespace: str
+) -> None:
     if kube_apiserver.control_plane is None:
         pytest.skip("starts a kube-scheduler of its own: only against our own control plane")
     run = uuid.uuid4().hex[:8]
@@ -204,8 +217,11 @@ def test_kube_scheduler_binds_plain_pods_on_fake_nodes(kube_apiserver: KubeConne
             assert len(set(bound.values())) > 1  # spread over nodes, not piled on one
             metrics = scheduler.metrics()
             # At least ours: pending default-scheduler pods of other tests on this apiserver count too.
-            scheduled = re.search(r'scheduler_schedule_attempts_total\{profile="default-scheduler",'
-                                  r'result="scheduled"\} (\d+)', metrics)
+            scheduled = re.search(
+                r'scheduler_schedule_attempts_total\{profile="default-scheduler",'
+                r'result="scheduled"\} (\d+)',
+                metrics,
+            )
             assert scheduled is not None and int(scheduled.group(1)) >= 20, metrics[-2000:]
             print(f"\nkube-scheduler bound 20 pods on 10 fake nodes in {elapsed:.2f} s")
     finally:
@@ -266,7 +282,11 @@ def test_cli_up_with_kubernetes_nodes_down(tmp_path: Path) -> None:
         made = run("nodes", "3", "--prefix", "cli-")
         assert made.returncode == 0, made.stderr
         with KubeConnection.from_kubeconfig(printed["BERTH_KUBECONFIG"]).api_client() as api:
-            assert sorted(n.metadata.name for n in CoreV1Api(api).list_node().items) == ["cli-0000", "cli-0001", "cli-0002"]
+            assert sorted(n.metadata.name for n in CoreV1Api(api).list_node().items) == [
+                "cli-0000",
+                "cli-0001",
+                "cli-0002",
+            ]
 
         stopped = run("down")
         assert stopped.returncode == 0, stopped.stderr

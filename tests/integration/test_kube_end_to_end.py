@@ -34,15 +34,15 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
-
-from berth.core import messages
 from berth.services.audit import db
-from berth.settings import DatabaseSettings, KafkaSettings
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection, KubeControlPlane
 from berth_dev.devstack.scratch import empty_kafka, scratch_database
 from berth_dev.supervisor import Supervisor, create_pipeline_topics
+from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
+
+from berth.core import messages
+from berth.settings import DatabaseSettings, KafkaSettings
 
 pytestmark = pytest.mark.integration
 
@@ -131,8 +131,9 @@ def module_database(database_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(control_plane: KubeControlPlane, module_kafka: str, module_database: str,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+def pipeline(
+    control_plane: KubeControlPlane, module_kafka: str, module_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pipeline]:
     work = tmp_path_factory.mktemp("kube-e2e")
     kubeconfig = str(control_plane.kubeconfig_path)
     asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=module_kafka)))
@@ -146,11 +147,21 @@ def pipeline(control_plane: KubeControlPlane, module_kafka: str, module_database
             "decision": ["run"],
             "binder": ["run", "--backend", "kube", "--kubeconfig", kubeconfig],
             # A short Lease: after a kill -9 the next ingest takes over within seconds.
-            "ingest": ["run", "--kubeconfig", kubeconfig, "--lease-namespace", "default",
-                       "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"],
+            "ingest": [
+                "run",
+                "--kubeconfig",
+                kubeconfig,
+                "--lease-namespace",
+                "default",
+                "--lease-duration",
+                "4",
+                "--renew-deadline",
+                "3",
+                "--retry-period",
+                "1",
+            ],
         }
-        env = {"BERTH_KAFKA_BOOTSTRAP": module_kafka, "BERTH_DATABASE_URL": module_database,
-               "BERTH_LOG_LEVEL": "info"}
+        env = {"BERTH_KAFKA_BOOTSTRAP": module_kafka, "BERTH_DATABASE_URL": module_database, "BERTH_LOG_LEVEL": "info"}
         with Supervisor(work / "logs", env) as services:
             for name in SERVICES:
                 services.start(name, args[name], ready_timeout=120)
@@ -173,17 +184,40 @@ def namespace(pipeline: Pipeline, suite: str) -> str:
     return suite
 
 
-def make_nodes(pipeline: Pipeline, suite: str, count: int, *, gpus: int = 8, taints: Sequence[str] = (),
-               zones: Sequence[str] = ("zone-a", "zone-b"), prefix: str | None = None) -> list[str]:
+def make_nodes(
+    pipeline: Pipeline,
+    suite: str,
+    count: int,
+    *,
+    gpus: int = 8,
+    taints: Sequence[str] = (),
+    zones: Sequence[str] = ("zone-a", "zone-b"),
+    prefix: str | None = None,
+) -> list[str]:
     """``count`` fake GPU nodes labelled for ``suite``: ``<suite>-0000``, ..."""
-    return create_fake_nodes(pipeline.api, count, gpus=gpus, prefix=prefix or f"{suite}-", zones=zones,
-                             taints=taints, labels={SUITE_LABEL: suite})
+    return create_fake_nodes(
+        pipeline.api,
+        count,
+        gpus=gpus,
+        prefix=prefix or f"{suite}-",
+        zones=zones,
+        taints=taints,
+        labels={SUITE_LABEL: suite},
+    )
 
 
-def pod_body(name: str, suite: str, *, gpus: int = 0, annotations: Mapping[str, str] | None = None,
-             labels: Mapping[str, str] | None = None, priority_class: str | None = None,
-             tolerations: Sequence[Mapping[str, str]] = (), affinity: Mapping[str, Any] | None = None,
-             select_suite: bool = True) -> dict[str, Any]:
+def pod_body(
+    name: str,
+    suite: str,
+    *,
+    gpus: int = 0,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    priority_class: str | None = None,
+    tolerations: Sequence[Mapping[str, str]] = (),
+    affinity: Mapping[str, Any] | None = None,
+    select_suite: bool = True,
+) -> dict[str, Any]:
     """A pending pod for Berth on ``suite``'s nodes (node selector), asking for ``gpus`` whole GPUs."""
     resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
     if gpus:
@@ -201,9 +235,12 @@ def pod_body(name: str, suite: str, *, gpus: int = 0, annotations: Mapping[str, 
         spec["affinity"] = affinity
     if priority_class:
         spec["priorityClassName"] = priority_class
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
 
 
 def create_pods(pipeline: Pipeline, namespace: str, bodies: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -231,8 +268,11 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = BIND_TIMEOUT_
         time.sleep(interval)
 
 
-def wait_bound(pipeline: Pipeline, namespace: str, names: Sequence[str], timeout: float = BIND_TIMEOUT_S) -> dict[str, Any]:
+def wait_bound(
+    pipeline: Pipeline, namespace: str, names: Sequence[str], timeout: float = BIND_TIMEOUT_S
+) -> dict[str, Any]:
     """Wait until every pod in ``names`` has a node; return them by name."""
+
     def bound() -> dict[str, Any] | None:
         pods = pods_of(pipeline, namespace)
         return pods if all(pods.get(n) is not None and pods[n].spec.node_name for n in names) else None
@@ -243,16 +283,18 @@ def wait_bound(pipeline: Pipeline, namespace: str, names: Sequence[str], timeout
         pods = pods_of(pipeline, namespace)
         pending = {n: _scheduled_condition(pods[n]) for n in names if n in pods and not pods[n].spec.node_name}
         decided = asyncio.run(_decisions_about(pipeline.kafka, namespace))
-        raise AssertionError(f"pods still pending after {timeout:.0f} s: {pending}; the decisions about "
-                             f"{namespace}: {decided}") from None
+        raise AssertionError(
+            f"pods still pending after {timeout:.0f} s: {pending}; the decisions about {namespace}: {decided}"
+        ) from None
     return {n: pods[n] for n in names}
 
 
 async def _decisions_about(kafka: KafkaSettings, namespace: str) -> list[tuple[str, str, str]]:
     """(subject, outcome, message) of every decision record about ``namespace`` (for failure messages)."""
-    from berth.bus import EventConsumer
     from berth.schemas import DecisionRecord
     from berth.schemas.topics import DECISIONS
+
+    from berth.bus import EventConsumer
 
     found = []
     async with EventConsumer(kafka, [DECISIONS], group_id=None, name="kube-e2e-decisions") as consumer:
@@ -292,8 +334,10 @@ def all_nodes(pipeline: Pipeline) -> list[Any]:
     """Every node of the cluster, as Berth reads them (``NodeInfo``)."""
     from berth.kube.manifests import node_from_manifest
 
-    return [node_from_manifest(pipeline.api.sanitize_for_serialization(node))
-            for node in CoreV1Api(pipeline.api).list_node().items]
+    return [
+        node_from_manifest(pipeline.api.sanitize_for_serialization(node))
+        for node in CoreV1Api(pipeline.api).list_node().items
+    ]
 
 
 # --- behaviours --------------------------------------------------------------------------------
@@ -321,8 +365,11 @@ def test_an_unschedulable_pod_gets_the_kube_message_and_a_failed_scheduling_even
     # reasons sorted as strings, kube 1.34 wording.
     elsewhere = [node for node in cell if node.labels.get(SUITE_LABEL) != suite]
     cordoned = sum(1 for node in elsewhere if node.unschedulable)
-    tainted = sum(1 for node in elsewhere if not node.unschedulable
-                  and any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints))
+    tainted = sum(
+        1
+        for node in elsewhere
+        if not node.unschedulable and any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints)
+    )
     others = len(elsewhere) - cordoned - tainted
     reasons = ["2 Insufficient nvidia.com/gpu"]
     if others:
@@ -334,8 +381,10 @@ def test_an_unschedulable_pod_gets_the_kube_message_and_a_failed_scheduling_even
     # kube 1.34: a request above a node's allocatable is UnschedulableAndUnresolvable, so
     # preemption is "not helpful" on every node; the PostFilter part (the DRA plugin's, then
     # preemption's) follows the FitError after one space, as kube-scheduler v1.34.10 writes it.
-    expected = (f"0/{len(cell)} nodes are available: {', '.join(sorted(reasons))}. no new claims to deallocate, "
-                f"preemption: 0/{len(cell)} nodes are available: {len(cell)} Preemption is not helpful for scheduling.")
+    expected = (
+        f"0/{len(cell)} nodes are available: {', '.join(sorted(reasons))}. no new claims to deallocate, "
+        f"preemption: 0/{len(cell)} nodes are available: {len(cell)} Preemption is not helpful for scheduling."
+    )
 
     def reported() -> tuple[str, str, str] | None:
         condition = _scheduled_condition(pods_of(pipeline, namespace)["too-big"])
@@ -346,11 +395,19 @@ def test_an_unschedulable_pod_gets_the_kube_message_and_a_failed_scheduling_even
     try:
         status, reason, message = wait_for(reported, "the expected PodScheduled condition")
     except AssertionError:
-        raise AssertionError(f"PodScheduled is {_scheduled_condition(pods_of(pipeline, namespace)['too-big'])}, "
-                             f"expected the message {expected!r}") from None
+        raise AssertionError(
+            f"PodScheduled is {_scheduled_condition(pods_of(pipeline, namespace)['too-big'])}, "
+            f"expected the message {expected!r}"
+        ) from None
     assert (status, reason) == ("False", "Unschedulable")
-    failed = wait_for(lambda: (events := events_for(pipeline, namespace, "FailedScheduling").get("too-big"))
-                      and events[-1].message == expected and events, "a FailedScheduling event with that message")
+    failed = wait_for(
+        lambda: (
+            (events := events_for(pipeline, namespace, "FailedScheduling").get("too-big"))
+            and events[-1].message == expected
+            and events
+        ),
+        "a FailedScheduling event with that message",
+    )
     messages = [event.message for event in sorted(failed, key=lambda e: e.metadata.creation_timestamp)]
     assert messages[-1] == expected
     assert len(messages) == len(set(messages)), f"one event per distinct message, got {messages}"
@@ -389,7 +446,9 @@ def test_fractional_pods_share_one_device_and_the_share_is_annotated(pipeline, s
         assert pod.metadata.annotations["berth.io/gpu-milli"] == "500"
     # The device is full now: a third half waits, saying so the kube way.
     create_pods(pipeline, namespace, [pod_body("half-2", suite, annotations={"gpu-fraction": "0.5"})])
-    condition = wait_for(lambda: _scheduled_condition(pods_of(pipeline, namespace)["half-2"]), "a PodScheduled condition")
+    condition = wait_for(
+        lambda: _scheduled_condition(pods_of(pipeline, namespace)["half-2"]), "a PodScheduled condition"
+    )
     assert condition[:2] == ("False", "Unschedulable")
     assert not pods_of(pipeline, namespace)["half-2"].spec.node_name
 
@@ -398,40 +457,86 @@ def test_tainted_nodes_take_only_pods_that_tolerate_them(pipeline, suite, namesp
     [tainted] = make_nodes(pipeline, suite, 1, taints=["dedicated=gpu:NoSchedule"], prefix=f"{suite}-t-")
     [plain] = make_nodes(pipeline, suite, 1, prefix=f"{suite}-p-")
     toleration = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
-    on_tainted = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [tainted]}]}]}}}
-    create_pods(pipeline, namespace, [
-        pod_body("tolerates", suite, gpus=8, tolerations=[toleration], affinity=on_tainted),
-        pod_body("intolerant", suite, gpus=8),
-    ])
+    on_tainted = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [tainted]}]}
+                ]
+            }
+        }
+    }
+    create_pods(
+        pipeline,
+        namespace,
+        [
+            pod_body("tolerates", suite, gpus=8, tolerations=[toleration], affinity=on_tainted),
+            pod_body("intolerant", suite, gpus=8),
+        ],
+    )
     pods = wait_bound(pipeline, namespace, ["tolerates", "intolerant"])
     assert pods["tolerates"].spec.node_name == tainted
     assert pods["intolerant"].spec.node_name == plain
     # Both nodes are full now; a pod that does not tolerate the taint is told both reasons.
     create_pods(pipeline, namespace, [pod_body("late", suite, gpus=1)])
-    message = wait_for(lambda: (_scheduled_condition(pods_of(pipeline, namespace)["late"]) or (None,) * 3)[2],
-                       "an unschedulable message")
+    message = wait_for(
+        lambda: (_scheduled_condition(pods_of(pipeline, namespace)["late"]) or (None,) * 3)[2],
+        "an unschedulable message",
+    )
     assert "1 node(s) had untolerated taint(s)" in message, message
     assert "1 Insufficient nvidia.com/gpu" in message, message
 
 
 def test_node_and_pod_affinity_are_honoured(pipeline, suite, namespace):
     nodes = make_nodes(pipeline, suite, 4, zones=("zone-a", "zone-b"))
-    zone_b = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}
-    apart = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    create_pods(pipeline, namespace, [pod_body("in-zone-b", suite, gpus=1, affinity=zone_b),
-                                      pod_body("leader", suite, gpus=1, labels={"app": "leader"})]
-                + [pod_body(f"spread-{i}", suite, gpus=1, labels={"app": "spread"}, affinity=apart) for i in range(4)])
+    zone_b = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    create_pods(
+        pipeline,
+        namespace,
+        [
+            pod_body("in-zone-b", suite, gpus=1, affinity=zone_b),
+            pod_body("leader", suite, gpus=1, labels={"app": "leader"}),
+        ]
+        + [pod_body(f"spread-{i}", suite, gpus=1, labels={"app": "spread"}, affinity=apart) for i in range(4)],
+    )
     spread = [f"spread-{i}" for i in range(4)]
     pods = wait_bound(pipeline, namespace, ["in-zone-b", "leader", *spread])
     assert node_labels(pipeline, pods["in-zone-b"].spec.node_name)["topology.kubernetes.io/zone"] == "zone-b"
     assert sorted(pods[name].spec.node_name for name in spread) == sorted(nodes)
-    together = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "leader"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    create_pods(pipeline, namespace, [pod_body("follower", suite, gpus=1, affinity=together),
-                                      pod_body(f"spread-{4}", suite, gpus=1, labels={"app": "spread"}, affinity=apart)])
+    together = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "leader"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    create_pods(
+        pipeline,
+        namespace,
+        [
+            pod_body("follower", suite, gpus=1, affinity=together),
+            pod_body(f"spread-{4}", suite, gpus=1, labels={"app": "spread"}, affinity=apart),
+        ],
+    )
     follower = wait_bound(pipeline, namespace, ["follower"])["follower"]
     assert follower.spec.node_name == pods["leader"].spec.node_name
     # A fifth pod that must keep away from the four others has no node left.
@@ -449,24 +554,47 @@ def test_pod_affinity_selects_namespaces_by_their_labels(pipeline, suite, namesp
     db = wait_bound(pipeline, team, ["db"])["db"]
 
     def near_db(team_label: str) -> dict[str, Any]:
-        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
-             "namespaceSelector": {"matchLabels": {"berth-e2e/team": team_label}}}]}}
+        return {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "db"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                        "namespaceSelector": {"matchLabels": {"berth-e2e/team": team_label}},
+                    }
+                ]
+            }
+        }
 
-    create_pods(pipeline, namespace, [pod_body("near-db", suite, gpus=1, affinity=near_db(suite)),
-                                      pod_body("near-nothing", suite, gpus=1, affinity=near_db("nobody"))])
+    create_pods(
+        pipeline,
+        namespace,
+        [
+            pod_body("near-db", suite, gpus=1, affinity=near_db(suite)),
+            pod_body("near-nothing", suite, gpus=1, affinity=near_db("nobody")),
+        ],
+    )
     assert wait_bound(pipeline, namespace, ["near-db"])["near-db"].spec.node_name == db.spec.node_name
-    condition = wait_for(lambda: _scheduled_condition(pods_of(pipeline, namespace)["near-nothing"]),
-                         "near-nothing reported")
+    condition = wait_for(
+        lambda: _scheduled_condition(pods_of(pipeline, namespace)["near-nothing"]), "near-nothing reported"
+    )
     assert condition[:2] == ("False", "Unschedulable")
     assert "didn't match pod affinity rules" in condition[2], condition
 
 
 def _pod_group(pipeline: Pipeline, namespace: str, name: str, min_member: int) -> None:
     CustomObjectsApi(pipeline.api).create_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups",
-        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name},
-         "spec": {"minMember": min_member}})
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {"minMember": min_member},
+        },
+    )
 
 
 def delete_pods(pipeline: Pipeline, namespace: str, names: Sequence[str]) -> None:
@@ -482,18 +610,26 @@ def test_a_gang_is_bound_all_together_or_not_at_all(pipeline, suite, namespace):
     _pod_group(pipeline, namespace, "trio", 3)
     _pod_group(pipeline, namespace, "pair", 2)
     trio = [f"trio-{i}" for i in range(3)]
-    create_pods(pipeline, namespace, [pod_body(name, suite, gpus=4, labels={"scheduling.x-k8s.io/pod-group": "trio"})
-                                      for name in trio])
+    create_pods(
+        pipeline,
+        namespace,
+        [pod_body(name, suite, gpus=4, labels={"scheduling.x-k8s.io/pod-group": "trio"}) for name in trio],
+    )
     bound = wait_bound(pipeline, namespace, trio)
     assert Counter(pod.spec.node_name for pod in bound.values()).most_common() in (
-        [(nodes[0], 2), (nodes[1], 1)], [(nodes[1], 2), (nodes[0], 1)])
+        [(nodes[0], 2), (nodes[1], 1)],
+        [(nodes[1], 2), (nodes[0], 1)],
+    )
     # 4 GPUs are left: one member of the pair would fit, both cannot — so neither may be bound.
     # Nothing on the API says that the pair was decided (the test below checks the members say why), so give the
     # pipeline time to decide it, then send a single pod of the same size: it takes the 4 GPUs
     # only if the pair did not take them first.
     pair = ["pair-0", "pair-1"]
-    create_pods(pipeline, namespace, [pod_body(name, suite, gpus=4, labels={"scheduling.x-k8s.io/pod-group": "pair"})
-                                      for name in pair])
+    create_pods(
+        pipeline,
+        namespace,
+        [pod_body(name, suite, gpus=4, labels={"scheduling.x-k8s.io/pod-group": "pair"}) for name in pair],
+    )
     time.sleep(GANG_SETTLE_S)
     create_pods(pipeline, namespace, [pod_body("single", suite, gpus=4)])
     single = wait_bound(pipeline, namespace, ["single"])["single"]
@@ -512,11 +648,19 @@ def test_members_of_a_gang_that_cannot_fit_say_why(pipeline, suite, namespace):
     make_nodes(pipeline, suite, 1)
     _pod_group(pipeline, namespace, "too-wide", 2)
     members = ["wide-0", "wide-1"]
-    create_pods(pipeline, namespace, [pod_body(name, suite, gpus=8, labels={"scheduling.x-k8s.io/pod-group": "too-wide"})
-                                      for name in members])
-    conditions = wait_for(lambda: [c for name, pod in pods_of(pipeline, namespace).items()
-                                   if (c := _scheduled_condition(pod)) is not None] or None,
-                          "a PodScheduled condition on a member", timeout=GANG_SETTLE_S * 3)
+    create_pods(
+        pipeline,
+        namespace,
+        [pod_body(name, suite, gpus=8, labels={"scheduling.x-k8s.io/pod-group": "too-wide"}) for name in members],
+    )
+    conditions = wait_for(
+        lambda: (
+            [c for name, pod in pods_of(pipeline, namespace).items() if (c := _scheduled_condition(pod)) is not None]
+            or None
+        ),
+        "a PodScheduled condition on a member",
+        timeout=GANG_SETTLE_S * 3,
+    )
     assert all(condition[:2] == ("False", "Unschedulable") for condition in conditions)
 
 
@@ -528,10 +672,8 @@ def test_a_pod_hashed_to_a_full_cell_is_bound_in_a_cell_with_room(pipeline, suit
 
     cells = DECISION_INPUTS.partitions
     selector = {"berth-e2e/handover": suite}  # selects this test's nodes and pins nothing
-    [full] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-full-",
-                               labels={CELL_LABEL: "0", **selector})
-    [roomy] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-roomy-",
-                                labels={CELL_LABEL: "1", **selector})
+    [full] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-full-", labels={CELL_LABEL: "0", **selector})
+    [roomy] = create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-roomy-", labels={CELL_LABEL: "1", **selector})
 
     def body(name: str, gpus: int, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
         pod = pod_body(name, suite, gpus=gpus, labels=labels, select_suite=False)
@@ -549,8 +691,11 @@ def test_a_pod_hashed_to_a_full_cell_is_bound_in_a_cell_with_room(pipeline, suit
     assert 0 in homes.values(), f"no pod of {len(homes)} hashed to cell 0: {homes}"
     bound = wait_bound(pipeline, namespace, list(homes))
     assert {name: pod.spec.node_name for name, pod in bound.items()} == {name: roomy for name in homes}
-    handed_over = {subject for subject, outcome, _ in asyncio.run(_decisions_about(pipeline.kafka, namespace))
-                   if outcome == "handed-over"}
+    handed_over = {
+        subject
+        for subject, outcome, _ in asyncio.run(_decisions_about(pipeline.kafka, namespace))
+        if outcome == "handed-over"
+    }
     assert handed_over == {f"{namespace}/{name}" for name, home in homes.items() if home == 0}
     # A pod no cell can place is reported by the last cell of its round over every cell's nodes.
     create_pods(pipeline, namespace, [body("too-big", 16)])
@@ -568,8 +713,12 @@ def test_room_freed_in_another_cell_reaches_a_pod_resting_at_the_end_of_its_roun
     from berth.schemas.topics import DECISION_INPUTS
 
     selector = {"berth-e2e/handover": suite}
-    nodes = {cell: create_fake_nodes(pipeline.api, 1, gpus=8, prefix=f"{suite}-c{cell}-",
-                                     labels={CELL_LABEL: str(cell), **selector})[0] for cell in (0, 1)}
+    nodes = {
+        cell: create_fake_nodes(
+            pipeline.api, 1, gpus=8, prefix=f"{suite}-c{cell}-", labels={CELL_LABEL: str(cell), **selector}
+        )[0]
+        for cell in (0, 1)
+    }
 
     def body(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
         pod = pod_body(name, suite, gpus=8, labels=labels, select_suite=False)
@@ -652,17 +801,21 @@ def _pools_in_both_cells(suite: str) -> tuple[str, str]:
 
     first = f"{suite}-a"
     cell = stable_hash(f"pool/{first}") % DECISION_INPUTS.partitions
-    second = next(name for i in range(100) if stable_hash(f"pool/{(name := f'{suite}-b{i}')}")
-                  % DECISION_INPUTS.partitions != cell)
+    second = next(
+        name
+        for i in range(100)
+        if stable_hash(f"pool/{(name := f'{suite}-b{i}')}") % DECISION_INPUTS.partitions != cell
+    )
     return first, second
 
 
 async def _applied_placements(kafka: KafkaSettings, uids: set[str]) -> tuple[dict[str, set[str]], list[str]]:
     """From the commands and results topics: pod UID → ids of the applied commands that bound it,
     and the reasons of every conflict reported for a command placing one of ``uids``."""
-    from berth.bus import EventConsumer
     from berth.schemas.scheduler import CommandResult, PlacePods
     from berth.schemas.topics import COMMANDS, RESULTS
+
+    from berth.bus import EventConsumer
 
     placing: dict[str, list[str]] = {}
     results: dict[str, list[CommandResult]] = defaultdict(list)
@@ -700,10 +853,12 @@ def test_kill_9_of_every_service_mid_run_loses_nothing_and_binds_nothing_twice(p
     create_pods(pipeline, namespace, warm_up)
     wait_bound(pipeline, namespace, [body["metadata"]["name"] for body in warm_up])
     delete_pods(pipeline, namespace, [body["metadata"]["name"] for body in warm_up])
-    bodies = [pod_body(f"p-{i:03d}", pools[i % 2], gpus=RESTART_GPUS[i % len(RESTART_GPUS)])
-              for i in range(RESTART_PODS)]
-    requested = {body["metadata"]["name"]: int(body["spec"]["containers"][0]["resources"]["requests"][GPU])
-                 for body in bodies}
+    bodies = [
+        pod_body(f"p-{i:03d}", pools[i % 2], gpus=RESTART_GPUS[i % len(RESTART_GPUS)]) for i in range(RESTART_PODS)
+    ]
+    requested = {
+        body["metadata"]["name"]: int(body["spec"]["containers"][0]["resources"]["requests"][GPU]) for body in bodies
+    }
     uids: dict[str, str] = {}
     failures: list[BaseException] = []
 
@@ -713,14 +868,16 @@ def test_kill_9_of_every_service_mid_run_loses_nothing_and_binds_nothing_twice(p
             for body in bodies:
                 uids.update(create_pods(pipeline, namespace, [body]))
                 time.sleep(0.25)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:
             failures.append(exc)
 
     creator = threading.Thread(target=create_steadily, name="pod-creator")
     creator.start()
     try:
+
         def third_bound() -> bool:
             return sum(1 for pod in pods_of(pipeline, namespace).values() if pod.spec.node_name) >= RESTART_PODS // 3
+
         wait_for(third_bound, "a third of the pods bound", timeout=BIND_TIMEOUT_S)
         assert creator.is_alive(), "the kill must land while pods are still being created"
         pipeline.restart_all(kill=True)
@@ -743,10 +900,21 @@ def test_kill_9_of_every_service_mid_run_loses_nothing_and_binds_nothing_twice(p
         assert len(devices) == len(set(devices)), (node, devices)
     assert {nodes[node] for node in by_node} == set(pools)
     # Bound once: one Scheduled event per pod, no failure reported for any.
-    scheduled = wait_for(lambda: (events := {name: found for name, found in
-                                             events_for(pipeline, namespace, "Scheduled").items()
-                                             if name in requested}) and len(events) >= RESTART_PODS and events,
-                         "a Scheduled event for every pod", timeout=30)
+    scheduled = wait_for(
+        lambda: (
+            (
+                events := {
+                    name: found
+                    for name, found in events_for(pipeline, namespace, "Scheduled").items()
+                    if name in requested
+                }
+            )
+            and len(events) >= RESTART_PODS
+            and events
+        ),
+        "a Scheduled event for every pod",
+        timeout=30,
+    )
     assert {name: len(events) for name, events in scheduled.items()} == dict.fromkeys(requested, 1)
     assert not set(events_for(pipeline, namespace, "FailedScheduling")) & set(requested)
     # ... and on the pipeline's own record: each pod in exactly one applied command, no conflicts.

@@ -41,22 +41,39 @@ def _node(name: str, rng: random.Random) -> dict[str, Any]:
     labels = {HOST: name, "disk": rng.choice(["ssd", "hdd"])}
     if rng.random() > 0.15:
         labels[ZONE] = rng.choice(["a", "b", "c"])
-    taints = ([{"key": "dedicated", "value": rng.choice(["team1", "team2"]), "effect": "NoSchedule"}]
-              if rng.random() < 0.3 else [])
+    taints = (
+        [{"key": "dedicated", "value": rng.choice(["team1", "team2"]), "effect": "NoSchedule"}]
+        if rng.random() < 0.3
+        else []
+    )
     allocatable = {"cpu": rng.choice(["1", "2", "4"]), "memory": "8Gi", "pods": rng.choice(["110", "110", "2"])}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"taints": taints, "unschedulable": rng.random() < 0.1},
-            "status": {"capacity": allocatable, "allocatable": allocatable,
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints, "unschedulable": rng.random() < 0.1},
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
-def _pod(name: str, namespace: str, *, labels: dict[str, str], cpu: str, node: str | None = None,
-         **spec: Any) -> dict[str, Any]:
+def _pod(
+    name: str, namespace: str, *, labels: dict[str, str], cpu: str, node: str | None = None, **spec: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": {"cpu": cpu}}}], **spec}}
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+            ],
+            **spec,
+        },
+    }
     if node is not None:
         body["spec"]["nodeName"] = node
     return body
@@ -71,8 +88,13 @@ def _probe(name: str, namespace: str, rng: random.Random) -> dict[str, Any]:
     if rng.random() < 0.3:
         spec["nodeSelector"] = {"disk": "ssd"}
     if rng.random() < 0.3:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a", "b"]}]}]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a", "b"]}]}]
+                }
+            }
+        }
     if rng.random() < 0.4:
         spec["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "team1", "effect": "NoSchedule"}]
     roll = rng.random()
@@ -84,8 +106,14 @@ def _probe(name: str, namespace: str, rng: random.Random) -> dict[str, Any]:
     if not affinity:
         del spec["affinity"]
     if rng.random() < 0.25:
-        spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
-                                              "labelSelector": {"matchLabels": {"app": "web"}}}]
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+            }
+        ]
     if rng.random() < 0.25:
         spec["priorityClassName"] = NEVER
     app = rng.choice(["web", "probe"])
@@ -101,10 +129,19 @@ def generate(seed: int, namespace: str) -> tuple[list[dict[str, Any]], list[dict
         app = rng.choice(["web", "db", "cache"])
         extra: dict[str, Any] = {}
         if rng.random() < 0.3:
-            extra["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                _term("probe", HOST)]}}
-        running.append(_pod(f"run-{i}", namespace, labels={"app": app}, cpu=rng.choice(["250m", "500m", "1"]),
-                            node=rng.choice(nodes)["metadata"]["name"], **extra))
+            extra["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_term("probe", HOST)]}
+            }
+        running.append(
+            _pod(
+                f"run-{i}",
+                namespace,
+                labels={"app": app},
+                cpu=rng.choice(["250m", "500m", "1"]),
+                node=rng.choice(nodes)["metadata"]["name"],
+                **extra,
+            )
+        )
     probes = [_probe(f"probe-{i}", namespace, rng) for i in range(PROBES_PER_CLUSTER)]
     return nodes, running, probes
 
@@ -145,8 +182,13 @@ def _berth_verdict(documents: list[dict[str, Any]], probe: dict[str, Any]) -> tu
 def test_berth_decides_and_words_every_pod_as_kube_scheduler_does() -> None:
     from berth_dev.devstack.kube import KubeControlPlane, KubeSchedulerProcess
 
-    never = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": NEVER},
-             "value": 0, "preemptionPolicy": "Never"}
+    never = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": NEVER},
+        "value": 0,
+        "preemptionPolicy": "Never",
+    }
     compared, placed, differences = 0, 0, []
     with KubeControlPlane() as plane, plane.connection().api_client() as api:
         core = CoreV1Api(api)
@@ -169,8 +211,9 @@ def test_berth_decides_and_words_every_pod_as_kube_scheduler_does() -> None:
                     compared += 1
                     placed += kube[0]
                     if kube != berth:
-                        differences.append(f"cluster {seed} {probe['metadata']['name']}:\n  kube:  {kube}\n"
-                                           f"  berth: {berth}")
+                        differences.append(
+                            f"cluster {seed} {probe['metadata']['name']}:\n  kube:  {kube}\n  berth: {berth}"
+                        )
                 for body in running:
                     core.delete_namespaced_pod(body["metadata"]["name"], namespace, grace_period_seconds=0)
                 for body in nodes:
@@ -178,7 +221,9 @@ def test_berth_decides_and_words_every_pod_as_kube_scheduler_does() -> None:
                 while core.list_node().items:
                     time.sleep(0.05)
             assert scheduler.is_alive(), f"kube-scheduler exited; its log: {scheduler.log_path}"
-    print(f"\n{compared} pods compared on {CLUSTERS} clusters ({placed} placed by both, "
-          f"{compared - placed - len(differences)} unschedulable with the same message)")
+    print(
+        f"\n{compared} pods compared on {CLUSTERS} clusters ({placed} placed by both, "
+        f"{compared - placed - len(differences)} unschedulable with the same message)"
+    )
     assert 0 < placed < compared, "the clusters must exercise both verdicts"
     assert not differences, f"{len(differences)} of {compared} pods differ:\n" + "\n".join(differences)

@@ -5,18 +5,25 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from berth.services.audit import db
+from berth.services.audit.models import Base
 from sqlalchemy import inspect
 from typer.testing import CliRunner
 
-from berth.services.audit import db
-from berth.services.audit.models import Base
 from berth.cli import app
 from berth.settings import DatabaseSettings
 
 pytestmark = pytest.mark.integration
 
-TABLES = {"scheduler_configs", "decision_inputs", "decisions", "commands",
-          "command_results", "determinism_errors", "consumer_positions"}
+TABLES = {
+    "scheduler_configs",
+    "decision_inputs",
+    "decisions",
+    "commands",
+    "command_results",
+    "determinism_errors",
+    "consumer_positions",
+}
 
 
 def test_upgrade_matches_the_models_and_downgrade_removes_everything(database_url):

@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from berth.bus import ensure_topics
 from berth.schemas import DecisionRecord, EvictPod, ScalePool, SpotInterruptionNotice
 from berth.schemas.cells import cell_of_pool
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS
-from berth.settings import BerthSettings
 from berth_dev.devstack.procs import free_ports
 from berth_dev.supervisor import Supervisor
 from berth_dev.workloads import from_documents, write_documents, write_pools_file
 from berth_dev.workloads.generate import H100, gpu_node_manifest
+
+from berth.bus import ensure_topics
+from berth.settings import BerthSettings
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +44,27 @@ BERTH = str(Path(sys.executable).with_name("berth"))
 def _documents(cell: int) -> list[dict[str, Any]]:
     # Every node in the pool's cell: a pool is scaled, and its replicas placed, in one cell.
     labels = {"berth.io/cell": str(cell)}
-    nodes = [gpu_node_manifest(name, H100, zone="us-east-1a", spot=spot, extra_labels=labels)
-             for name, spot in (("spot-0", True), ("od-0", False), ("od-1", False))]
-    pool = {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": POOL, "namespace": NS},
-            "spec": {"model": "llama-70b", "replicas": 0, "minReplicas": 0, "maxReplicas": 4,
-                     "tokensPerSecondPerReplica": 10_000, "ttftSloMs": 2000, "modelLoadSeconds": 0,
-                     "cooldownSeconds": 3600, "gpuRequirements": {"count": 8},
-                     "scheduling": {"costOptimization": {"spotEnabled": True, "maxSpotPercent": 100}}}}
+    nodes = [
+        gpu_node_manifest(name, H100, zone="us-east-1a", spot=spot, extra_labels=labels)
+        for name, spot in (("spot-0", True), ("od-0", False), ("od-1", False))
+    ]
+    pool = {
+        "apiVersion": "berth.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": POOL, "namespace": NS},
+        "spec": {
+            "model": "llama-70b",
+            "replicas": 0,
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "tokensPerSecondPerReplica": 10_000,
+            "ttftSloMs": 2000,
+            "modelLoadSeconds": 0,
+            "cooldownSeconds": 3600,
+            "gpuRequirements": {"count": 8},
+            "scheduling": {"costOptimization": {"spotEnabled": True, "maxSpotPercent": 100}},
+        },
+    }
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, *nodes, pool]
 
 
@@ -83,8 +97,9 @@ def _wait(services: Supervisor, predicate: Callable[[], bool], what: str, timeou
 
 
 def _publish(env: dict[str, str], *args: str) -> dict[str, Any]:
-    done = subprocess.run([BERTH, "publish", *args], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [BERTH, "publish", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,8 +110,9 @@ async def _read(settings: BerthSettings) -> tuple[list[Any], list[DecisionRecord
     commands: list[Any] = []
     decisions: list[DecisionRecord] = []
     notices: list[SpotInterruptionNotice] = []
-    async with EventConsumer(settings.kafka, [COMMANDS, DECISIONS, DECISION_INPUTS], group_id=None,
-                             name="pools-test") as consumer:
+    async with EventConsumer(
+        settings.kafka, [COMMANDS, DECISIONS, DECISION_INPUTS], group_id=None, name="pools-test"
+    ) as consumer:
         async for item in consumer.events(idle_timeout_s=2):
             if isinstance(item.event, (ScalePool, EvictPod)):
                 commands.append(item.event)
@@ -108,7 +124,8 @@ async def _read(settings: BerthSettings) -> tuple[list[Any], list[DecisionRecord
 
 
 def test_queue_lag_scales_the_pool_and_a_spot_notice_moves_its_replica_before_the_deadline(
-        own_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    own_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     env = {"BERTH_KAFKA_BOOTSTRAP": own_kafka}
     monkeypatch.setenv("BERTH_KAFKA_BOOTSTRAP", own_kafka)
     settings = BerthSettings()
@@ -125,22 +142,44 @@ def test_queue_lag_scales_the_pool_and_a_spot_notice_moves_its_replica_before_th
         services.start("token-lag", ["run", "--pools", str(pools)])
         services.start("decision", ["run", "--pools", str(pools)])
         services.start("binder", ["run", "--backend", "sim", "--sim-url", sim_url])
-        services.start("cluster-sim", ["run", "--workload", str(workload), "--speed", "1",
-                                       "--port", str(sim_port), "--no-progress"])
+        services.start(
+            "cluster-sim",
+            ["run", "--workload", str(workload), "--speed", "1", "--port", str(sim_port), "--no-progress"],
+        )
 
         routed = tmp_path / "logs" / "inventory.log"
-        _wait(services, lambda: routed.exists() and routed.read_text().count('"node routed"') >= 3,
-              "the nodes routed to the decision cells")
+        _wait(
+            services,
+            lambda: routed.exists() and routed.read_text().count('"node routed"') >= 3,
+            "the nodes routed to the decision cells",
+        )
 
         # A gateway reports 30,000 tokens queued at 1,000 tokens/s: 30 s to first token against a
         # 2 s SLO → ceil(30000 / (10000 × 2)) = 2 replicas: spot is allowed and cheapest, so one
         # goes to the spot node and the other, the spot node being full, on demand — od-0 or od-1,
         # identical nodes: the tie-break hashes the pod, and which replica the cell sees first
         # depends on when the simulator's pods arrive.
-        _publish(env, "queue-lag", "--pool", POOL, "--namespace", NS, "--tokens", "30000", "--rate", "1000",
-                 "--sessions", "50")
-        _wait(services, lambda: sorted(node or "" for node in _replicas(sim_url).values()) in (
-              ["od-0", "spot-0"], ["od-1", "spot-0"]), "the pool scaled to 2 replicas, on spot-0 and an on-demand node")
+        _publish(
+            env,
+            "queue-lag",
+            "--pool",
+            POOL,
+            "--namespace",
+            NS,
+            "--tokens",
+            "30000",
+            "--rate",
+            "1000",
+            "--sessions",
+            "50",
+        )
+        _wait(
+            services,
+            lambda: (
+                sorted(node or "" for node in _replicas(sim_url).values()) in (["od-0", "spot-0"], ["od-1", "spot-0"])
+            ),
+            "the pool scaled to 2 replicas, on spot-0 and an on-demand node",
+        )
         on_spot = next(name for name, node in _replicas(sim_url).items() if node == "spot-0")
 
         notice = _publish(env, "spot-notice", "--node", "spot-0", "--in", "120s", "--provider", "aws")

@@ -30,12 +30,16 @@ TRACE = SHIPPED_TRACE
 
 
 def test_the_replica_timeline_through_kafka_matches_the_pure_simulation(
-        own_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    own_kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     if not TRACE.exists():
         pytest.fail(f"the shipped trace is missing: {TRACE}")
     monkeypatch.setenv("BERTH_KAFKA_BOOTSTRAP", own_kafka)
-    config = RunConfig(pool=replace(PoolConfig(), model_load_seconds=20),
-                       cluster=replace(ClusterShape(), interruptions=0), keep_ttft_samples=True)
+    config = RunConfig(
+        pool=replace(PoolConfig(), model_load_seconds=20),
+        cluster=replace(ClusterShape(), interruptions=0),
+        keep_ttft_samples=True,
+    )
     scene, setup = trace_scenario(load_trace(TRACE, minutes=8), scale=10, seed=42, config=config, speed=4)
     pure = run_trace_policies(scene, ("berth",))["berth"]
     assert len(pure.target_changes) >= 3, pure.target_changes  # the slice makes Berth scale

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from berth.bus import EventProducer, ensure_topics
 from berth.schemas import NodeObserved, PodInfo, PodObserved
 from berth.schemas.envelope import encode
 from berth.schemas.samples import T0, h100_node
 from berth.schemas.topics import DECISION_INPUTS
-from berth.settings import KafkaSettings
 from berth_dev.devstack.procs import free_ports
+from prometheus_client.parser import text_string_to_metric_families
+
+from berth.bus import EventProducer, ensure_topics
+from berth.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ BERTH = str(Path(sys.executable).with_name("berth"))
 
 
 def _exponential(start: float, factor: float, count: int) -> list[float]:
-    return [start * factor ** i for i in range(count)]
+    return [start * factor**i for i in range(count)]
 
 
 HISTOGRAMS = {
@@ -44,9 +44,13 @@ HISTOGRAMS = {
     "scheduler_scheduling_attempt_duration_seconds": ({"result", "profile"}, _exponential(0.001, 2, 15)),
     "scheduler_pod_scheduling_sli_duration_seconds": ({"attempts"}, _exponential(0.01, 2, 20)),
     "scheduler_framework_extension_point_duration_seconds": (
-        {"extension_point", "status", "profile"}, _exponential(0.0001, 2, 12)),
+        {"extension_point", "status", "profile"},
+        _exponential(0.0001, 2, 12),
+    ),
     "scheduler_plugin_execution_duration_seconds": (
-        {"plugin", "extension_point", "status"}, _exponential(0.00001, 1.5, 20)),
+        {"plugin", "extension_point", "status"},
+        _exponential(0.00001, 1.5, 20),
+    ),
     "scheduler_preemption_victims": (set(), _exponential(1, 2, 7)),
 }
 COUNTERS = {
@@ -57,15 +61,26 @@ GAUGES = {"scheduler_pending_pods": {"queue"}}
 
 
 def _pod(name: str, *, gpus: int, priority: int = 0) -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name="berth", priority=priority,
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, creation_time=T0,
-                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        priority=priority,
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        creation_time=T0,
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+    )
 
 
 def _inputs() -> list[object]:
     nodes = [NodeObserved(node=h100_node(f"gpu-{i}"), observed_at=T0) for i in range(2)]
-    pods = [_pod("fill-0", gpus=8), _pod("fill-1", gpus=8), _pod("too-big", gpus=16),
-            _pod("urgent", gpus=8, priority=1000)]
+    pods = [
+        _pod("fill-0", gpus=8),
+        _pod("fill-1", gpus=8),
+        _pod("too-big", gpus=16),
+        _pod("urgent", gpus=8, priority=1000),
+    ]
     return [*nodes, *(PodObserved(pod=p, observed_at=T0) for p in pods)]
 
 
@@ -75,8 +90,11 @@ async def _publish(bootstrap: str) -> None:
     async with EventProducer(kafka, source="tests/metrics") as producer:
         for event in _inputs():
             record = encode(event, source="tests/metrics")
-            await (await producer.raw.send(DECISION_INPUTS.name, record.value, key=record.key,
-                                           headers=record.headers, partition=0))
+            await (
+                await producer.raw.send(
+                    DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=0
+                )
+            )
 
 
 def _scrape(url: str) -> dict[str, Any]:
@@ -89,8 +107,12 @@ def _scrape(url: str) -> dict[str, Any]:
 def decision_service(own_kafka: str, tmp_path: Path) -> Iterator[str]:
     [port] = free_ports(1)
     log = (tmp_path / "decision.log").open("w")
-    process = subprocess.Popen([BERTH, "decision", "run", "--kafka", own_kafka, "--metrics-port", str(port)],
-                               env={**os.environ, "BERTH_LOG_FORMAT": "console"}, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [BERTH, "decision", "run", "--kafka", own_kafka, "--metrics-port", str(port)],
+        env={**os.environ, "BERTH_LOG_FORMAT": "console"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield f"http://127.0.0.1:{port}/metrics"
     finally:
@@ -102,8 +124,9 @@ def decision_service(own_kafka: str, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_a_running_decision_service_exports_kube_schedulers_metrics(own_kafka: str, decision_service: str,
-                                                                    tmp_path: Path) -> None:
+def test_a_running_decision_service_exports_kube_schedulers_metrics(
+    own_kafka: str, decision_service: str, tmp_path: Path
+) -> None:
     asyncio.run(_publish(own_kafka))
     deadline = time.monotonic() + 120
     families: dict[str, Any] = {}
@@ -115,11 +138,21 @@ def test_a_running_decision_service_exports_kube_schedulers_metrics(own_kafka: s
             continue
         # prometheus_client strips _total from a counter family's name.
         attempts = families.get("scheduler_schedule_attempts")
-        scheduled = sum(s.value for s in attempts.samples if s.name == "scheduler_schedule_attempts_total"
-                        and s.labels.get("result") == "scheduled") if attempts else 0
+        scheduled = (
+            sum(
+                s.value
+                for s in attempts.samples
+                if s.name == "scheduler_schedule_attempts_total" and s.labels.get("result") == "scheduled"
+            )
+            if attempts
+            else 0
+        )
         preempted = families.get("scheduler_preemption_victims")
-        if scheduled >= 3 and preempted is not None and any(
-                s.name.endswith("_count") and s.value >= 1 for s in preempted.samples):
+        if (
+            scheduled >= 3
+            and preempted is not None
+            and any(s.name.endswith("_count") and s.value >= 1 for s in preempted.samples)
+        ):
             break
         time.sleep(0.5)
     else:
@@ -134,8 +167,11 @@ def test_a_running_decision_service_exports_kube_schedulers_metrics(own_kafka: s
         for sample in buckets:
             assert set(sample.labels) - {"le"} == labels, (name, sample.labels)
         first = {tuple(sorted((k, v) for k, v in s.labels.items() if k != "le")) for s in buckets}.pop()
-        les = [float(s.labels["le"]) for s in buckets
-               if tuple(sorted((k, v) for k, v in s.labels.items() if k != "le")) == first]
+        les = [
+            float(s.labels["le"])
+            for s in buckets
+            if tuple(sorted((k, v) for k, v in s.labels.items() if k != "le")) == first
+        ]
         assert les[:-1] == pytest.approx(bounds, rel=1e-9) and les[-1] == float("inf"), name
     for name, labels in COUNTERS.items():
         family = families[name.removesuffix("_total")]
@@ -148,22 +184,51 @@ def test_a_running_decision_service_exports_kube_schedulers_metrics(own_kafka: s
         assert {"active", "backoff", "unschedulable"} <= {s.labels["queue"] for s in samples}
 
     def values(name: str, sample: str, **labels: str) -> list[float]:
-        return [s.value for s in families[name].samples
-                if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+        return [
+            s.value
+            for s in families[name].samples
+            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
 
     # Per pod, not per input: 4 pods → 3 placed (urgent by preempting one filler), too-big not.
-    assert sum(values("scheduler_schedule_attempts", "scheduler_schedule_attempts_total",
-                      result="scheduled", profile="berth")) == 3
-    assert sum(values("scheduler_schedule_attempts", "scheduler_schedule_attempts_total",
-                      result="unschedulable", profile="berth")) >= 1
+    assert (
+        sum(
+            values(
+                "scheduler_schedule_attempts", "scheduler_schedule_attempts_total", result="scheduled", profile="berth"
+            )
+        )
+        == 3
+    )
+    assert (
+        sum(
+            values(
+                "scheduler_schedule_attempts",
+                "scheduler_schedule_attempts_total",
+                result="unschedulable",
+                profile="berth",
+            )
+        )
+        >= 1
+    )
     assert sum(values("scheduler_preemption_victims", "scheduler_preemption_victims_count")) == 1
     assert sum(values("scheduler_preemption_victims", "scheduler_preemption_victims_sum")) == 1
     assert sum(values("scheduler_preemption_attempts", "scheduler_preemption_attempts_total")) >= 2
-    assert sum(values("scheduler_pod_scheduling_sli_duration_seconds",
-                      "scheduler_pod_scheduling_sli_duration_seconds_count")) == 3
-    points = {s.labels["extension_point"] for s in families[
-        "scheduler_framework_extension_point_duration_seconds"].samples}
+    assert (
+        sum(
+            values(
+                "scheduler_pod_scheduling_sli_duration_seconds", "scheduler_pod_scheduling_sli_duration_seconds_count"
+            )
+        )
+        == 3
+    )
+    points = {
+        s.labels["extension_point"] for s in families["scheduler_framework_extension_point_duration_seconds"].samples
+    }
     assert {"PreFilter", "PreScore", "Score", "Reserve", "Permit", "PostFilter"} <= points
-    assert values("scheduler_framework_extension_point_duration_seconds",
-                  "scheduler_framework_extension_point_duration_seconds_count",
-                  extension_point="PostFilter", status="Unschedulable", profile="berth")
+    assert values(
+        "scheduler_framework_extension_point_duration_seconds",
+        "scheduler_framework_extension_point_duration_seconds_count",
+        extension_point="PostFilter",
+        status="Unschedulable",
+        profile="berth",
+    )

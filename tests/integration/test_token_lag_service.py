@@ -10,25 +10,25 @@ import asyncio
 import uuid
 from base64 import b64encode
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from berth.schemas import QueueLagObserved
+from berth.schemas.cells import cell_of_pool
+from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, LAG_STATE, QUEUE_LAG
+from berth_dev.supervisor import Supervisor
 
 from berth.bus import EventProducer, ensure_topics
 from berth.bus.consumer import read_matching
 from berth.bus.streams import partition_counts
-from berth.schemas import QueueLagObserved
-from berth.schemas.cells import cell_of_pool
-from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, LAG_STATE, QUEUE_LAG
 from berth.settings import KafkaSettings
-from berth_dev.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "serving"
-T0 = datetime.now(timezone.utc).replace(microsecond=0)
+T0 = datetime.now(UTC).replace(microsecond=0)
 
 
 @pytest.fixture
@@ -57,13 +57,23 @@ def supervisor(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Supervisor]:
 
 
 def start_token_lag(supervisor: Supervisor, data_dir: Path, pools_file: Path) -> Any:
-    return supervisor.start("token-lag", ["run", "--data-dir", str(data_dir), "--pools", str(pools_file),
-                                          "--half-life-seconds", "10"], ready_timeout=90)
+    return supervisor.start(
+        "token-lag",
+        ["run", "--data-dir", str(data_dir), "--pools", str(pools_file), "--half-life-seconds", "10"],
+        ready_timeout=90,
+    )
 
 
 def observation(pool: str, seconds: float, tokens: int, rate: float, ready: int = 1) -> QueueLagObserved:
-    return QueueLagObserved(pool=pool, namespace=NAMESPACE, tokens_in_queue=tokens, token_rate=rate,
-                            active_sessions=2, ready_replicas=ready, observed_at=T0 + timedelta(seconds=seconds))
+    return QueueLagObserved(
+        pool=pool,
+        namespace=NAMESPACE,
+        tokens_in_queue=tokens,
+        token_rate=rate,
+        active_sessions=2,
+        ready_replicas=ready,
+        observed_at=T0 + timedelta(seconds=seconds),
+    )
 
 
 async def publish(kafka: KafkaSettings, *events: Any) -> None:
@@ -72,8 +82,9 @@ async def publish(kafka: KafkaSettings, *events: Any) -> None:
             await producer.send_and_wait(event)
 
 
-async def states_of(kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int,
-                    timeout: float = 60.0) -> list[Any]:
+async def states_of(
+    kafka: KafkaSettings, topic: str, match: Callable[[Any], bool], count: int, timeout: float = 60.0
+) -> list[Any]:
     """The first ``count`` records of ``topic`` whose event ``match``es (as ConsumedEvent)."""
     try:
         return await read_matching(kafka, topic, match, count, timeout_s=timeout, name="tests-token-lag")
@@ -86,7 +97,8 @@ def of_pool(pool: str) -> Callable[[Any], bool]:
 
 
 async def test_publishes_smoothed_lag_to_state_and_cell_and_dead_letters_garbage(
-        kafka, supervisor, tmp_path, pool, pools_file):
+    kafka, supervisor, tmp_path, pool, pools_file
+):
     start_token_lag(supervisor, tmp_path / "data", pools_file)
     producer = AIOKafkaProducer(**kafka.client_options())
     await producer.start()
@@ -96,8 +108,7 @@ async def test_publishes_smoothed_lag_to_state_and_cell_and_dead_letters_garbage
         await producer.stop()
     await publish(kafka, observation(pool, 0, 4000, 400), observation(pool, 10, 4000, 200, ready=0))
 
-    [letter] = await states_of(kafka, DEAD_LETTER.name,
-                               lambda e: e.key_b64 == b64encode(pool.encode()).decode(), 1)
+    [letter] = await states_of(kafka, DEAD_LETTER.name, lambda e: e.key_b64 == b64encode(pool.encode()).decode(), 1)
     assert letter.event.consumer == "token-lag" and letter.event.source_topic == QUEUE_LAG.name
     first, second = (item.event for item in await states_of(kafka, LAG_STATE.name, of_pool(pool), 2))
     assert (first.smoothed_token_rate, first.expected_ttft_ms) == (400, 10_000)

@@ -8,6 +8,7 @@ import sys
 
 
 def test_import_contracts_hold():
-    result = subprocess.run([sys.executable, "-m", "berth_dev.lint_imports"], capture_output=True, text=True,
-                            timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "berth_dev.lint_imports"], capture_output=True, text=True, timeout=180
+    )
     assert result.returncode == 0, result.stdout + result.stderr

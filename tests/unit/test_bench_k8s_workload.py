@@ -60,18 +60,21 @@ def test_figures():
 def test_api_requests_are_summed_by_method_from_prometheus_text():
     from bench.k8s.__main__ import requests_by_method
 
-    text = ('# HELP rest_client_requests_total x\n'
-            'rest_client_requests_total{code="201",host="h",method="POST"} 3.0\n'
-            'rest_client_requests_total{code="409",host="h",method="POST"} 1.0\n'
-            'rest_client_requests_total{code="200",host="h",method="GET"} 2\n'
-            'rest_client_request_duration_seconds_count{verb="GET"} 9\n')
+    text = (
+        "# HELP rest_client_requests_total x\n"
+        'rest_client_requests_total{code="201",host="h",method="POST"} 3.0\n'
+        'rest_client_requests_total{code="409",host="h",method="POST"} 1.0\n'
+        'rest_client_requests_total{code="200",host="h",method="GET"} 2\n'
+        'rest_client_request_duration_seconds_count{verb="GET"} 9\n'
+    )
     assert requests_by_method(text) == {"GET": 2, "POST": 4}
 
 
 def test_a_pod_is_marked_unschedulable_by_its_podscheduled_false_condition():
     from bench.k8s.__main__ import marked_unschedulable
 
-    assert marked_unschedulable({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
-                                                            "reason": "Unschedulable"}]}})
+    assert marked_unschedulable(
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    )
     assert not marked_unschedulable({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}})
     assert not marked_unschedulable({"status": {}}) and not marked_unschedulable({})

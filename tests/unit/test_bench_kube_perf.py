@@ -24,18 +24,34 @@ BASIC, AFFINITY = WORKLOADS
 DATA_ITEMS = {
     "version": "v1",
     "dataItems": [
-        {"data": {"Average": 111.96613555264521, "Perc50": 104.26, "Perc90": 212.4, "Perc95": 233.1,
-                  "Perc99": 349.7},
-         "unit": "pods/s",
-         "labels": {"Metric": "SchedulingThroughput",
-                    "Name": "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2",
-                    "extension_point": "not applicable", "plugin": "not applicable",
-                    "result": "not applicable"}},
-        {"data": {"Average": 0.0344, "Perc50": 0.0507},
-         "unit": "ms",
-         "labels": {"Metric": "scheduler_framework_extension_point_duration_seconds",
-                    "Name": "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2",
-                    "extension_point": "PreFilter", "plugin": "not applicable", "result": "not applicable"}},
+        {
+            "data": {
+                "Average": 111.96613555264521,
+                "Perc50": 104.26,
+                "Perc90": 212.4,
+                "Perc95": 233.1,
+                "Perc99": 349.7,
+            },
+            "unit": "pods/s",
+            "labels": {
+                "Metric": "SchedulingThroughput",
+                "Name": "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2",
+                "extension_point": "not applicable",
+                "plugin": "not applicable",
+                "result": "not applicable",
+            },
+        },
+        {
+            "data": {"Average": 0.0344, "Perc50": 0.0507},
+            "unit": "ms",
+            "labels": {
+                "Metric": "scheduler_framework_extension_point_duration_seconds",
+                "Name": "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2",
+                "extension_point": "PreFilter",
+                "plugin": "not applicable",
+                "result": "not applicable",
+            },
+        },
     ],
 }
 
@@ -93,8 +109,9 @@ def test_throughput_prefers_the_data_items_file_then_the_bench_line(tmp_path: Pa
 
 
 def test_upstream_threshold_verdict_and_failure_lines():
-    assert below_threshold(FAILED_OUTPUT) == ("expected SchedulingThroughput Average to be higher: "
-                                              "got 111.966136, want 270.000000")
+    assert below_threshold(FAILED_OUTPUT) == (
+        "expected SchedulingThroughput Average to be higher: got 111.966136, want 270.000000"
+    )
     assert below_threshold(BENCH_OUTPUT) is None
     reason = failure_reason(FAILED_OUTPUT)
     assert "want 270.000000" in reason and "--- FAIL" in reason
@@ -106,10 +123,11 @@ def _run(pods_per_s: float | None, load: float) -> dict[str, object]:
 
 
 def test_summary_takes_medians_and_the_ratio_per_workload():
-    kube = {BASIC.name: [_run(110.0, 18.1), _run(130.0, 9.0), _run(120.0, 12.0)],
-            AFFINITY.name: [_run(None, 20.0)]}
-    berth = {BASIC.name: [_run(1500.0, 18.0), _run(1800.0, 9.0), _run(1200.0, 12.0)],
-             AFFINITY.name: [_run(900.0, 20.0)]}
+    kube = {BASIC.name: [_run(110.0, 18.1), _run(130.0, 9.0), _run(120.0, 12.0)], AFFINITY.name: [_run(None, 20.0)]}
+    berth = {
+        BASIC.name: [_run(1500.0, 18.0), _run(1800.0, 9.0), _run(1200.0, 12.0)],
+        AFFINITY.name: [_run(900.0, 20.0)],
+    }
     summary = summarize(kube, berth)
     assert summary["kube_scheduler_perf"][BASIC.name]["pods_per_s"] == 120.0
     assert summary["berth_engine"][BASIC.name]["pods_per_s"] == 1500.0
@@ -124,10 +142,17 @@ def test_summary_takes_medians_and_the_ratio_per_workload():
 
 def test_workloads_mirror_the_upstream_shapes():
     assert (BASIC.topic, BASIC.case, BASIC.workload, BASIC.berth_case) == (
-        "misc", "SchedulingBasic", "5000Nodes_10000Pods", "scheduling-basic")
+        "misc",
+        "SchedulingBasic",
+        "5000Nodes_10000Pods",
+        "scheduling-basic",
+    )
     assert (BASIC.nodes, BASIC.init_pods, BASIC.pods) == (5_000, 1_000, 10_000)
     assert (AFFINITY.case, AFFINITY.berth_case, AFFINITY.init_pods) == (
-        "SchedulingNodeAffinity", "node-affinity", 5_000)
+        "SchedulingNodeAffinity",
+        "node-affinity",
+        5_000,
+    )
     assert BASIC.bench_regex == "^BenchmarkPerfScheduling$/^SchedulingBasic$/^5000Nodes_10000Pods$"
 
 
@@ -137,9 +162,19 @@ def test_cycle_extension_points_sum_without_bind(tmp_path: Path):
     document = json.loads(json.dumps(DATA_ITEMS))
     name = "BenchmarkPerfScheduling/SchedulingBasic/5000Nodes_10000Pods/namespace-2"
     for point, average in (("Filter", 3.75), ("Score", 4.267), ("Bind", 236.2)):
-        document["dataItems"].append({"data": {"Average": average}, "unit": "ms", "labels": {
-            "Metric": "scheduler_framework_extension_point_duration_seconds", "Name": name,
-            "extension_point": point, "plugin": "not applicable", "result": "not applicable"}})
+        document["dataItems"].append(
+            {
+                "data": {"Average": average},
+                "unit": "ms",
+                "labels": {
+                    "Metric": "scheduler_framework_extension_point_duration_seconds",
+                    "Name": name,
+                    "extension_point": point,
+                    "plugin": "not applicable",
+                    "result": "not applicable",
+                },
+            }
+        )
     path = tmp_path / "BenchmarkPerfScheduling_benchmark_misc_x.json"
     path.write_text(json.dumps(document))
     points = core_cycle_ms(BASIC, [path])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from berth.schemas import PoolLagState
 
 from bench.scaling.berth import BerthPolicy
 from bench.scaling.cluster import ClusterShape, Interruption
@@ -14,7 +15,6 @@ from bench.scaling.policies import DynamoLike, KedaLike, PoolConfig, PoolView, S
 from bench.scaling.runner import result_document, run_policies, scenario
 from bench.scaling.sim import RunConfig, minute_violates, simulate
 from bench.scaling.workload import Spike, TrafficShape, generate
-from berth.schemas import PoolLagState
 
 SHORT_DAY = TrafficShape(duration_s=3 * 3600, spikes=2, spike_hold_max_s=600)
 FLAT = TrafficShape(duration_s=3600, mean_requests_per_s=3.0, peak_to_trough=1.0, spikes=0)
@@ -37,7 +37,12 @@ def test_same_seed_gives_the_same_json_and_another_seed_does_not():
     assert first != other
     assert set(json.loads(first)["policies"]) == {"berth", "keda", "dynamo"}
     assert set(json.loads(first)["policies"]["keda"]) == {
-        "slo_violation_minutes", "gpu_hours", "cost_usd", "scale_events", "interruptions_survived"}
+        "slo_violation_minutes",
+        "gpu_hours",
+        "cost_usd",
+        "scale_events",
+        "interruptions_survived",
+    }
 
 
 def test_keda_polls_every_30s_doubles_at_most_and_waits_out_the_300s_cooldown():
@@ -137,7 +142,7 @@ def test_three_interruptions_in_an_hour_suspend_spot_for_berth():
     result = simulate(workload, policy, notices, config)
     assert [e["hit"] for e in result.interruption_log] == [True, True, True]
     assert policy.spot.suspended  # the pool's threshold is {count: 3, window: 1h}
-    assert policy.spot.suspended_since == datetime(2025, 1, 1, 0, 40, tzinfo=timezone.utc)
+    assert policy.spot.suspended_since == datetime(2025, 1, 1, 0, 40, tzinfo=UTC)
 
 
 def test_minute_violation_is_the_nearest_rank_p95():

@@ -14,10 +14,12 @@ from bench.scaling.sim import RunConfig
 from bench.scaling.trace import SHIPPED_TRACE, TraceError, load_trace, scaled_workload
 from bench.scaling.trace_run import run_trace_policies, trace_scenario
 
-ROWS = ["TIMESTAMP,ContextTokens,GeneratedTokens",
-        "2023-11-16 18:15:46.6805900,374,44",
-        "2023-11-16 18:15:50.9951690,396,109",
-        "2023-11-16 18:16:51.2224670,879,55"]
+ROWS = [
+    "TIMESTAMP,ContextTokens,GeneratedTokens",
+    "2023-11-16 18:15:46.6805900,374,44",
+    "2023-11-16 18:15:50.9951690,396,109",
+    "2023-11-16 18:16:51.2224670,879,55",
+]
 
 
 def write(tmp_path: Path, lines: list[str]) -> Path:
@@ -38,11 +40,14 @@ def test_a_missing_column_is_named(tmp_path: Path):
         load_trace(write(tmp_path, ["TIMESTAMP,ContextTokens", "2023-11-16 18:15:46,374"]))
 
 
-@pytest.mark.parametrize("row, message", [
-    ("2023-11-16 18:15:47,abc,3", "line 3: ContextTokens 'abc' is not a non-negative integer"),
-    ("yesterday,1,3", "line 3: TIMESTAMP 'yesterday'"),
-    ("2023-11-16 18:15:47,1,-3", "line 3: GeneratedTokens '-3'"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("2023-11-16 18:15:47,abc,3", "line 3: ContextTokens 'abc' is not a non-negative integer"),
+        ("yesterday,1,3", "line 3: TIMESTAMP 'yesterday'"),
+        ("2023-11-16 18:15:47,1,-3", "line 3: GeneratedTokens '-3'"),
+    ],
+)
 def test_a_bad_row_is_named_by_its_line(tmp_path: Path, row: str, message: str):
     with pytest.raises(TraceError, match=message):
         load_trace(write(tmp_path, [*ROWS[:2], row]))

@@ -14,8 +14,7 @@ def test_explicit_cell_label_wins_and_wraps():
 
 
 def test_node_pool_keeps_a_pool_together_and_pods_selecting_it_follow():
-    nodes = [h100_node(f"n-{i}").model_copy(update={"labels": {"berth.io/node-pool": "h100"}})
-             for i in range(10)]
+    nodes = [h100_node(f"n-{i}").model_copy(update={"labels": {"berth.io/node-pool": "h100"}}) for i in range(10)]
     assert len({cell_of_node(node, 8) for node in nodes}) == 1
     pod = fractional_pod().model_copy(update={"node_selector": {"berth.io/node-pool": "h100"}})
     assert cell_of_pod(pod, 8) == cell_of_node(nodes[0], 8)
@@ -29,7 +28,7 @@ def test_gang_members_share_a_cell():
 
 def test_routing_is_stable_across_processes_and_spreads():
     # blake2b, not Python's salted hash(): a fixed value proves it.
-    assert stable_hash("node/gpu-0") == 0xf217651c439d8f6d
+    assert stable_hash("node/gpu-0") == 0xF217651C439D8F6D
     spread = {cell_of_node(h100_node(f"gpu-{i}"), 4) for i in range(64)}
     assert spread == {0, 1, 2, 3}
     assert cell_of_pool("serving", "llama-70b", 1) == 0

@@ -41,8 +41,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "dev nodes": ["2"],
 }
 
-OFFLINE = {"version", "simulate", "topics list", "schemas export", "config show", "cluster-sim generate",
-           "dev status"}
+OFFLINE = {"version", "simulate", "topics list", "schemas export", "config show", "cluster-sim generate", "dev status"}
 """Commands that need no service: they may succeed (or report their own result) with nothing running."""
 
 NOT_RUN = {
@@ -84,25 +83,36 @@ def nothing_running(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
     (tmp / "scheduler.yaml").write_text(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    )
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BERTH_", "KUBECONFIG"))}
-    env.update({
-        "BERTH_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}",
-        "BERTH_DATABASE_URL": f"postgresql+psycopg://berth:s3cret@127.0.0.1:{port}/berth?connect_timeout=2",
-        "BERTH_KUBECONFIG": str(kubeconfig),
-        "KUBECONFIG": str(kubeconfig),
-        "XDG_STATE_HOME": str(tmp / "state"),
-        "COLUMNS": "120",
-        "TMP_DIR": str(tmp),
-    })
+    env.update(
+        {
+            "BERTH_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}",
+            "BERTH_DATABASE_URL": f"postgresql+psycopg://berth:s3cret@127.0.0.1:{port}/berth?connect_timeout=2",
+            "BERTH_KUBECONFIG": str(kubeconfig),
+            "KUBECONFIG": str(kubeconfig),
+            "XDG_STATE_HOME": str(tmp / "state"),
+            "COLUMNS": "120",
+            "TMP_DIR": str(tmp),
+        }
+    )
     return env
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BERTH, *argv], env=env, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, cwd=env.get("TMP_DIR"))
+    return subprocess.run(
+        [*BERTH, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=env.get("TMP_DIR"),
+    )
 
 
 def is_log_record(line: str) -> bool:
@@ -141,13 +151,17 @@ def test_every_command_fails_well_with_nothing_running(nothing_running: dict[str
     assert set(NOT_RUN) <= set(names), "a command NOT_RUN names is gone: update the list"
     assert all(name in names for name in [*ARGUMENTS, *OFFLINE]), "an entry names a command that is gone"
     tmp = nothing_running["TMP_DIR"]
-    argvs = {name: [arg.format(tmp=tmp, kubeconfig=nothing_running["KUBECONFIG"],
-                               scheduler_config=f"{tmp}/scheduler.yaml") for arg in ARGUMENTS.get(name, [])]
-             for name, _ in commands if name not in NOT_RUN}
+    argvs = {
+        name: [
+            arg.format(tmp=tmp, kubeconfig=nothing_running["KUBECONFIG"], scheduler_config=f"{tmp}/scheduler.yaml")
+            for arg in ARGUMENTS.get(name, [])
+        ]
+        for name, _ in commands
+        if name not in NOT_RUN
+    }
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = dict(zip(argvs, pool.map(lambda name: run([*name.split(), *argvs[name]], nothing_running),
-                                           argvs)))
+        results = dict(zip(argvs, pool.map(lambda name: run([*name.split(), *argvs[name]], nothing_running), argvs)))
 
     report = {}
     for name, done in results.items():
@@ -160,9 +174,22 @@ def test_every_command_fails_well_with_nothing_running(nothing_running: dict[str
             report[name] = (problems, done.returncode, done.stderr[-1500:])
     assert not report, json.dumps(report, indent=1)
     # The ones that reach a service say which, and exit 69.
-    for name in ("tail", "topics create", "db current", "db upgrade", "audit replay", "audit explain",
-                 "publish queue-lag", "decision run", "inventory run", "token-lag run", "binder run",
-                 "ingest run", "audit run", "dev nodes"):
+    for name in (
+        "tail",
+        "topics create",
+        "db current",
+        "db upgrade",
+        "audit replay",
+        "audit explain",
+        "publish queue-lag",
+        "decision run",
+        "inventory run",
+        "token-lag run",
+        "binder run",
+        "ingest run",
+        "audit run",
+        "dev nodes",
+    ):
         assert results[name].returncode == EXIT_UNAVAILABLE, (name, results[name].stderr)
     assert "cannot reach Kafka at 127.0.0.1:" in results["topics create"].stderr
     assert "BERTH_KAFKA_BOOTSTRAP" in results["topics create"].stderr
@@ -172,20 +199,33 @@ def test_every_command_fails_well_with_nothing_running(nothing_running: dict[str
     assert results["simulate"].returncode == EXIT_NOT_FOUND
 
 
-@pytest.mark.parametrize(("argv", "env", "code", "says"), [
-    (["topics", "create"], {"BERTH_CONFIG": "/no/such/berth.yaml"}, EXIT_SETTINGS, "BERTH_CONFIG=/no/such/berth.yaml"),
-    (["db", "current"], {"BERTH_LOG_LEVEL": "loud"}, EXIT_SETTINGS, "BERTH_LOG_LEVEL='loud'"),
-    (["decision", "run"], {"BERTH_KAFKA__SECURITY_PROTOCOL": "SASL_SSL"}, EXIT_SETTINGS, "SASL_USERNAME"),
-    (["config", "show"], {"BERTH_KAFKA__REPLICATION_FACTOR": "0"}, EXIT_SETTINGS,
-     "BERTH_KAFKA__REPLICATION_FACTOR='0'"),
-    (["decision", "run", "--pools", "{tmp}/bad.yaml"], {}, EXIT_USAGE, "not valid YAML"),
-    (["simulate", "{tmp}/bad.yaml"], {}, EXIT_USAGE, "bad.yaml"),
-    (["audit", "what-if", "--config", "{tmp}/missing.yaml"], {}, EXIT_USAGE, "missing.yaml"),
-    (["tail", "no.such.topic"], {}, EXIT_USAGE, "no.such.topic"),
-    (["no-such-command"], {}, EXIT_USAGE, "No such command"),
-])
-def test_bad_settings_and_bad_files(nothing_running: dict[str, str], argv: list[str], env: dict[str, str],
-                                    code: int, says: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "says"),
+    [
+        (
+            ["topics", "create"],
+            {"BERTH_CONFIG": "/no/such/berth.yaml"},
+            EXIT_SETTINGS,
+            "BERTH_CONFIG=/no/such/berth.yaml",
+        ),
+        (["db", "current"], {"BERTH_LOG_LEVEL": "loud"}, EXIT_SETTINGS, "BERTH_LOG_LEVEL='loud'"),
+        (["decision", "run"], {"BERTH_KAFKA__SECURITY_PROTOCOL": "SASL_SSL"}, EXIT_SETTINGS, "SASL_USERNAME"),
+        (
+            ["config", "show"],
+            {"BERTH_KAFKA__REPLICATION_FACTOR": "0"},
+            EXIT_SETTINGS,
+            "BERTH_KAFKA__REPLICATION_FACTOR='0'",
+        ),
+        (["decision", "run", "--pools", "{tmp}/bad.yaml"], {}, EXIT_USAGE, "not valid YAML"),
+        (["simulate", "{tmp}/bad.yaml"], {}, EXIT_USAGE, "bad.yaml"),
+        (["audit", "what-if", "--config", "{tmp}/missing.yaml"], {}, EXIT_USAGE, "missing.yaml"),
+        (["tail", "no.such.topic"], {}, EXIT_USAGE, "no.such.topic"),
+        (["no-such-command"], {}, EXIT_USAGE, "No such command"),
+    ],
+)
+def test_bad_settings_and_bad_files(
+    nothing_running: dict[str, str], argv: list[str], env: dict[str, str], code: int, says: str
+) -> None:
     tmp = Path(nothing_running["TMP_DIR"])
     (tmp / "bad.yaml").write_text("pools: {a: [1, 2\n")
     done = run([arg.format(tmp=tmp) for arg in argv], {**nothing_running, **env})
@@ -213,9 +253,14 @@ def test_version_completion_and_config_show(nothing_running: dict[str, str]) -> 
     for code in (2, 3, 4, 69):
         assert f" {code}  " in helped.stdout
 
-    env = {**nothing_running, "BERTH_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-           "BERTH_KAFKA__SASL_MECHANISM": "PLAIN", "BERTH_KAFKA__SASL_USERNAME": "berth",
-           "BERTH_KAFKA__SASL_PASSWORD": "hunter2", "BERTH_SNAPSHOT_EVERY": "7"}
+    env = {
+        **nothing_running,
+        "BERTH_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "BERTH_KAFKA__SASL_MECHANISM": "PLAIN",
+        "BERTH_KAFKA__SASL_USERNAME": "berth",
+        "BERTH_KAFKA__SASL_PASSWORD": "hunter2",
+        "BERTH_SNAPSHOT_EVERY": "7",
+    }
     shown = json.loads(run(["config", "show", "--output", "json"], env).stdout)
     from berth.settings import BerthSettings
 
@@ -251,13 +296,15 @@ def test_each_class_of_failure_has_its_status() -> None:
     assert status(aiokafka.errors.SaslAuthenticationFailed("bad password")) == EXIT_NOPERM
     assert status(aiokafka.errors.KafkaConnectionError("Unable to bootstrap"), ("--kafka", "k:1")) == EXIT_UNAVAILABLE
     assert describe_failure(aiokafka.errors.KafkaConnectionError("x"), ("--kafka", "k:1"))[1].startswith(
-        "cannot reach Kafka at k:1 (--kafka)")
+        "cannot reach Kafka at k:1 (--kafka)"
+    )
     assert status(raised(StartupError("cannot prepare"), aiokafka.errors.KafkaTimeoutError())) == EXIT_UNAVAILABLE
     assert status(ApiException(status=403, reason="Forbidden")) == EXIT_NOPERM
     assert status(ApiException(status=404, reason="Not Found")) == EXIT_NOT_FOUND
     assert status(ApiException(status=503, reason="Service Unavailable")) == EXIT_UNAVAILABLE
-    refused = sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception(
-        'connection failed: FATAL:  password authentication failed for user "berth"'))
+    refused = sqlalchemy.exc.OperationalError(
+        "SELECT 1", {}, Exception('connection failed: FATAL:  password authentication failed for user "berth"')
+    )
     assert status(refused) == EXIT_NOPERM
     assert status(PermissionError(13, "Permission denied", "/etc/berth.yaml")) == EXIT_NOPERM
     assert status(FileNotFoundError(2, "No such file or directory", "pools.yaml")) == EXIT_NOT_FOUND
@@ -266,14 +313,21 @@ def test_each_class_of_failure_has_its_status() -> None:
 
 
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
-    script = ("import os, signal, sys, threading, time\n"
-              "from berth.cli import app\n"
-              "@app.command('sleepy', hidden=True)\n"
-              "def sleepy():\n"
-              "    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
-              "    time.sleep(30)\n"
-              "sys.argv[0] = 'berth'\n"
-              "app()\n")
-    done = subprocess.run([sys.executable, "-c", script, "sleepy"], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    script = (
+        "import os, signal, sys, threading, time\n"
+        "from berth.cli import app\n"
+        "@app.command('sleepy', hidden=True)\n"
+        "def sleepy():\n"
+        "    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "    time.sleep(30)\n"
+        "sys.argv[0] = 'berth'\n"
+        "app()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "sleepy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr

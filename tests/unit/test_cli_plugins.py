@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import typer
+from berth_dev.binder.sim_backend import SimulatorBackend
+from berth_dev.cli import dev_app
 from typer.testing import CliRunner
 
 import berth.cli
 from berth.plugins import BINDER_BACKENDS, CLI_PLUGINS, load_plugin, plugin_names
-from berth_dev.binder.sim_backend import SimulatorBackend
-from berth_dev.cli import dev_app
 
 runner = CliRunner()
 

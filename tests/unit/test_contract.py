@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from berth.schemas import ALL_TOPICS, PodInfo, topic_for_event
-from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.compat import check, compare
+from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.export import SCHEMA_DIR, committed_schemas, event_schemas, render
 from berth.schemas.quantity import QuantityError, format_canonical, resource_list, to_canonical
 from berth.schemas.samples import T0, one_of_each
@@ -93,8 +92,7 @@ def test_committed_json_schemas_are_current():
     generated = event_schemas()
     missing = sorted(set(generated) - set(committed))
     assert not missing, f"no committed schema for {missing}: run `berth schemas export`"
-    stale = sorted(name for name, schema in generated.items()
-                   if render(schema) != render(committed[name]))
+    stale = sorted(name for name, schema in generated.items() if render(schema) != render(committed[name]))
     assert not stale, f"stale JSON Schema for {stale}: run `berth schemas export` and commit"
 
 
@@ -112,9 +110,12 @@ def test_payloads_written_by_earlier_versions_still_decode(path):
 
 
 def test_compatibility_checker_finds_each_kind_of_break():
-    old = {"type": "object", "additionalProperties": False, "required": ["a"],
-           "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"type": "string"},
-                          "c": {"enum": ["x", "y"]}}}
+    old = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["a"],
+        "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"type": "string"}, "c": {"enum": ["x", "y"]}},
+    }
     assert not compare(old, old).changed
     added = json.loads(json.dumps(old))
     added["properties"]["d"] = {"type": "string"}
@@ -129,16 +130,30 @@ def test_compatibility_checker_finds_each_kind_of_break():
     broken["properties"]["a"] = {"type": "integer", "minimum": 1}
     broken["properties"]["c"] = {"enum": ["x"]}
     found = "\n".join(compare(old, broken).breaking)
-    for expected in ("b: field removed", "c: newly required", "a: minimum changed from 0 to 1 (narrowed",
-                     "c: enum no longer accepts ['y']"):
+    for expected in (
+        "b: field removed",
+        "c: newly required",
+        "a: minimum changed from 0 to 1 (narrowed",
+        "c: enum no longer accepts ['y']",
+    ):
         assert expected in found
 
 
-@pytest.mark.parametrize(("resource", "text", "canonical"), [
-    ("cpu", "100m", 100), ("cpu", "2", 2000), ("cpu", "1.5", 1500), ("cpu", "0.0001", 1),
-    ("memory", "500Mi", 500 * 2**20), ("memory", "1Gi", 2**30), ("memory", "1G", 10**9),
-    ("memory", "1e3", 1000), ("nvidia.com/gpu", "8", 8), ("ephemeral-storage", "10Gi", 10 * 2**30),
-])
+@pytest.mark.parametrize(
+    ("resource", "text", "canonical"),
+    [
+        ("cpu", "100m", 100),
+        ("cpu", "2", 2000),
+        ("cpu", "1.5", 1500),
+        ("cpu", "0.0001", 1),
+        ("memory", "500Mi", 500 * 2**20),
+        ("memory", "1Gi", 2**30),
+        ("memory", "1G", 10**9),
+        ("memory", "1e3", 1000),
+        ("nvidia.com/gpu", "8", 8),
+        ("ephemeral-storage", "10Gi", 10 * 2**30),
+    ],
+)
 def test_quantities_convert_to_canonical_units(resource, text, canonical):
     assert to_canonical(resource, text) == canonical
 

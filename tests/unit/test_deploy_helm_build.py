@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from berth_dev.devstack import helm
 from berth_dev.devstack.procs import DevStackError
 

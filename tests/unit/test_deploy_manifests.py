@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import typer.main
 import yaml
+from berth_dev.devstack.cache import repo_root
+from berth_dev.devstack.helm import RELEASE_NAMESPACE, manifests_path
 
 from berth.cli import SERVICES
 from berth.core.config import default_document
-from berth_dev.devstack.cache import repo_root
-from berth_dev.devstack.helm import RELEASE_NAMESPACE, manifests_path
 
 DEPLOYED = ("ingest", "inventory", "token-lag", "decision", "binder", "audit")
 WITH_KUBERNETES = {"ingest", "binder"}
@@ -89,8 +89,9 @@ def _parse_berth_args(args: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
-def test_the_cli_accepts_the_deployed_arguments(component: str, documents: list[dict[str, Any]],
-                                                tmp_path: Path) -> None:
+def test_the_cli_accepts_the_deployed_arguments(
+    component: str, documents: list[dict[str, Any]], tmp_path: Path
+) -> None:
     """The container's arguments parse with Berth's own CLI, with the ConfigMap's files where the
     pod mounts them (options with ``exists=True`` check the files)."""
     try:
@@ -119,8 +120,9 @@ def test_the_migration_job_runs_db_upgrade(documents: list[dict[str, Any]]) -> N
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
-def test_the_settings_read_the_deployed_environment(component: str, documents: list[dict[str, Any]],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_settings_read_the_deployed_environment(
+    component: str, documents: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from berth.settings import load_settings
 
     (container,) = _deployment(documents, component)["spec"]["template"]["spec"]["containers"]
@@ -144,9 +146,10 @@ def test_the_settings_read_the_deployed_environment(component: str, documents: l
 
 
 def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict[str, Any]], tmp_path: Path) -> None:
+    from berth.services.token_lag.fold import load_lag_settings
+
     from berth.configfiles import read_pools
     from berth.core.config import default_document, parse_config
-    from berth.services.token_lag.fold import load_lag_settings
 
     files = _config_files(documents)
     scheduler = yaml.safe_load(files["scheduler.yaml"])
@@ -160,7 +163,8 @@ def test_the_configmap_holds_the_built_in_profile_and_loads(documents: list[dict
 def test_the_charts_copy_of_the_default_profile_is_the_cores() -> None:
     chart_copy = repo_root() / "deploy" / "helm" / "berth" / "files" / "scheduler-config.yaml"
     assert yaml.safe_load(chart_copy.read_text()) == default_document(), (
-        f"write berth.core.default_profile's document to {chart_copy} and run `make deploy-render`")
+        f"write berth.core.default_profile's document to {chart_copy} and run `make deploy-render`"
+    )
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
@@ -169,10 +173,18 @@ def test_pods_are_locked_down(component: str, documents: list[dict[str, Any]]) -
     deployment = _deployment(documents, component)
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                      "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
@@ -214,8 +226,9 @@ def test_pods_are_probed_on_the_health_port(component: str, documents: list[dict
 
 
 @pytest.mark.parametrize("component", DEPLOYED)
-def test_each_service_has_a_disruption_budget_that_allows_drains(component: str,
-                                                                 documents: list[dict[str, Any]]) -> None:
+def test_each_service_has_a_disruption_budget_that_allows_drains(
+    component: str, documents: list[dict[str, Any]]
+) -> None:
     budget = _of_kind(documents, "PodDisruptionBudget")[f"berth-{component}"]
     deployment = _deployment(documents, component)
     assert budget["apiVersion"] == "policy/v1"
@@ -267,8 +280,14 @@ def test_only_ingest_and_binder_get_kubernetes_access(documents: list[dict[str, 
 
 
 def _grants(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for role in roles for rule in role["rules"]
-            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for role in roles
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_roles_name_every_grant_and_grant_no_wildcards(documents: list[dict[str, Any]]) -> None:
@@ -279,10 +298,19 @@ def test_roles_name_every_grant_and_grant_no_wildcards(documents: list[dict[str,
 
 def test_the_binder_writes_only_what_applying_a_decision_needs(documents: list[dict[str, Any]]) -> None:
     grants = _grants(_bound_accounts(documents)["berth-binder"])
-    for needed in [("", "pods/binding", "create"), ("", "pods/status", "patch"), ("", "pods/eviction", "create"),
-                   ("", "events", "create"), ("events.k8s.io", "events", "create"), ("", "nodes", "patch"),
-                   ("", "pods", "get"), ("", "nodes", "get"), ("apps", "deployments/scale", "patch"), ("apps", "statefulsets/scale", "get"),
-                   ("berth.io", "agentpools/scale", "patch")]:
+    for needed in [
+        ("", "pods/binding", "create"),
+        ("", "pods/status", "patch"),
+        ("", "pods/eviction", "create"),
+        ("", "events", "create"),
+        ("events.k8s.io", "events", "create"),
+        ("", "nodes", "patch"),
+        ("", "pods", "get"),
+        ("", "nodes", "get"),
+        ("apps", "deployments/scale", "patch"),
+        ("apps", "statefulsets/scale", "get"),
+        ("berth.io", "agentpools/scale", "patch"),
+    ]:
         assert needed in grants, needed
     # Its node informer lists and watches nodes (instead of a GET per binding); nothing else.
     assert {(group, resource) for group, resource, verb in grants if verb in ("list", "watch")} == {("", "nodes")}
@@ -293,17 +321,31 @@ def test_the_binder_writes_only_what_applying_a_decision_needs(documents: list[d
 
 def test_ingest_reads_the_cluster_and_writes_only_leases(documents: list[dict[str, Any]]) -> None:
     grants = _grants(_bound_accounts(documents)["berth-ingest"])
-    for resource in [("", "pods"), ("", "nodes"), ("", "namespaces"), ("", "resourcequotas"), ("", "limitranges"),
-                     ("policy", "poddisruptionbudgets"), ("scheduling.k8s.io", "priorityclasses"),
-                     ("scheduling.x-k8s.io", "podgroups"), ("berth.io", "agentpools")]:
+    for resource in [
+        ("", "pods"),
+        ("", "nodes"),
+        ("", "namespaces"),
+        ("", "resourcequotas"),
+        ("", "limitranges"),
+        ("policy", "poddisruptionbudgets"),
+        ("scheduling.k8s.io", "priorityclasses"),
+        ("scheduling.x-k8s.io", "podgroups"),
+        ("berth.io", "agentpools"),
+    ]:
         assert {(*resource, verb) for verb in ("get", "list", "watch")} <= grants, resource
     writes = {(group, resource) for group, resource, verb in grants if verb not in ("get", "list", "watch")}
     assert writes == {("coordination.k8s.io", "leases")}
     (lease_role,) = [doc for doc in documents if doc["kind"] == "Role"]
     assert lease_role["metadata"]["namespace"] == RELEASE_NAMESPACE
     named = [rule for rule in lease_role["rules"] if "resourceNames" in rule]
-    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": ["berth-ingest"], "verbs": ["get", "update"]}]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["berth-ingest"],
+            "verbs": ["get", "update"],
+        }
+    ]
 
 
 def _ingest_module(name: str) -> Any:

@@ -14,22 +14,23 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from berth.bus.deadletter import MAX_RECORD_BYTES, decode_or_dead_letter, original_value
 from berth.schemas import ALL_TOPICS, DeadLetter, Topic
 from berth.schemas.envelope import DecodedEvent, EnvelopeError, decode, encode
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import DEAD_LETTER
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from berth.bus.deadletter import MAX_RECORD_BYTES, decode_or_dead_letter, original_value
 
 pytestmark = pytest.mark.faults
 
 INT64 = (-(2**63), 2**63 - 1)
 SAMPLES = {event.type: event for event in one_of_each()}
 TOPIC_IDS = [topic.name for topic in ALL_TOPICS]
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                         HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 def _samples_of(topic: Topic) -> list[Any]:
@@ -43,13 +44,20 @@ def test_every_topic_has_samples_to_mutate():
 # --- strategies ---------------------------------------------------------------------------------
 
 HUGE_INTS = st.integers(min_value=19, max_value=400).flatmap(
-    lambda digits: st.sampled_from([10**digits, -(10**digits), 2**63, -(2**63) - 1]))
+    lambda digits: st.sampled_from([10**digits, -(10**digits), 2**63, -(2**63) - 1])
+)
 ADVERSARIAL = st.one_of(
-    st.none(), st.booleans(), HUGE_INTS, st.integers(min_value=-(10**6), max_value=-1),
-    st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    HUGE_INTS,
+    st.integers(min_value=-(10**6), max_value=-1),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0]),
-    st.text(max_size=40), st.sampled_from(["x" * 300_000, "\u0000", "\ud800", "../../etc/passwd", "1e400"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.text(max_size=40),
+    st.sampled_from(["x" * 300_000, "\u0000", "\ud800", "../../etc/passwd", "1e400"]),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
     st.sampled_from(["io.berth.unknown.v1", "io.berth.cluster.pod-observed.v2", "Unknown", ""]),
 )
 
@@ -109,16 +117,32 @@ def mangled_headers(draw: st.DrawFn, topic: Topic) -> tuple[bytes | None, list[t
         elif action == "none" and headers:
             headers[index] = (headers[index][0], None)
         elif action == "add":
-            headers.append((draw(st.sampled_from(["ce_type", "ce_time", "ce_specversion", "CE_ID", "x"])),
-                            draw(st.binary(max_size=30))))
+            headers.append(
+                (
+                    draw(st.sampled_from(["ce_type", "ce_time", "ce_specversion", "CE_ID", "x"])),
+                    draw(st.binary(max_size=30)),
+                )
+            )
         elif action == "dataschema":
             headers = [h for h in headers if h[0] != "ce_dataschema"]
-            headers.append(("ce_dataschema", draw(st.sampled_from([
-                b"", b"not a uri", b"https://berth.io/schemas/io.berth.other.v1.json?version=1.0",
-                f"https://berth.io/schemas/{event.type}.json?version=2.0".encode(),
-                f"https://berth.io/schemas/{event.type}.json?version=1.99999".encode(),
-                f"https://berth.io/schemas/{event.type}.json?version=1.x".encode(),
-                f"https://berth.io/schemas/{event.type}.json".encode()]))))
+            headers.append(
+                (
+                    "ce_dataschema",
+                    draw(
+                        st.sampled_from(
+                            [
+                                b"",
+                                b"not a uri",
+                                b"https://berth.io/schemas/io.berth.other.v1.json?version=1.0",
+                                f"https://berth.io/schemas/{event.type}.json?version=2.0".encode(),
+                                f"https://berth.io/schemas/{event.type}.json?version=1.99999".encode(),
+                                f"https://berth.io/schemas/{event.type}.json?version=1.x".encode(),
+                                f"https://berth.io/schemas/{event.type}.json".encode(),
+                            ]
+                        )
+                    ),
+                )
+            )
     key = draw(st.sampled_from([record.key, None, b"\xff\xfe", b""]))
     return key, headers, record.value
 
@@ -161,8 +185,9 @@ def decode_soundly(topic: Topic, key: bytes | None, value: bytes | None, headers
 
 
 def assert_dead_letter_publishable(topic: Topic, key: bytes | None, value: bytes | None, headers: Any) -> None:
-    outcome = decode_or_dead_letter(topic, partition=0, offset=7, key=key, value=value, headers=headers,
-                                    consumer="fuzz")
+    outcome = decode_or_dead_letter(
+        topic, partition=0, offset=7, key=key, value=value, headers=headers, consumer="fuzz"
+    )
     if isinstance(outcome, DecodedEvent):
         assert_sound(topic, outcome)
         return
@@ -197,11 +222,21 @@ def test_mangled_headers_are_refused_or_sound(topic: Topic, data: st.DataObject)
 
 @pytest.mark.parametrize("topic", ALL_TOPICS, ids=TOPIC_IDS)
 @settings(max_examples=60, deadline=None)
-@given(value=st.one_of(st.none(), st.binary(max_size=200), st.just(b"{"), st.just(b"[]" * 1000),
-                       st.just(b"[" * 5000 + b"]" * 5000), st.just(b'{"a":' * 3000 + b"1" + b"}" * 3000),
-                       st.text(max_size=100).map(str.encode)),
-       headers=st.lists(st.tuples(st.sampled_from(["ce_id", "ce_source", "ce_type", "ce_specversion", "junk"]),
-                                  st.binary(max_size=20)), max_size=6))
+@given(
+    value=st.one_of(
+        st.none(),
+        st.binary(max_size=200),
+        st.just(b"{"),
+        st.just(b"[]" * 1000),
+        st.just(b"[" * 5000 + b"]" * 5000),
+        st.just(b'{"a":' * 3000 + b"1" + b"}" * 3000),
+        st.text(max_size=100).map(str.encode),
+    ),
+    headers=st.lists(
+        st.tuples(st.sampled_from(["ce_id", "ce_source", "ce_type", "ce_specversion", "junk"]), st.binary(max_size=20)),
+        max_size=6,
+    ),
+)
 def test_arbitrary_bytes_and_headers_are_refused(topic: Topic, value: bytes | None, headers: list[tuple[str, bytes]]):
     assert decode_soundly(topic, b"k", value, headers) is None or value
     assert_dead_letter_publishable(topic, b"k", value, headers)
@@ -223,16 +258,26 @@ def test_a_huge_bad_record_still_fits_the_dead_letter_topic():
     body["pod"]["uid"] = ["x" * 999_000]
     value = json.dumps(body).encode()
     assert_dead_letter_publishable(topic, record.key, value, record.headers)
-    letter = decode_or_dead_letter(topic, partition=0, offset=1, key=record.key, value=value,
-                                   headers=record.headers, consumer="fuzz")
+    letter = decode_or_dead_letter(
+        topic, partition=0, offset=1, key=record.key, value=value, headers=record.headers, consumer="fuzz"
+    )
     assert isinstance(letter, DeadLetter) and "truncated" in letter.reason
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("tokens_in_queue", -1), ("tokens_in_queue", 10**30), ("tokens_in_queue", 2**63),
-    ("token_rate", "NaN"), ("token_rate", "Infinity"), ("token_rate", "-Infinity"), ("token_rate", "1e400"),
-    ("observed_ttft_ms", "NaN"), ("active_sessions", 10**19),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tokens_in_queue", -1),
+        ("tokens_in_queue", 10**30),
+        ("tokens_in_queue", 2**63),
+        ("token_rate", "NaN"),
+        ("token_rate", "Infinity"),
+        ("token_rate", "-Infinity"),
+        ("token_rate", "1e400"),
+        ("observed_ttft_ms", "NaN"),
+        ("active_sessions", 10**19),
+    ],
+)
 def test_impossible_numbers_are_refused(field: str, value: Any):
     event = SAMPLES["io.berth.inference.queue-lag.v1"]
     record = encode(event, source="fuzz")

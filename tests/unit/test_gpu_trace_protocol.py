@@ -221,8 +221,7 @@ def test_engine_policy_maps_gpu_spec_to_required_node_affinity():
     from berth.core.state import ClusterState as EngineState
 
     pods = make_pods([(1000, 1000, 1, 500)])
-    pods = PodTable(pods.names, pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli,
-                    (frozenset({"V100"}),))
+    pods = PodTable(pods.names, pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli, (frozenset({"V100"}),))
     scheduler = Scheduler(default_config())
     state = EngineState()
     for node in node_infos(SMALL_TRACE.nodes):

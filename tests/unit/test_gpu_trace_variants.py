@@ -63,8 +63,13 @@ NON_DEFAULT = [name for name, v in VARIANTS.items() if v.kind != "default"]
 def rows(pods: PodTable, mask: np.ndarray) -> Counter:
     """The pods of ``mask`` as a multiset of (resources, spec), names aside."""
     return Counter(
-        (int(pods.cpu_milli[i]), int(pods.memory_mib[i]), int(pods.num_gpu[i]), int(pods.gpu_milli[i]),
-         pods.gpu_spec[i])
+        (
+            int(pods.cpu_milli[i]),
+            int(pods.memory_mib[i]),
+            int(pods.num_gpu[i]),
+            int(pods.gpu_milli[i]),
+            pods.gpu_spec[i],
+        )
         for i in np.flatnonzero(mask)
     )
 
@@ -137,8 +142,12 @@ def test_gpuspec_variants_constrain_gpu_pods_to_a_model_that_can_hold_them() -> 
     for i in np.flatnonzero(has_gpu_spec(pods)):
         (model,) = pods.gpu_spec[i]
         hosts = [n for n in range(len(nodes)) if nodes.model[n] == model]
-        assert any(nodes.gpu_count[n] >= pods.num_gpu[i] and nodes.cpu_milli[n] >= pods.cpu_milli[i]
-                   and nodes.memory_mib[n] >= pods.memory_mib[i] for n in hosts)
+        assert any(
+            nodes.gpu_count[n] >= pods.num_gpu[i]
+            and nodes.cpu_milli[n] >= pods.cpu_milli[i]
+            and nodes.memory_mib[n] >= pods.memory_mib[i]
+            for n in hosts
+        )
     assert not any(pods.gpu_spec[i] for i in np.flatnonzero(pods.num_gpu == 0))
     # Every model is asked for: the draw follows supply, not a single favourite.
     assert {next(iter(s)) for s in pods.gpu_spec if s} == {"G2", "T4", "P100"}

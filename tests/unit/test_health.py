@@ -29,12 +29,14 @@ from berth.settings import BerthSettings
 def passing(detail: str = "fine"):
     async def check() -> tuple[bool, str]:
         return True, detail
+
     return check
 
 
 def failing(reason: str):
     async def check() -> tuple[bool, str]:
         return False, reason
+
     return check
 
 
@@ -42,12 +44,14 @@ def hanging():
     async def check() -> tuple[bool, str]:
         await asyncio.sleep(60)
         return True, ""
+
     return check
 
 
 def raising():
     async def check() -> tuple[bool, str]:
         raise ConnectionRefusedError("connect to 127.0.0.1:1\nrefused")
+
     return check
 
 
@@ -298,8 +302,9 @@ async def test_assigned_is_enough_without_max_lag():
 # --- faust workers ------------------------------------------------------------------------------------
 
 
-def fake_faust_app(*, completed: bool, rebalancing: bool = False, in_recovery: bool = False,
-                   assigned: set[Any] = frozenset()) -> Any:
+def fake_faust_app(
+    *, completed: bool, rebalancing: bool = False, in_recovery: bool = False, assigned: set[Any] = frozenset()
+) -> Any:
     event = asyncio.Event()
     if completed:
         event.set()
@@ -307,9 +312,13 @@ def fake_faust_app(*, completed: bool, rebalancing: bool = False, in_recovery: b
     class Tables(dict):  # faust's TableManager: a mapping of tables with the recovery service
         recovery = SimpleNamespace(completed=event)
 
-    return SimpleNamespace(tables=Tables(a=1, b=2), rebalancing=rebalancing, in_recovery=in_recovery,
-                           consumer=SimpleNamespace(assignment=lambda: set(assigned)),
-                           assignor=SimpleNamespace(assigned_actives=lambda: set(assigned)))
+    return SimpleNamespace(
+        tables=Tables(a=1, b=2),
+        rebalancing=rebalancing,
+        in_recovery=in_recovery,
+        consumer=SimpleNamespace(assignment=lambda: set(assigned)),
+        assignor=SimpleNamespace(assigned_actives=lambda: set(assigned)),
+    )
 
 
 async def run_faust(app: Any) -> dict[str, tuple[bool, str]]:
@@ -324,7 +333,10 @@ async def test_faust_worker_ready_after_assignment_and_recovery():
     results = await run_faust(fake_faust_app(completed=True, rebalancing=True, assigned={_TP("pods", 0)}))
     assert not results["kafka-group"][0]
     results = await run_faust(fake_faust_app(completed=True, assigned={_TP("pods", 0)}))
-    assert results == {"kafka-group": (True, "1 active partition(s) assigned"), "tables": (True, "2 table(s) recovered")}
+    assert results == {
+        "kafka-group": (True, "1 active partition(s) assigned"),
+        "tables": (True, "2 table(s) recovered"),
+    }
     results = await run_faust(fake_faust_app(completed=True))
     assert results["kafka-group"][0] and "standby" in results["kafka-group"][1]
 

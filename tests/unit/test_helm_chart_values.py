@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from berth_dev.devstack.helm import (
     COLD_BUILD_NOTE,
     chart_dir,
@@ -29,11 +28,23 @@ from berth_dev.devstack.helm import (
 )
 from berth_dev.devstack.procs import DevStackError
 
-SERVICES = {"ingest": "ingest", "inventory": "inventory", "tokenLag": "token-lag", "decision": "decision",
-            "binder": "binder", "audit": "audit"}
+SERVICES = {
+    "ingest": "ingest",
+    "inventory": "inventory",
+    "tokenLag": "token-lag",
+    "decision": "decision",
+    "binder": "binder",
+    "audit": "audit",
+}
 EVERYTHING_ON = chart_dir() / "ci" / "everything-on-values.yaml"
-MANAGED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-                  "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart")
+MANAGED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
 
 
 def _in_ci() -> bool:
@@ -98,8 +109,10 @@ def test_chart_lints_strictly_with_default_and_everything_on_values(helm: Path) 
 BAD_VALUES = [
     (["--set", "decison.replicas=2"], "additional properties 'decison' not allowed"),
     (["--set", "decision.replica=2"], "at '/decision': additional properties 'replica' not allowed"),
-    (["--set", "tokenLag.podDisruptionBudget.maxUnavalable=1"],
-     "at '/tokenLag/podDisruptionBudget': additional properties 'maxUnavalable' not allowed"),
+    (
+        ["--set", "tokenLag.podDisruptionBudget.maxUnavalable=1"],
+        "at '/tokenLag/podDisruptionBudget': additional properties 'maxUnavalable' not allowed",
+    ),
     (["--set", "binder.replicas=-1"], "at '/binder/replicas': minimum: got -1, want 0"),
     (["--set", "audit.replicas=two"], "at '/audit/replicas': got string, want integer"),
     (["--set", "metrics.port=70000"], "at '/metrics/port': maximum: got 70,000, want 65,535"),
@@ -109,26 +122,53 @@ BAD_VALUES = [
     (["--set", "kafka.securityProtocol=TLS"], "at '/kafka/securityProtocol': value must be one of"),
     (["--set", "kafka.sasl.mechanism=GSSAPI"], "at '/kafka/sasl/mechanism': value must be one of 'PLAIN'"),
     (["--set", "database.sslmode=on"], "at '/database/sslmode': value must be one of"),
-    (["--set", "decision.podDisruptionBudget.minAvailable=1", "--set", "decision.podDisruptionBudget.maxUnavailable=1"],
-     "at '/decision/podDisruptionBudget/maxUnavailable': got number, want null"),
-    (["--set", "inventory.podDisruptionBudget.maxUnavailable=half"],
-     "at '/inventory/podDisruptionBudget/maxUnavailable': 'half' does not match pattern"),
-    (["--set", "ingest.securityContext.runAsNonroot=true"],
-     "at '/ingest/securityContext': additional properties 'runAsNonroot' not allowed"),
-    (["--set", "podSecurityContext.seccompProfile.type=Default"],
-     "at '/podSecurityContext/seccompProfile/type': value must be one of 'RuntimeDefault'"),
-    (["--set", "decision.probes.startup.failureThreshold=0"],
-     "at '/decision/probes/startup/failureThreshold': minimum: got 0, want 1"),
-    (["--set", "ingest.probes.liveness.successThreshold=2"],
-     "at '/ingest/probes/liveness': additional properties 'successThreshold' not allowed"),
-    (["--set-json", 'binder.tolerations=[{"key": "gpu", "operator": "Exist"}]'],
-     "at '/binder/tolerations/0/operator': value must be one of 'Exists', 'Equal'"),
+    (
+        [
+            "--set",
+            "decision.podDisruptionBudget.minAvailable=1",
+            "--set",
+            "decision.podDisruptionBudget.maxUnavailable=1",
+        ],
+        "at '/decision/podDisruptionBudget/maxUnavailable': got number, want null",
+    ),
+    (
+        ["--set", "inventory.podDisruptionBudget.maxUnavailable=half"],
+        "at '/inventory/podDisruptionBudget/maxUnavailable': 'half' does not match pattern",
+    ),
+    (
+        ["--set", "ingest.securityContext.runAsNonroot=true"],
+        "at '/ingest/securityContext': additional properties 'runAsNonroot' not allowed",
+    ),
+    (
+        ["--set", "podSecurityContext.seccompProfile.type=Default"],
+        "at '/podSecurityContext/seccompProfile/type': value must be one of 'RuntimeDefault'",
+    ),
+    (
+        ["--set", "decision.probes.startup.failureThreshold=0"],
+        "at '/decision/probes/startup/failureThreshold': minimum: got 0, want 1",
+    ),
+    (
+        ["--set", "ingest.probes.liveness.successThreshold=2"],
+        "at '/ingest/probes/liveness': additional properties 'successThreshold' not allowed",
+    ),
+    (
+        ["--set-json", 'binder.tolerations=[{"key": "gpu", "operator": "Exist"}]'],
+        "at '/binder/tolerations/0/operator': value must be one of 'Exists', 'Equal'",
+    ),
     (["--set", "metrics.serviceMonitor.interval=30"], "at '/metrics/serviceMonitor/interval': got number, want string"),
-    (["--set", "metrics.serviceMonitor.interval=30 seconds"], "at '/metrics/serviceMonitor/interval': '30 seconds' does not match"),
-    (["--set", "metrics.serviceMonitor.enable=true"],
-     "at '/metrics/serviceMonitor': additional properties 'enable' not allowed"),
+    (
+        ["--set", "metrics.serviceMonitor.interval=30 seconds"],
+        "at '/metrics/serviceMonitor/interval': '30 seconds' does not match",
+    ),
+    (
+        ["--set", "metrics.serviceMonitor.enable=true"],
+        "at '/metrics/serviceMonitor': additional properties 'enable' not allowed",
+    ),
     (["--set", "fullnameOverride=Berth_Prod"], "at '/fullnameOverride': 'Berth_Prod' does not match pattern"),
-    (["--set", "decision.resources.limits.memory=lots"], "at '/decision/resources/limits/memory': 'lots' does not match"),
+    (
+        ["--set", "decision.resources.limits.memory=lots"],
+        "at '/decision/resources/limits/memory': 'lots' does not match",
+    ),
 ]
 
 
@@ -162,16 +202,22 @@ def test_everything_on_renders_a_service_monitor_for_the_metrics_services(everyt
     assert monitor["metadata"]["namespace"] == "monitoring"  # the namespace override
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # for the operator's selector
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["berth-platform"]}
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http",
-                                             "interval": "15s", "scrapeTimeout": "5s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "15s", "scrapeTimeout": "5s"}
+    ]
     selector = monitor["spec"]["selector"]["matchLabels"]
     services = _by(everything_on, "Service")
-    selected = sorted(name for name, service in services.items()
-                      if selector.items() <= service["metadata"]["labels"].items())
+    selected = sorted(
+        name for name, service in services.items() if selector.items() <= service["metadata"]["labels"].items()
+    )
     assert selected == sorted(f"gpu-sched-{component}-metrics" for component in SERVICES.values())
     for service in services.values():
-        assert service["spec"]["ports"][0] == {"name": "metrics", "port": 9191, "targetPort": "metrics",
-                                               "protocol": "TCP"}
+        assert service["spec"]["ports"][0] == {
+            "name": "metrics",
+            "port": 9191,
+            "targetPort": "metrics",
+            "protocol": "TCP",
+        }
 
 
 def test_the_service_monitor_defaults_to_the_release_namespace(helm: Path) -> None:
@@ -190,12 +236,15 @@ def test_everything_on_renders_the_disruption_budgets_it_asks_for(everything_on:
     assert budgets["gpu-sched-audit"]["maxUnavailable"] == 1
     assert budgets["gpu-sched-token-lag"]["maxUnavailable"] == 1  # neither bound set: maxUnavailable 1
     for name, spec in budgets.items():
-        assert spec["selector"]["matchLabels"] == _by(everything_on, "Deployment")[name]["spec"]["selector"]["matchLabels"]
+        assert (
+            spec["selector"]["matchLabels"] == _by(everything_on, "Deployment")[name]["spec"]["selector"]["matchLabels"]
+        )
 
 
 def test_a_disruption_budget_may_be_turned_off_and_allows_zero(helm: Path) -> None:
-    documents = _template(helm, "--set", "audit.podDisruptionBudget.enabled=false",
-                          "--set", "binder.podDisruptionBudget.maxUnavailable=0")
+    documents = _template(
+        helm, "--set", "audit.podDisruptionBudget.enabled=false", "--set", "binder.podDisruptionBudget.maxUnavailable=0"
+    )
     budgets = _by(documents, "PodDisruptionBudget")
     assert "berth-audit" not in budgets
     assert budgets["berth-binder"]["spec"]["maxUnavailable"] == 0
@@ -207,8 +256,7 @@ def test_a_disabled_service_has_no_objects(helm: Path) -> None:
 
 
 def test_everything_on_probes_take_their_timings(everything_on: list[dict[str, Any]]) -> None:
-    containers = {name: _pod(everything_on, f"gpu-sched-{name}")["spec"]["containers"][0]
-                  for name in SERVICES.values()}
+    containers = {name: _pod(everything_on, f"gpu-sched-{name}")["spec"]["containers"][0] for name in SERVICES.values()}
     for container in containers.values():
         assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"metrics": 9191, "health": 8181}
         assert {"name": "BERTH_HEALTH_PORT", "value": "8181"} in container["env"]
@@ -219,9 +267,12 @@ def test_everything_on_probes_take_their_timings(everything_on: list[dict[str, A
     assert containers["ingest"]["livenessProbe"]["periodSeconds"] == 20  # the rest from values.yaml
     assert containers["inventory"]["readinessProbe"]["periodSeconds"] == 5
     assert "startupProbe" not in containers["token-lag"]  # turned off
-    assert containers["decision"]["startupProbe"] == {"httpGet": {"path": "/readyz", "port": "health"},
-                                                      "periodSeconds": 15, "timeoutSeconds": 5,
-                                                      "failureThreshold": 240}
+    assert containers["decision"]["startupProbe"] == {
+        "httpGet": {"path": "/readyz", "port": "health"},
+        "periodSeconds": 15,
+        "timeoutSeconds": 5,
+        "failureThreshold": 240,
+    }
     assert containers["binder"]["startupProbe"]["failureThreshold"] == 12  # turned on
     assert "startupProbe" not in containers["audit"]
 
@@ -233,26 +284,38 @@ def test_a_probe_may_be_turned_off(helm: Path) -> None:
 
 
 def test_everything_on_services_own_pod_settings_win_over_the_chart_wide_ones(
-        everything_on: list[dict[str, Any]]) -> None:
+    everything_on: list[dict[str, Any]],
+) -> None:
     decision = _pod(everything_on, "gpu-sched-decision")
     spec = decision["spec"]
     (container,) = spec["containers"]
     # Maps merge, the service's keys winning.
-    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 20001, "runAsGroup": 20001,
-                                       "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch",
-                                       "seccompProfile": {"type": "RuntimeDefault"}}
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL", "NET_RAW"]}}
-    assert container["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"},
-                                      "limits": {"memory": "8Gi", "ephemeral-storage": "1Gi"}}
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 20001,
+        "runAsGroup": 20001,
+        "fsGroup": 10001,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL", "NET_RAW"]},
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"memory": "8Gi", "ephemeral-storage": "1Gi"},
+    }
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux", "node-role.example.com/control": "true"}
     assert decision["metadata"]["labels"]["example.com/cost-center"] == "gpu-platform"
     assert decision["metadata"]["labels"]["example.com/tier"] == "control"
     assert decision["metadata"]["annotations"]["example.com/owner"] == "platform"
     assert decision["metadata"]["annotations"]["example.com/team"] == "scheduling"
     # Lists, affinity and the priority class are replaced.
-    assert spec["tolerations"] == [{"key": "node-role.example.com/control", "operator": "Exists",
-                                    "effect": "NoSchedule"}]
+    assert spec["tolerations"] == [
+        {"key": "node-role.example.com/control", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert list(spec["affinity"]) == ["podAntiAffinity"]
     assert spec["priorityClassName"] == "platform-critical"
     assert {"name": "BERTH_SPOT_LABELS", "value": "example.com/lifecycle=spot"} in container["env"]
@@ -264,16 +327,25 @@ def test_everything_on_chart_wide_pod_settings_reach_every_pod(everything_on: li
     for name, pod in pods.items():
         spec = pod["spec"]
         (container,) = spec["containers"]
-        assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                           "fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch",
-                                           "seccompProfile": {"type": "RuntimeDefault"}}, name
-        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                                "capabilities": {"drop": ["ALL"]}}, name
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, name
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }, name
         assert container["resources"]["limits"]["ephemeral-storage"] == "1Gi", name
         assert container["resources"]["requests"]["memory"], name  # the service's (or Job's) own, merged
         assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}, name
-        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "platform",
-                                        "effect": "NoSchedule"}], name
+        assert spec["tolerations"] == [
+            {"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}
+        ], name
         assert list(spec["affinity"]) == ["nodeAffinity"], name
         assert spec["priorityClassName"] == "platform-high", name
         assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}], name
@@ -285,9 +357,15 @@ def test_everything_on_chart_wide_pod_settings_reach_every_pod(everything_on: li
 
 def test_a_services_false_overrides_a_chart_wide_true(helm: Path) -> None:
     """Merging keeps a service's false, 0 and empty values (they are not 'unset')."""
-    documents = _template(helm, "--set", "binder.securityContext.readOnlyRootFilesystem=false",
-                          "--set", "binder.podSecurityContext.runAsNonRoot=false",
-                          "--set", "binder.podSecurityContext.runAsUser=0")
+    documents = _template(
+        helm,
+        "--set",
+        "binder.securityContext.readOnlyRootFilesystem=false",
+        "--set",
+        "binder.podSecurityContext.runAsNonRoot=false",
+        "--set",
+        "binder.podSecurityContext.runAsUser=0",
+    )
     spec = _pod(documents, "berth-binder")["spec"]
     assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
     assert spec["securityContext"]["runAsNonRoot"] is False and spec["securityContext"]["runAsUser"] == 0
@@ -321,8 +399,9 @@ def _selectors(documents: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 def _check_names(documents: list[dict[str, Any]], prefix: str, name_label: str, release: str) -> None:
     names = _names(documents)
-    assert len(names) == len({(doc["kind"], doc["metadata"]["name"]) for doc in documents
-                              if doc["kind"] != "CustomResourceDefinition"})
+    assert len(names) == len(
+        {(doc["kind"], doc["metadata"]["name"]) for doc in documents if doc["kind"] != "CustomResourceDefinition"}
+    )
     for name in names:
         assert name.startswith(prefix) or name == prefix.removesuffix("-"), name  # the ServiceMonitor: fullname
         assert len(name) <= 63 and not name.endswith("-"), name
@@ -374,8 +453,16 @@ def test_name_override_renames_every_object_and_relabels_the_selectors(everythin
 
 
 def test_full_name_override_wins(helm: Path) -> None:
-    documents = _template(helm, "--set", "fullnameOverride=scheduler", "--set", "nameOverride=ignored-for-names",
-                          "--set", "metrics.serviceMonitor.enabled=true", release="prod-berth")
+    documents = _template(
+        helm,
+        "--set",
+        "fullnameOverride=scheduler",
+        "--set",
+        "nameOverride=ignored-for-names",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        release="prod-berth",
+    )
     _check_names(documents, "scheduler-", "ignored-for-names", "prod-berth")
     assert "scheduler" in _by(documents, "ServiceMonitor")
     assert "scheduler-ingest-leader-election" in _by(documents, "Role")
@@ -385,16 +472,23 @@ def test_long_names_are_shortened_keeping_the_component(helm: Path) -> None:
     """At most 63 characters (a Service's name is a DNS label): the fullname part is shortened, so
     the names stay distinct, and never ends in a "-"."""
     fullname = "x" * 39 + "-" + "y" * 23  # 63 characters
-    documents = _template(helm, "--set", f"fullnameOverride={fullname}", "--set", "metrics.serviceMonitor.enabled=true",
-                          release="a-very-long-release-name-for-a-platform-team-xyz")
+    documents = _template(
+        helm,
+        "--set",
+        f"fullnameOverride={fullname}",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        release="a-very-long-release-name-for-a-platform-team-xyz",
+    )
     names = _names(documents)
     assert all(len(name) <= 63 and "--" not in name for name in names), names
-    assert len(names) == len({(doc["kind"], doc["metadata"]["name"]) for doc in documents
-                              if doc["kind"] != "CustomResourceDefinition"})  # distinct within each kind
+    assert len(names) == len(
+        {(doc["kind"], doc["metadata"]["name"]) for doc in documents if doc["kind"] != "CustomResourceDefinition"}
+    )  # distinct within each kind
     # Each component keeps its whole name and suffix; the fullname gives way.
     for component in SERVICES.values():
         tail = f"-{component}-metrics"
-        assert f"{fullname[:63 - len(tail)].rstrip('-')}{tail}" in _by(documents, "Service")
-        assert f"{fullname[:63 - len(component) - 1].rstrip('-')}-{component}" in _by(documents, "Deployment")
+        assert f"{fullname[: 63 - len(tail)].rstrip('-')}{tail}" in _by(documents, "Service")
+        assert f"{fullname[: 63 - len(component) - 1].rstrip('-')}-{component}" in _by(documents, "Deployment")
     assert "x" * 39 + "-ingest-leader-election" in _by(documents, "Role")  # 40 characters, less the "-"
     assert fullname in _by(documents, "ServiceMonitor")

@@ -18,8 +18,16 @@ import structlog
 from berth import logs
 from berth.logs import LIBRARY_LOGGERS, configure_logging, get_logger, log_context
 
-LIBRARIES = ("aiokafka", "faust", "mode", "sqlalchemy.engine", "alembic.runtime.migration", "kubernetes.client.rest",
-             "urllib3.connectionpool", "asyncio")
+LIBRARIES = (
+    "aiokafka",
+    "faust",
+    "mode",
+    "sqlalchemy.engine",
+    "alembic.runtime.migration",
+    "kubernetes.client.rest",
+    "urllib3.connectionpool",
+    "asyncio",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -134,18 +142,25 @@ def test_console_format_is_for_people(capsys: pytest.CaptureFixture[str]) -> Non
 def test_the_cli_log_format_option_reaches_a_command(tmp_path) -> None:
     """`berth --log-format console` and BERTH_LOG_FORMAT: a command's records (here a warning a
     command logs while it fails) come out as the option says; the error line stays one line."""
-    script = ("import logging, sys\n"
-              "from berth.cli import app\n"
-              "@app.command('log-and-fail', hidden=True)\n"
-              "def log_and_fail():\n"
-              "    from berth.logs import get_logger\n"
-              "    get_logger('berth.t').warning('about to fail', step=1)\n"
-              "    raise ConnectionRefusedError('nothing there')\n"
-              "sys.argv[0] = 'berth'\n"
-              "app()\n")
+    script = (
+        "import logging, sys\n"
+        "from berth.cli import app\n"
+        "@app.command('log-and-fail', hidden=True)\n"
+        "def log_and_fail():\n"
+        "    from berth.logs import get_logger\n"
+        "    get_logger('berth.t').warning('about to fail', step=1)\n"
+        "    raise ConnectionRefusedError('nothing there')\n"
+        "sys.argv[0] = 'berth'\n"
+        "app()\n"
+    )
     for argv, is_json in ((["log-and-fail"], True), (["--log-format", "console", "log-and-fail"], False)):
-        done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120,
-                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        done = subprocess.run(
+            [sys.executable, "-c", script, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
         warning, error = done.stderr.strip().splitlines()
         assert done.returncode == 69 and error.startswith("error: cannot connect: ConnectionRefusedError")
         if is_json:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from berth.schemas.topics import ALL_TOPICS, Topic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +26,19 @@ README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "bench").glob("*/README.md"))]
 SHELL = ("bash", "sh", "shell", "console")
 MARKER = re.compile(r"#\s*needs:\s*\S")
-COMMAND_WORDS = ("make ", "berth ", "python ", "python3 ", ".venv/", "kubectl ", "helm ", "docker ", "export ",
-                 "cat ", "pip ")
+COMMAND_WORDS = (
+    "make ",
+    "berth ",
+    "python ",
+    "python3 ",
+    ".venv/",
+    "kubectl ",
+    "helm ",
+    "docker ",
+    "export ",
+    "cat ",
+    "pip ",
+)
 
 
 @dataclass(frozen=True)
@@ -65,13 +75,15 @@ def blocks(path: Path) -> list[Block]:
     text = path.read_text(encoding="utf-8")
     found = []
     for match in re.finditer(r"^```(\w*)[^\n]*\n(.*?)^```", text, re.M | re.S):
-        found.append(Block(path, text[:match.start()].count("\n") + 1, match.group(1), match.group(2)))
+        found.append(Block(path, text[: match.start()].count("\n") + 1, match.group(1), match.group(2)))
     return found
 
 
 # What a test cannot run: a stack, a cluster, a network, minutes of CPU, or a change to the tree.
-CANNOT = re.compile(r"(^|\s|/)(make|kubectl|helm|docker|export|curl)\s|\bberth (dev|demo|audit|tail|publish|"
-                    r"topics create|db|replay|schemas export|[a-z-]+ run)\b|python -m bench\b|\s&\s*$")
+CANNOT = re.compile(
+    r"(^|\s|/)(make|kubectl|helm|docker|export|curl)\s|\bberth (dev|demo|audit|tail|publish|"
+    r"topics create|db|replay|schemas export|[a-z-]+ run)\b|python -m bench\b|\s&\s*$"
+)
 ALL_BLOCKS = [block for path in DOCS for block in blocks(path)]
 RUNNABLE = [block for block in ALL_BLOCKS if block.language in SHELL and not block.marked]
 
@@ -82,7 +94,7 @@ RUNNABLE = [block for block in ALL_BLOCKS if block.language in SHELL and not blo
 def _section(text: str, title: str) -> str:
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
-    return text[start:end if end >= 0 else len(text)]
+    return text[start : end if end >= 0 else len(text)]
 
 
 def readme_topic_rows() -> dict[str, list[str]]:
@@ -133,8 +145,11 @@ def test_the_readme_names_the_label_berth_reads():
 
 
 def test_every_code_block_is_run_here_or_says_what_it_needs():
-    unlabeled = [block.where for block in ALL_BLOCKS if not block.language
-                 and any(command.lstrip().startswith(COMMAND_WORDS) for command in block.commands())]
+    unlabeled = [
+        block.where
+        for block in ALL_BLOCKS
+        if not block.language and any(command.lstrip().startswith(COMMAND_WORDS) for command in block.commands())
+    ]
     assert not unlabeled, f"shell examples without a language (mark them ```bash): {unlabeled}"
     python = [block.where for block in ALL_BLOCKS if block.language == "python" and not block.marked]
     assert not python, f"Python examples are not run here: start them with '# needs: ...': {python}"
@@ -142,7 +157,8 @@ def test_every_code_block_is_run_here_or_says_what_it_needs():
         for command in block.commands():
             assert not CANNOT.search(command), (
                 f"{block.where}: {command!r} cannot run in a test: mark the block with '# needs: ...' "
-                "on its first line, or move the command to a marked block")
+                "on its first line, or move the command to a marked block"
+            )
     assert RUNNABLE, "the README has examples that run without services"
 
 
@@ -154,6 +170,7 @@ def test_runnable_examples_exit_0(block: Block):
             pytest.fail(f"{block.where}: {command!r} is not run by the tests: mark the block '# needs: ...'")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     for command in block.commands():
-        result = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=ROOT, env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, f"{block.where}: {command}\n{result.stderr[-2000:]}"

@@ -11,14 +11,13 @@ import json
 from typing import Any, Literal
 
 import pytest
-from typer.testing import CliRunner
-
 from berth.schemas import PodInfo, PodObserved, SpotInterruptionNotice
 from berth.schemas.compat import SchemaVersion, check, compare, dataschema_uri, parse_dataschema, prune_unknown
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.export import committed_schemas, event_schemas
 from berth.schemas.samples import T0, training_pod
 from berth.schemas.topics import PODS, SPOT, Topic
+from typer.testing import CliRunner
 
 POD_TYPE = "io.berth.cluster.pod-observed.v1"
 
@@ -113,12 +112,15 @@ def test_a_newer_minor_is_no_licence_for_bad_values_of_known_fields():
         decode(PODS, *_with(record, body=body))
 
 
-@pytest.mark.parametrize("dataschema", [
-    f"https://berth.io/schemas/{POD_TYPE}.json?version=2.0",
-    "https://berth.io/schemas/io.berth.cluster.pod-deleted.v1.json?version=1.1",
-    f"https://example.com/schemas/{POD_TYPE}.json?version=1.1",
-    f"https://berth.io/schemas/{POD_TYPE}.json?version=latest",
-])
+@pytest.mark.parametrize(
+    "dataschema",
+    [
+        f"https://berth.io/schemas/{POD_TYPE}.json?version=2.0",
+        "https://berth.io/schemas/io.berth.cluster.pod-deleted.v1.json?version=1.1",
+        f"https://example.com/schemas/{POD_TYPE}.json?version=1.1",
+        f"https://berth.io/schemas/{POD_TYPE}.json?version=latest",
+    ],
+)
 def test_a_dataschema_that_is_not_this_types_is_refused(dataschema: str):
     record = encode(_newer_pod_event(), source="tests")
     with pytest.raises(EnvelopeError, match="dataschema"):
@@ -244,8 +246,9 @@ def test_an_event_moved_to_another_topic_is_refused():
 
 
 def test_the_cli_check_refuses_what_an_older_consumer_cannot_read(monkeypatch: pytest.MonkeyPatch):
-    from berth.cli import app
     from berth.schemas import export
+
+    from berth.cli import app
 
     runner = CliRunner()
     done = runner.invoke(app, ["schemas", "export", "--check"])

@@ -50,9 +50,9 @@ API_VERSIONS = {"neuronetes.io/v1alpha1": "berth.io/v1alpha1"}
 
 OUT_OF_SCOPE = {
     "DaemonSet": "placed by the DaemonSet controller, one pod per node pinned with a matchFields "
-                 "node affinity; the seeds' are the device plugin and DCGM exporter, no workload",
+    "node affinity; the seeds' are the device plugin and DCGM exporter, no workload",
     "ConfigMap": "not a scheduling input (the device-plugin sharing config); the one carrying a "
-                 "KubeSchedulerConfiguration is read as --config (case 003:1073)",
+    "KubeSchedulerConfiguration is read as --config (case 003:1073)",
     "Job": "batch.volcano.sh: Volcano's own scheduler and gang model; Berth's gang is a PodGroup",
     "ResourceFlavor": "kueue.x-k8s.io: Kueue admits workloads before any scheduler sees them",
     "ClusterQueue": "kueue.x-k8s.io: Kueue admission, not scheduling",
@@ -62,7 +62,7 @@ OUT_OF_SCOPE = {
 
 @dataclass(frozen=True)
 class Block:
-    ref: str            # "<seed number>:<line of the opening fence>"
+    ref: str  # "<seed number>:<line of the opening fence>"
     documents: tuple[dict[str, Any], ...]
 
 
@@ -75,8 +75,7 @@ def _blocks() -> dict[str, Block]:
                 documents = [d for d in yaml.safe_load_all(match.group(2)) if d is not None]
             except yaml.YAMLError:
                 continue  # shell, Go, PromQL ... or YAML with "..." elisions
-            objects = tuple(d for d in documents
-                            if isinstance(d, dict) and d.get("apiVersion") and d.get("kind"))
+            objects = tuple(d for d in documents if isinstance(d, dict) and d.get("apiVersion") and d.get("kind"))
             if objects:
                 ref = f"{path.name[:3]}:{text[: match.start()].count(chr(10)) + 1}"
                 found[ref] = Block(ref, objects)
@@ -90,7 +89,7 @@ ACCEPTED = None
 
 @dataclass(frozen=True)
 class Case:
-    refs: tuple[str, ...]          # blocks run together as one cluster, in this order
+    refs: tuple[str, ...]  # blocks run together as one cluster, in this order
     refused: str | None = ACCEPTED  # None: accepted; else a part of the error message
     config_from: str | None = None  # a block whose ConfigMap data is the --config
     config_edit: Callable[[dict[str, Any]], None] | None = None
@@ -104,9 +103,17 @@ def most_allocated_v134(config: dict[str, Any]) -> None:
     for entry in profile["plugins"]["score"]["enabled"]:
         if entry["name"] == "NodeResourcesMostAllocated":
             entry["name"] = "NodeResourcesFit"
-    profile["pluginConfig"] = [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
-        "type": "MostAllocated",
-        "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]}}}]
+    profile["pluginConfig"] = [
+        {
+            "name": "NodeResourcesFit",
+            "args": {
+                "scoringStrategy": {
+                    "type": "MostAllocated",
+                    "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}],
+                }
+            },
+        }
+    ]
 
 
 CASES: dict[str, Case] = {
@@ -116,7 +123,8 @@ CASES: dict[str, Case] = {
     # A template without containers: the apiserver refuses the Deployment
     # (spec.template.spec.containers: Required value); Berth refuses its pods, as here.
     "000:332-deployment-multi-zone-without-containers": Case(
-        ("000:332",), refused="spec.containers: must have at least one container"),
+        ("000:332",), refused="spec.containers: must have at least one container"
+    ),
     # 003: GPU pods, priorities, quotas, bin packing.
     "003:109-gpu-pod": Case(("003:109",)),
     "003:161-mps-pod": Case(("003:161",)),
@@ -129,7 +137,8 @@ CASES: dict[str, Case] = {
     "003:593-pods-with-their-priorityclasses": Case(("003:548", "003:593")),
     # kube's priority admission: `pods "production-inference" is forbidden: no PriorityClass ...`
     "003:593-pods-without-priorityclasses": Case(
-        ("003:593",), refused="spec.priorityClassName: no PriorityClass with name critical-inference was found"),
+        ("003:593",), refused="spec.priorityClassName: no PriorityClass with name critical-inference was found"
+    ),
     "003:642-pod-with-its-priorityclass": Case(("003:548", "003:642")),
     "003:669-resourcequotas": Case(("003:669",)),
     "003:711-resourcequota": Case(("003:711",)),
@@ -137,21 +146,24 @@ CASES: dict[str, Case] = {
     "003:761-limitrange": Case(("003:761",)),
     # The "three tiers" pods have no containers: the apiserver says spec.containers: Required value.
     "003:962-pods-without-containers": Case(
-        ("003:548", "003:962"), refused="spec.containers: must have at least one container"),
+        ("003:548", "003:962"), refused="spec.containers: must have at least one container"
+    ),
     "003:1024-data-intensive-training": Case(("003:1024",)),
     # The apiserver's ValidateResourceRequirements: an extended resource needs limits = requests.
     "003:1097-gpu-request-without-limit": Case(
         ("003:548", "003:1097"),
         refused="spec.containers[0].resources.limits: Limit must be set for non overcommitable "
-                "resources: nvidia.com/gpu"),
+        "resources: nvidia.com/gpu",
+    ),
     # The seed's bin-packing KubeSchedulerConfiguration uses a plugin removed in kube 1.24.
     "003:1073-config-legacy-NodeResourcesMostAllocated": Case(
-        ("003:109",), config_from="003:1073",
+        ("003:109",),
+        config_from="003:1073",
         refused="plugin 'NodeResourcesMostAllocated' was removed from kube-scheduler; its v1.34 "
-                "equivalent is NodeResourcesFit with pluginConfig args scoringStrategy: "
-                "{type: MostAllocated"),
-    "003:1073-config-as-v1.34-writes-it": Case(("003:109",), config_from="003:1073",
-                                               config_edit=most_allocated_v134),
+        "equivalent is NodeResourcesFit with pluginConfig args scoringStrategy: "
+        "{type: MostAllocated",
+    ),
+    "003:1073-config-as-v1.34-writes-it": Case(("003:109",), config_from="003:1073", config_edit=most_allocated_v134),
     # 004: AgentPools (apiVersion mapped to berth.io/v1alpha1).
     "004:48-agentpool-tensor-parallel": Case(("004:48",)),
     "004:71-agentpool-small-model": Case(("004:71",)),
@@ -160,13 +172,17 @@ CASES: dict[str, Case] = {
     "004:334-agentpool-rag": Case(("004:334",)),
     "004:508-agentpool-high-priority": Case(("004:508",)),
     "004:223-needs-agentpool-spec-spotMaxInterruptions-fallbackTrigger": Case(
-        ("004:223",), refused="scheduling.costOptimization.spotMaxInterruptions: unknown field"),
+        ("004:223",), refused="scheduling.costOptimization.spotMaxInterruptions: unknown field"
+    ),
     "004:271-needs-agentpool-spec-spotStrategy": Case(
-        ("004:271",), refused="scheduling.costOptimization.spotStrategy: unknown field"),
+        ("004:271",), refused="scheduling.costOptimization.spotStrategy: unknown field"
+    ),
     "004:360-needs-agentpool-spec-preloadStrategy": Case(
-        ("004:360",), refused="scheduling.cacheAware.preloadStrategy: unknown field"),
+        ("004:360",), refused="scheduling.cacheAware.preloadStrategy: unknown field"
+    ),
     "004:202-needs-agentpool-spec-queue-lag-ToolBinding": Case(
-        ("004:202",), refused="kind: 'ToolBinding' is not supported"),
+        ("004:202",), refused="kind: 'ToolBinding' is not supported"
+    ),
 }
 
 
@@ -182,11 +198,19 @@ def _as_scheduled(document: dict[str, Any]) -> list[dict[str, Any]]:
     spec = document.get("spec") or {}
     template = spec.get("template") or {}
     name = document["metadata"]["name"]
-    return [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {**(template.get("metadata") or {}), "name": f"{name}-{i}",
-                          "namespace": document["metadata"].get("namespace", "default")},
-             "spec": template.get("spec") or {}}
-            for i in range(int(spec.get("replicas", 1)))]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **(template.get("metadata") or {}),
+                "name": f"{name}-{i}",
+                "namespace": document["metadata"].get("namespace", "default"),
+            },
+            "spec": template.get("spec") or {},
+        }
+        for i in range(int(spec.get("replicas", 1)))
+    ]
 
 
 def _run(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -217,9 +241,12 @@ def _run(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tupl
 
 def test_every_seed_object_is_classified() -> None:
     used = {ref for case in CASES.values() for ref in (*case.refs, case.config_from) if ref}
-    unclassified = [f"{block.ref} {document['kind']}" for block in BLOCKS.values()
-                    for document in block.documents
-                    if block.ref not in used and document["kind"] not in OUT_OF_SCOPE]
+    unclassified = [
+        f"{block.ref} {document['kind']}"
+        for block in BLOCKS.values()
+        for document in block.documents
+        if block.ref not in used and document["kind"] not in OUT_OF_SCOPE
+    ]
     assert not unclassified, f"seed objects with no case here: {unclassified}"
     assert set(CASES) and all(ref in BLOCKS for case in CASES.values() for ref in case.refs)
 
@@ -240,7 +267,6 @@ def test_seed_example(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert case.refused in err, err
 
 
-def test_agentpool_under_the_seed_group_is_refused(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_agentpool_under_the_seed_group_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(Case(("004:48",), map_api_version=False), tmp_path, capsys)
     assert code == 2 and "neuronetes.io/v1alpha1" in err, err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import structlog
 from pydantic import ValidationError
@@ -41,8 +40,12 @@ def test_yaml_file_is_read_and_environment_wins(monkeypatch, tmp_path):
 def test_sasl_needs_credentials_and_never_shows_the_password():
     with pytest.raises(ValidationError, match="SASL_USERNAME"):
         KafkaSettings(security_protocol="SASL_PLAINTEXT")
-    kafka = KafkaSettings(security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
-                          sasl_username="berth", sasl_password="hunter2")
+    kafka = KafkaSettings(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="berth",
+        sasl_password="hunter2",
+    )
     assert "hunter2" not in repr(kafka)
     assert kafka.client_options()["sasl_plain_password"] == "hunter2"
 
@@ -61,8 +64,10 @@ def test_durations():
 
 
 def test_publish_refuses_bad_values_before_touching_kafka():
-    result = runner.invoke(app, ["publish", "queue-lag", "--pool", "llama-70b", "--tokens", "-5",
-                                 "--rate", "4000", "--kafka", "127.0.0.1:1"])
+    result = runner.invoke(
+        app,
+        ["publish", "queue-lag", "--pool", "llama-70b", "--tokens", "-5", "--rate", "4000", "--kafka", "127.0.0.1:1"],
+    )
     assert result.exit_code == 2
     assert "tokens_in_queue" in result.output and "greater than or equal to 0" in result.output
     result = runner.invoke(app, ["publish", "spot-notice", "--node", "gpu-17", "--in", "soon"])

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from berth.kube.manifests import LABEL_GPU_PRODUCT
 from berth_dev.workloads import (
     WorkloadError,
     from_documents,
@@ -21,6 +19,8 @@ from berth_dev.workloads import (
     write_documents,
 )
 from berth_dev.workloads.alibaba import GPU_MEMORY_MIB
+
+from berth.kube.manifests import LABEL_GPU_PRODUCT
 
 NODES_CSV = """\
 sn,cpu_milli,memory_mib,gpu,model
@@ -70,16 +70,16 @@ def test_demo_has_the_promised_mix():
     assert times == sorted(times)
     names = {n.name for n in workload.nodes}
     assert all(s.node in names for s in workload.spot_notices)
-    assert all(s.node in {n.name for n in workload.nodes if n.capacity_type == "spot"}
-               for s in workload.spot_notices)
+    assert all(s.node in {n.name for n in workload.nodes if n.capacity_type == "spot"} for s in workload.spot_notices)
 
 
 def test_generators_are_deterministic_and_seeded():
     assert generated_documents("demo:3") == generated_documents("demo:3")
     assert generated_documents("demo:3") != generated_documents("demo:4")
     assert generate_workload("demo:3") == generate_workload("demo:3")
-    assert generated_documents("bench:2", nodes=20, pods=50, rate=10.0) == \
-        generated_documents("bench:2", nodes=20, pods=50, rate=10.0)
+    assert generated_documents("bench:2", nodes=20, pods=50, rate=10.0) == generated_documents(
+        "bench:2", nodes=20, pods=50, rate=10.0
+    )
 
 
 def test_generated_manifests_load_back_to_the_same_workload(tmp_path: Path):
@@ -140,7 +140,11 @@ def test_trace_pods_map_requests_fractions_affinity_and_times(trace: Path):
     workload = load_workload(trace)
     by_name = {t.pod.name: t for t in workload.pods}
     assert [t.pod.name for t in workload.pods] == [
-        "openb-pod-0001", "openb-pod-0004", "openb-pod-0003", "openb-pod-0002"]  # by creation time
+        "openb-pod-0001",
+        "openb-pod-0004",
+        "openb-pod-0003",
+        "openb-pod-0002",
+    ]  # by creation time
     whole = by_name["openb-pod-0001"]
     assert whole.pod.requests == {"cpu": 12000, "memory": 16384 * 2**20, "nvidia.com/gpu": 1}
     assert whole.pod.gpu_fraction_milli is None and whole.at_s == 0 and whole.run_s == 1000

@@ -21,20 +21,10 @@ How the trace maps onto the engine's inputs:
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-
-from berth.core.config import default_document
-from berth.core.engine import Engine
-
-from bench.gpu_trace.policies.base import IntArray, Policy
-from bench.gpu_trace.protocol import Workload
-from bench.gpu_trace.simulator import ClusterState, PodShapes, RunResult, affinity_tag, pod_uid
-from bench.gpu_trace.trace import NodeTable, PodTable
-from berth.core.gpu.fragmentation import PodRequest
-from berth.kube.manifests import LABEL_GPU_PRODUCT
 from berth.schemas.cluster import (
     Affinity,
     GpuDevice,
@@ -45,11 +35,20 @@ from berth.schemas.cluster import (
     PodInfo,
 )
 
+from bench.gpu_trace.policies.base import IntArray, Policy
+from bench.gpu_trace.protocol import Workload
+from bench.gpu_trace.simulator import ClusterState, PodShapes, RunResult, affinity_tag, pod_uid
+from bench.gpu_trace.trace import NodeTable, PodTable
+from berth.core.config import default_document
+from berth.core.engine import Engine
+from berth.core.gpu.fragmentation import PodRequest
+from berth.kube.manifests import LABEL_GPU_PRODUCT
+
 NAMESPACE = "trace"
 SCHEDULER_NAME = "berth"
 MAX_PODS_PER_NODE = 100_000
 """The protocol limits nodes by CPU, memory and GPUs only."""
-_T0 = datetime(2023, 1, 1, tzinfo=timezone.utc)
+_T0 = datetime(2023, 1, 1, tzinfo=UTC)
 _MIB = 2**20
 
 
@@ -62,8 +61,11 @@ def node_infos(nodes: NodeTable) -> list[NodeInfo]:
         labels = {"kubernetes.io/hostname": name}
         if count:
             labels[LABEL_GPU_PRODUCT] = model
-        allocatable = {"cpu": int(nodes.cpu_milli[i]), "memory": int(nodes.memory_mib[i]) * _MIB,
-                       "pods": MAX_PODS_PER_NODE}
+        allocatable = {
+            "cpu": int(nodes.cpu_milli[i]),
+            "memory": int(nodes.memory_mib[i]) * _MIB,
+            "pods": MAX_PODS_PER_NODE,
+        }
         if count:
             allocatable["nvidia.com/gpu"] = count
         gpus = tuple(GpuDevice(index=d, model=model) for d in range(count))
@@ -81,12 +83,24 @@ def pod_template(request: PodRequest, name: str) -> PodInfo:
         fraction = request.gpu_milli
     affinity = None
     if request.allowed_models:
-        term = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(
-            key=LABEL_GPU_PRODUCT, operator="In", values=tuple(sorted(request.allowed_models))),))
+        term = NodeSelectorTerm(
+            match_expressions=(
+                NodeSelectorRequirement(
+                    key=LABEL_GPU_PRODUCT, operator="In", values=tuple(sorted(request.allowed_models))
+                ),
+            )
+        )
         affinity = Affinity(node_affinity=NodeAffinity(required=(term,)))
-    return PodInfo(uid=name, namespace=NAMESPACE, name=name, scheduler_name=SCHEDULER_NAME,
-                   requests={k: v for k, v in requests.items() if v}, gpu_fraction_milli=fraction,
-                   affinity=affinity, creation_time=_T0)
+    return PodInfo(
+        uid=name,
+        namespace=NAMESPACE,
+        name=name,
+        scheduler_name=SCHEDULER_NAME,
+        requests={k: v for k, v in requests.items() if v},
+        gpu_fraction_milli=fraction,
+        affinity=affinity,
+        creation_time=_T0,
+    )
 
 
 class BerthEngine(Policy):
@@ -102,8 +116,7 @@ class BerthEngine(Policy):
     def scheduler_document(self) -> dict[str, Any]:
         return default_document() if self.config is None else self.config
 
-    def run(self, nodes: NodeTable, pods: PodTable, workload: Workload, shapes: PodShapes,
-            seed: int) -> RunResult:
+    def run(self, nodes: NodeTable, pods: PodTable, workload: Workload, shapes: PodShapes, seed: int) -> RunResult:
         """Place every pod of ``workload`` in order; per-event arrived/used GPU milli."""
         started = time.perf_counter()
         engine = Engine(self.scheduler_document())
@@ -126,8 +139,9 @@ class BerthEngine(Policy):
             uid = pod_uid(pods, workload, position)
             # Created in arrival order, as a real cluster stamps them (GpuFragmentation learns from
             # the oldest placed pods).
-            pod = templates[shape].model_copy(update={"uid": uid, "name": uid,
-                                                      "creation_time": _T0 + timedelta(seconds=position)})
+            pod = templates[shape].model_copy(
+                update={"uid": uid, "name": uid, "creation_time": _T0 + timedelta(seconds=position)}
+            )
             # The trace has no priorities to preempt by: a pod that does not fit fails.
             outcome = engine.schedule(pod, preempt=False, profile=SCHEDULER_NAME)
             if outcome.placed:
@@ -137,12 +151,20 @@ class BerthEngine(Policy):
                 failed += 1
             arrived_log[position] = arrived
             used_log[position] = mirror.used_gpu_milli
-        return RunResult(policy=self.name, seed=seed, capacity_gpu_milli=nodes.total_gpu_milli,
-                         arrived_gpu_milli=arrived_log, used_gpu_milli=used_log, failed=failed,
-                         elapsed_s=time.perf_counter() - started, final_state=mirror)
+        return RunResult(
+            policy=self.name,
+            seed=seed,
+            capacity_gpu_milli=nodes.total_gpu_milli,
+            arrived_gpu_milli=arrived_log,
+            used_gpu_milli=used_log,
+            failed=failed,
+            elapsed_s=time.perf_counter() - started,
+            final_state=mirror,
+        )
 
-    def score_rows(self, state: ClusterState, rows: IntArray, shape: int,
-                   request: PodRequest) -> tuple[IntArray, IntArray]:
+    def score_rows(
+        self, state: ClusterState, rows: IntArray, shape: int, request: PodRequest
+    ) -> tuple[IntArray, IntArray]:
         raise NotImplementedError("berth-engine places pods through the engine (see run)")
 
 

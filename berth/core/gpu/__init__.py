@@ -24,5 +24,4 @@ from berth.core.gpu.fragmentation import (
     weighted_fragmentation_batch,
 )
 
-from .fragmentation import __all__  # noqa: E402,F401 - one list of the public names
-
+from .fragmentation import __all__  # noqa: F401 - one list of the public names

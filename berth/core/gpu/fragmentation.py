@@ -228,8 +228,16 @@ class TargetWorkload:
         Python values, built once (for :func:`weighted_fragmentation_one`)."""
         plain = self.__dict__.get("_plain")
         if plain is None:
-            plain = tuple(zip(self.cpu_milli.tolist(), self.num_gpu.tolist(), self.gpu_milli.tolist(),
-                              self._gpu_threshold.tolist(), self.allowed_models, self.weight.tolist()))
+            plain = tuple(
+                zip(
+                    self.cpu_milli.tolist(),
+                    self.num_gpu.tolist(),
+                    self.gpu_milli.tolist(),
+                    self._gpu_threshold.tolist(),
+                    self.allowed_models,
+                    self.weight.tolist(),
+                )
+            )
             object.__setattr__(self, "_plain", plain)
         return plain  # type: ignore[no-any-return]
 

@@ -45,9 +45,9 @@ def pod_request(pod: PodInfo, resource: str, *, use_requested: bool) -> int:
     return amount
 
 
-def requested_and_allocatable(state: ClusterState, pod: PodInfo, nodes: NodeArray,
-                              resources: Sequence[str], *, use_requested: bool
-                              ) -> list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+def requested_and_allocatable(
+    state: ClusterState, pod: PodInfo, nodes: NodeArray, resources: Sequence[str], *, use_requested: bool
+) -> list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
     """``(index into resources, requested + pod, allocatable)`` per resource that takes part in
     the score, each a 1-D array aligned with ``nodes``. Left out: extended resources the pod does
     not request, and resources no node offers (kube's (0, 0), which every scorer skips).

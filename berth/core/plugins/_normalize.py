@@ -10,8 +10,7 @@ from berth.core.framework import MAX_NODE_SCORE
 __all__ = ["default_normalize", "go_div"]
 
 
-def go_div(numerator: npt.NDArray[np.int64], denominator: npt.NDArray[np.int64] | int
-           ) -> npt.NDArray[np.int64]:
+def go_div(numerator: npt.NDArray[np.int64], denominator: npt.NDArray[np.int64] | int) -> npt.NDArray[np.int64]:
     """Integer division truncating toward zero, as Go's ``/`` on int64 (numpy's ``//`` floors)."""
     quotient = np.abs(numerator) // np.abs(denominator)
     return np.where((numerator < 0) ^ (np.asarray(denominator) < 0), -quotient, quotient)

@@ -27,8 +27,14 @@ from berth.core.framework import (
 )
 from berth.schemas.cluster import NodeInfo
 
-__all__ = ["ANNOTATION_CACHED_MODELS", "ANNOTATION_DATA_LOCALITY", "ANNOTATION_MODEL", "DataLocality",
-           "ModelCache", "ModelCacheIndex"]
+__all__ = [
+    "ANNOTATION_CACHED_MODELS",
+    "ANNOTATION_DATA_LOCALITY",
+    "ANNOTATION_MODEL",
+    "DataLocality",
+    "ModelCache",
+    "ModelCacheIndex",
+]
 
 ANNOTATION_MODEL = "berth.io/model"
 ANNOTATION_CACHED_MODELS = "berth.io/cached-models"

@@ -47,9 +47,9 @@ from berth.core.framework import (
     ScorePlugin,
     Status,
 )
+from berth.core.plugins._allocation import requested_and_allocatable
 from berth.core.plugins.gpu_extension import GpuDeviceExtension, gpu_inventory
 from berth.core.plugins.gpu_fragmentation import DEVICE_HINT, GpuFragmentation
-from berth.core.plugins._allocation import requested_and_allocatable
 from berth.core.plugins.gpu_inventory import MILLI, GpuMisfit, GpuRequest
 from berth.core.plugins.node_resources_fit import ResourceSpec, ScoringStrategy, resource_scores
 
@@ -121,10 +121,8 @@ class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
         if allocation is None:
             allocation = inv.choose(node, request)
         if allocation is None:  # the filter said yes; only a bug gets here
-            return ReserveResult(status=Status.error(f"{self.NAME}: no devices on the chosen node",
-                                                     plugin=self.NAME))
-        return ReserveResult(gpu_devices=allocation.devices,
-                             gpu_milli=allocation.milli if request.is_share else None)
+            return ReserveResult(status=Status.error(f"{self.NAME}: no devices on the chosen node", plugin=self.NAME))
+        return ReserveResult(gpu_devices=allocation.devices, gpu_milli=allocation.milli if request.is_share else None)
 
 
 class _GpuScore(PreScorePlugin, ScorePlugin):
@@ -137,8 +135,9 @@ class _GpuScore(PreScorePlugin, ScorePlugin):
 _NO_GPU = "GpuBinPack/no-gpu"
 """Cycle data: set when GpuBinPack scores a pod that asks for no GPU (see :class:`GpuBinPack`)."""
 
-NO_GPU_PACKING = ScoringStrategy(type="MostAllocated",
-                                 resources=(ResourceSpec(name="cpu"), ResourceSpec(name="memory")))
+NO_GPU_PACKING = ScoringStrategy(
+    type="MostAllocated", resources=(ResourceSpec(name="cpu"), ResourceSpec(name="memory"))
+)
 """How GpuBinPack packs pods without GPUs onto GPU nodes: kube's MostAllocated over the resources
 (and weights) of kube's default NodeResourcesFit scoring, cpu and memory 1:1."""
 
@@ -147,8 +146,10 @@ class GpuBinPackArgs(PluginArgs):
     """``pluginConfig`` args of GpuBinPack."""
 
     pack_pods_without_gpu: bool = Field(
-        default=True, alias="packPodsWithoutGpu",
-        description="In a cluster with GPUs, also bin-pack pods that ask for no GPU (see GpuBinPack)")
+        default=True,
+        alias="packPodsWithoutGpu",
+        description="In a cluster with GPUs, also bin-pack pods that ask for no GPU (see GpuBinPack)",
+    )
 
 
 class GpuBinPack(_GpuScore):
@@ -187,9 +188,9 @@ class GpuBinPack(_GpuScore):
         # Computed over every slot, then one take: cheaper than gathering each operand.
         inv = gpu_inventory(cycle.state)
         if cycle.data.get(_NO_GPU):
-            columns = requested_and_allocatable(cycle.state, cycle.pod, nodes,
-                                                [r.name for r in NO_GPU_PACKING.resources],
-                                                use_requested=False)
+            columns = requested_and_allocatable(
+                cycle.state, cycle.pod, nodes, [r.name for r in NO_GPU_PACKING.resources], use_requested=False
+            )
             packed = resource_scores(NO_GPU_PACKING, columns, len(nodes))
             return np.where(inv.node_total[np.asarray(nodes, dtype=np.intp)] == 0, MAX_NODE_SCORE, packed)
         request = _request(cycle)
@@ -203,6 +204,7 @@ class GpuBinPack(_GpuScore):
 
             return inv.per_slot((self.NAME, request.whole), whole).take(nodes)
         if request.is_share:
+
             def share(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
                 best_col, best_free = inv.share_choice(request)
                 col, free = best_col[rows], best_free[rows]

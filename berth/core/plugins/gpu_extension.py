@@ -47,8 +47,11 @@ class GpuDeviceExtension(StateExtension):
             # Devices the new description no longer has are dropped from the claim.
             known = set(int(d) for d in self.inventory.dev_index[slot] if d >= 0)
             trimmed = GpuAllocation(
-                devices=tuple(d for d in allocation.devices if d in known), milli=allocation.milli,
-                memory_mib=allocation.memory_mib, mig=tuple(m for m in allocation.mig if m[0] in known))
+                devices=tuple(d for d in allocation.devices if d in known),
+                milli=allocation.milli,
+                memory_mib=allocation.memory_mib,
+                mig=tuple(m for m in allocation.mig if m[0] in known),
+            )
             kept[uid] = trimmed
             self.held[uid] = (slot, trimmed)
             self.inventory.allocate(slot, trimmed)

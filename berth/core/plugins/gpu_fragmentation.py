@@ -55,8 +55,8 @@ from berth.core.framework import (
     PluginArgs,
     PreScorePlugin,
     ScorePlugin,
-    Status,
     StateExtension,
+    Status,
 )
 from berth.core.gpu.fragmentation import (
     BERTH_MEASURE,
@@ -117,18 +117,25 @@ _RESULTS_KEPT = 200_000
 class TargetShape(PluginArgs):
     """One pod shape of the configured target workload and its popularity."""
 
-    gpu_milli: int = Field(default=1000, ge=0, le=1000, alias="gpuMilli",
-                           description="Milli-GPU per device (1000: whole GPUs; 0 with numGpu 0: CPU-only)")
+    gpu_milli: int = Field(
+        default=1000,
+        ge=0,
+        le=1000,
+        alias="gpuMilli",
+        description="Milli-GPU per device (1000: whole GPUs; 0 with numGpu 0: CPU-only)",
+    )
     num_gpu: int = Field(default=1, ge=0, alias="numGpu", description="Devices per pod (1 for a share)")
     cpu_milli: int = Field(default=0, ge=0, alias="cpuMilli", description="CPU request in millicores")
     weight: int = Field(default=1, ge=1, description="Popularity (relative count)")
-    gpu_models: tuple[str, ...] = Field(default=(), alias="gpuModels",
-                                        description="Allowed GPU models (empty: any)")
+    gpu_models: tuple[str, ...] = Field(default=(), alias="gpuModels", description="Allowed GPU models (empty: any)")
 
     def request(self) -> PodRequest:
-        return PodRequest(cpu_milli=self.cpu_milli, num_gpu=self.num_gpu,
-                          gpu_milli=self.gpu_milli if self.num_gpu else 0,
-                          allowed_models=frozenset(self.gpu_models))
+        return PodRequest(
+            cpu_milli=self.cpu_milli,
+            num_gpu=self.num_gpu,
+            gpu_milli=self.gpu_milli if self.num_gpu else 0,
+            allowed_models=frozenset(self.gpu_models),
+        )
 
 
 class FragmentationArgs(PluginArgs):
@@ -146,14 +153,18 @@ class FragmentationArgs(PluginArgs):
         alias="targetWorkload",
         description="Shapes used until enough pods are placed to learn the cluster's own mix",
     )
-    learn_from_cluster: bool = Field(default=True, alias="learnFromCluster",
-                                     description="Learn the target workload from placed pods")
-    min_learned_pods: int = Field(default=50, ge=1, alias="minLearnedPods",
-                                  description="Placed pods needed before the learned mix is used")
-    coverage: float = Field(default=0.95, gt=0.0, le=1.0,
-                            description="Share of placed pods the learned shapes must cover")
-    milli_gpu_per_point: int = Field(default=2, ge=1, alias="milliGpuPerPoint",
-                                     description="Expected fragmented milli-GPU per score point")
+    learn_from_cluster: bool = Field(
+        default=True, alias="learnFromCluster", description="Learn the target workload from placed pods"
+    )
+    min_learned_pods: int = Field(
+        default=50, ge=1, alias="minLearnedPods", description="Placed pods needed before the learned mix is used"
+    )
+    coverage: float = Field(
+        default=0.95, gt=0.0, le=1.0, description="Share of placed pods the learned shapes must cover"
+    )
+    milli_gpu_per_point: int = Field(
+        default=2, ge=1, alias="milliGpuPerPoint", description="Expected fragmented milli-GPU per score point"
+    )
 
 
 def shape_of(pod: PodInfo) -> Shape | None:
@@ -199,8 +210,11 @@ def learned_workload(counts: Mapping[Shape, int], coverage: float) -> tuple[tupl
     ``coverage`` of the bucketed total. Empty when there are no counts."""
     weights = {shape: bucket_count(count) for shape, count in counts.items() if count > 0}
     total = sum(weights.values())
-    ranked = sorted(weights.items(), key=lambda item: (item[1], item[0][0], item[0][2], item[0][1],
-                                                       "|".join(sorted(item[0][3]))), reverse=True)
+    ranked = sorted(
+        weights.items(),
+        key=lambda item: (item[1], item[0][0], item[0][2], item[0][1], "|".join(sorted(item[0][3]))),
+        reverse=True,
+    )
     kept: list[tuple[Shape, int]] = []
     covered = 0
     for shape, weight in ranked:
@@ -356,9 +370,12 @@ class WorkloadExtension(StateExtension):
 
 def _workload_of(pairs: tuple[tuple[Shape, int], ...]) -> TargetWorkload:
     return TargetWorkload(
-        cpu_milli=np.array([s[0] for s, _ in pairs]), num_gpu=np.array([s[1] for s, _ in pairs]),
-        gpu_milli=np.array([s[2] for s, _ in pairs]), allowed_models=tuple(s[3] for s, _ in pairs),
-        weight=np.array([w for _, w in pairs]))
+        cpu_milli=np.array([s[0] for s, _ in pairs]),
+        num_gpu=np.array([s[1] for s, _ in pairs]),
+        gpu_milli=np.array([s[2] for s, _ in pairs]),
+        allowed_models=tuple(s[3] for s, _ in pairs),
+        weight=np.array([w for _, w in pairs]),
+    )
 
 
 class GpuFragmentation(PreScorePlugin, ScorePlugin):
@@ -419,8 +436,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         if len(rows) <= _DEDUPE_ABOVE:
             return self._small(cycle, rows, free, cpu, shape, workload_id, workload, constrained)
         if constrained:
-            access = workload.model_access([inv.models[row][0] if inv.models[row] else None
-                                            for row in rows.tolist()])
+            access = workload.model_access([inv.models[row][0] if inv.models[row] else None for row in rows.tolist()])
         if len(rows) > _DEDUPE_ABOVE and not constrained:
             # Nodes in the same state (free milli per device, free CPU) score the same: score
             # each distinct state once. A big cluster has few (identical empty nodes, ...).
@@ -430,9 +446,17 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
                 return self._raw(distinct[:, :-1], distinct[:, -1], None, shape, workload)[inverse]
         return self._raw(free, cpu, access if constrained else None, shape, workload)
 
-    def _small(self, cycle: CycleContext, rows: npt.NDArray[np.intp], free: npt.NDArray[np.int64],
-               cpu: npt.NDArray[np.int64], shape: Shape, workload_id: int, workload: TargetWorkload,
-               constrained: bool) -> npt.NDArray[np.int64]:
+    def _small(
+        self,
+        cycle: CycleContext,
+        rows: npt.NDArray[np.intp],
+        free: npt.NDArray[np.int64],
+        cpu: npt.NDArray[np.int64],
+        shape: Shape,
+        workload_id: int,
+        workload: TargetWorkload,
+        constrained: bool,
+    ) -> npt.NDArray[np.int64]:
         """A few nodes (the usual case: those changed since the memo last saw this shape):
         look each node state up in the extension's content-addressed results first — nodes
         pass through the same states again and again — and score only the new ones."""
@@ -440,13 +464,16 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         results = extension.results
         models = gpu_inventory(cycle.state).models
         workload_key = workload_id or extension.configured_id(self._configured_pairs, self._configured)
-        keys = [(shape, workload_key, c, models[r][0] if (constrained and models[r]) else None, *f)
-                for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist())]
+        keys = [
+            (shape, workload_key, c, models[r][0] if (constrained and models[r]) else None, *f)
+            for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist())
+        ]
         found = [results.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
         if missing:
             computed = self._raw_from_fragments(
-                extension.fragments, [keys[i] for i in missing], shape, workload_key, workload)
+                extension.fragments, [keys[i] for i in missing], shape, workload_key, workload
+            )
             if len(results) > _RESULTS_KEPT:
                 results.clear()
             for i, value in zip(missing, computed):
@@ -454,8 +481,13 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         return np.array(found, dtype=np.int64)
 
     @staticmethod
-    def _raw_from_fragments(fragments: dict[tuple[object, ...], int], keys: list[tuple[object, ...]],
-                            shape: Shape, workload_key: object, workload: TargetWorkload) -> list[int]:
+    def _raw_from_fragments(
+        fragments: dict[tuple[object, ...], int],
+        keys: list[tuple[object, ...]],
+        shape: Shape,
+        workload_key: object,
+        workload: TargetWorkload,
+    ) -> list[int]:
         """:meth:`_raw` for a few node states (``keys`` as built by :meth:`_small`), from the
         weighted fragmentation of whole node states: the increase is F(state after) - F(state
         before), and F of a state (model, free CPU, free milli per device — sorted: the
@@ -491,18 +523,23 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         return out
 
     @staticmethod
-    def _raw(free: npt.NDArray[np.int64], cpu: npt.NDArray[np.int64], access: npt.NDArray[np.bool_] | None,
-             shape: Shape, workload: TargetWorkload) -> npt.NDArray[np.int64]:
+    def _raw(
+        free: npt.NDArray[np.int64],
+        cpu: npt.NDArray[np.int64],
+        access: npt.NDArray[np.bool_] | None,
+        shape: Shape,
+        workload: TargetWorkload,
+    ) -> npt.NDArray[np.int64]:
         if access is None:
             access = np.ones((len(free), workload.size), dtype=bool)
         pod = PodRequest(cpu_milli=shape[0], num_gpu=shape[1], gpu_milli=shape[2])
         result = score_placements(free, cpu, access, pod, workload, measure=BERTH_MEASURE)
-        increase = np.where(result.fits, np.clip(result.increase, -_INCREASE_LIMIT, _INCREASE_LIMIT),
-                            _INCREASE_LIMIT)
+        increase = np.where(result.fits, np.clip(result.increase, -_INCREASE_LIMIT, _INCREASE_LIMIT), _INCREASE_LIMIT)
         return (increase << _DEVICE_BITS) | (result.device + 1)
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         _, workload = self._cycle_workload(cycle)
         per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]
         # Round half up in integers: floor((2x + d) / 2d); in place, this runs over every node.
@@ -543,8 +580,9 @@ _Option = tuple[int, tuple[object, ...], int]
 device)."""
 
 
-def _placements(key: tuple[object, ...], shape: Shape,
-                workload_key: object) -> tuple[tuple[object, ...], list[_Option]]:
+def _placements(
+    key: tuple[object, ...], shape: Shape, workload_key: object
+) -> tuple[tuple[object, ...], list[_Option]]:
     """For a node state as :meth:`GpuFragmentation._small` keys it: the fragmentation key of
     that state and of every state placing a pod of ``shape`` there can lead to (none when it
     does not fit). A state is (workload, model, free CPU, free milli per device sorted)."""
@@ -560,33 +598,34 @@ def _placements(key: tuple[object, ...], shape: Shape,
         elif share == MILLI_PER_GPU:
             if free.count(MILLI_PER_GPU) >= gpus:
                 after = sorted(free)
-                after[len(after) - gpus:] = []
+                after[len(after) - gpus :] = []
                 options.append((-1, (workload_key, model, left, *sorted([0] * gpus + after)), 0))
         else:
             for value in sorted(set(free)):
                 if value >= share:
                     after = sorted(free)
                     after[after.index(value)] = value - share
-                    options.append((free.index(value), (workload_key, model, left, *sorted(after)),
-                                    value - share))
+                    options.append((free.index(value), (workload_key, model, left, *sorted(after)), value - share))
     return before, options
 
 
-def _add_fragmentation(fragments: dict[tuple[object, ...], int], todo: list[tuple[object, ...]],
-                       workload: TargetWorkload) -> None:
+def _add_fragmentation(
+    fragments: dict[tuple[object, ...], int], todo: list[tuple[object, ...]], workload: TargetWorkload
+) -> None:
     """Record the weighted fragmentation of the node states ``todo`` in ``fragments``: a few in
     plain integers, more in one numpy batch (whose fixed cost only pays off then)."""
     if len(todo) <= _PLAIN_UP_TO:
         for state in todo:
-            fragments[state] = weighted_fragmentation_one(
-                state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
+            fragments[state] = weighted_fragmentation_one(state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
         return
     width = max(len(state) - 3 for state in todo)
-    free_matrix = np.array([list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo],
-                           dtype=np.int64).reshape(len(todo), width)
+    free_matrix = np.array(
+        [list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo], dtype=np.int64
+    ).reshape(len(todo), width)
     access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
-    computed = weighted_fragmentation_batch(free_matrix, [state[2] for state in todo], access, workload,
-                                            BERTH_MEASURE).tolist()
+    computed = weighted_fragmentation_batch(
+        free_matrix, [state[2] for state in todo], access, workload, BERTH_MEASURE
+    ).tolist()
     fragments.update(zip(todo, computed))
 
 
@@ -610,12 +649,10 @@ def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64],
     return distinct, inverse
 
 
-_HASH_MULTIPLIERS = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1 for i in range(64)],
-                             dtype=np.uint64)
+_HASH_MULTIPLIERS = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1 for i in range(64)], dtype=np.uint64)
 
 
 def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
     """Free CPU millicores of node slots: allocatable minus requested, as NodeResourcesFit's
     filter counts them (so the measure's "CPU runs out" is the filter's)."""
     return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)
-

@@ -71,10 +71,20 @@ class GpuRequest:
 
     @classmethod
     def of(cls, pod: PodInfo) -> GpuRequest:
-        mig = tuple(sorted((name[len(MIG_PREFIX):], amount) for name, amount in pod.requests.items()
-                           if name.startswith(MIG_PREFIX) and amount > 0))
-        return cls(whole=pod.requests.get(GPU_RESOURCE, 0), milli=pod.gpu_fraction_milli or 0,
-                   memory_mib=pod.gpu_memory_mib or 0, mig=mig, locality=pod.gpu_locality)
+        mig = tuple(
+            sorted(
+                (name[len(MIG_PREFIX) :], amount)
+                for name, amount in pod.requests.items()
+                if name.startswith(MIG_PREFIX) and amount > 0
+            )
+        )
+        return cls(
+            whole=pod.requests.get(GPU_RESOURCE, 0),
+            milli=pod.gpu_fraction_milli or 0,
+            memory_mib=pod.gpu_memory_mib or 0,
+            mig=mig,
+            locality=pod.gpu_locality,
+        )
 
     @property
     def is_share(self) -> bool:
@@ -435,8 +445,11 @@ class GpuInventory:
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 milli = np.where(total > 0, -((-request.memory_mib * MILLI) // np.maximum(total, 1)), MILLI + 1)
-        memory = (np.full(total.shape, request.memory_mib, dtype=np.int64) if request.memory_mib
-                  else (total * request.milli) // MILLI)
+        memory = (
+            np.full(total.shape, request.memory_mib, dtype=np.int64)
+            if request.memory_mib
+            else (total * request.milli) // MILLI
+        )
         # Device memory never changes, so a share's per-device need is computed once per shape.
         self._share_needs[key] = (milli, memory)
         return milli, memory
@@ -480,13 +493,20 @@ class GpuInventory:
                     need_mem = memory[row].tolist()
                     best, best_free = -1, 0
                     for c in range(self.width):
-                        if use[c] and free[c] >= need[c] and mem[c] >= need_mem[c] and (best < 0 or free[c] < best_free):
+                        if (
+                            use[c]
+                            and free[c] >= need[c]
+                            and mem[c] >= need_mem[c]
+                            and (best < 0 or free[c] < best_free)
+                        ):
                             best, best_free = c, free[c]
                     summary.best_col[row] = best
                     summary.best_free[row] = best_free
             else:
                 rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))
-                fits = self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
+                fits = (
+                    self.usable[rows] & (self.free_milli[rows] >= milli[rows]) & (self.mem_free[rows] >= memory[rows])
+                )
                 masked = np.where(fits, self.free_milli[rows], np.iinfo(np.int64).max)
                 col = np.argmin(masked, axis=1) if self.width else np.zeros(len(rows), dtype=np.int64)
                 best = np.where(fits.any(axis=1), col, -1)
@@ -561,8 +581,9 @@ class GpuInventory:
             codes[mask] = index
         return codes, [misfit for misfit, _ in failures]
 
-    def filter(self, request: GpuRequest,
-               rows: IntArray | None = None) -> tuple[BoolArray, list[tuple[GpuMisfit, BoolArray]]]:
+    def filter(
+        self, request: GpuRequest, rows: IntArray | None = None
+    ) -> tuple[BoolArray, list[tuple[GpuMisfit, BoolArray]]]:
         """Which of ``rows`` (default: all nodes, in order) can host ``request``.
 
         Returns ``(fits, failures)``: ``failures`` pairs each reason with the rows it explains
@@ -630,8 +651,9 @@ class GpuInventory:
             return GpuAllocation()
         if request.whole:
             topo = self.topologies[int(self.topo_id[row])]
-            cols = topo.choose(int(self.full_mask[row]), request.whole,
-                               request.locality if request.whole > 1 else "any")
+            cols = topo.choose(
+                int(self.full_mask[row]), request.whole, request.locality if request.whole > 1 else "any"
+            )
             if cols is None:
                 return None
             devices = tuple(int(self.dev_index[row, c]) for c in cols)
@@ -641,8 +663,9 @@ class GpuInventory:
             if col < 0:
                 return None
             milli, memory = self._share_need(request)
-            return GpuAllocation(devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]),
-                                 memory_mib=int(memory[row, col]))
+            return GpuAllocation(
+                devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]), memory_mib=int(memory[row, col])
+            )
         pieces = self._mig_pieces(row, request, range(self.width))
         if pieces is None:
             return None
@@ -657,11 +680,13 @@ class GpuInventory:
         if not self.share_fits(request, np.array([row], dtype=np.intp))[0, col]:
             return None
         milli, memory = self._share_need(request)
-        return GpuAllocation(devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]),
-                             memory_mib=int(memory[row, col]))
+        return GpuAllocation(
+            devices=(int(self.dev_index[row, col]),), milli=int(milli[row, col]), memory_mib=int(memory[row, col])
+        )
 
-    def _mig_pieces(self, row: int, request: GpuRequest,
-                    columns: Iterable[int]) -> tuple[tuple[int, str, int], ...] | None:
+    def _mig_pieces(
+        self, row: int, request: GpuRequest, columns: Iterable[int]
+    ) -> tuple[tuple[int, str, int], ...] | None:
         """Slices for ``request.mig`` from ``columns`` of node ``row``: the device with the
         fewest free slices of the profile first (bin-packing), lowest index among equals; a
         slice never spans devices. None when the columns do not have enough."""
@@ -700,12 +725,16 @@ class GpuInventory:
                 c = self._column(row, device)
                 if not self.usable[row, c]:
                     continue
-                memory = int(self.mem_total[row, c]) if allocation.milli == MILLI and not allocation.memory_mib \
+                memory = (
+                    int(self.mem_total[row, c])
+                    if allocation.milli == MILLI and not allocation.memory_mib
                     else allocation.memory_mib
+                )
                 # Clamp: a bound pod's claim is a fact even if the cluster is over-committed.
                 self.free_milli[row, c] = min(MILLI, max(0, int(self.free_milli[row, c]) - sign * allocation.milli))
-                self.mem_free[row, c] = min(int(self.mem_total[row, c]),
-                                            max(0, int(self.mem_free[row, c]) - sign * memory))
+                self.mem_free[row, c] = min(
+                    int(self.mem_total[row, c]), max(0, int(self.mem_free[row, c]) - sign * memory)
+                )
         self._refresh(row)
 
     def allocate(self, row: int, allocation: GpuAllocation) -> None:
@@ -716,8 +745,7 @@ class GpuInventory:
         """Give ``allocation`` back (the exact inverse of :meth:`allocate` for a fitting claim)."""
         self._apply(row, allocation, -1)
 
-    def allocation_of_bound(self, row: int, pod: PodInfo,
-                            devices: Sequence[int] | None = None) -> GpuAllocation:
+    def allocation_of_bound(self, row: int, pod: PodInfo, devices: Sequence[int] | None = None) -> GpuAllocation:
         """What a pod already bound to node ``row`` holds.
 
         Uses ``devices`` (default: the pod's recorded ``berth.io/gpu-devices``) when given;
@@ -748,7 +776,7 @@ class GpuInventory:
         # Over-committed node: still record the claim on the lowest-indexed devices.
         usable = [int(self.dev_index[row, c]) for c in range(self.width) if self.usable[row, c]]
         if request.whole:
-            return GpuAllocation(devices=tuple(usable[:request.whole]), milli=MILLI)
+            return GpuAllocation(devices=tuple(usable[: request.whole]), milli=MILLI)
         if request.is_share and usable:
             milli, memory = self._share_need(request)
             c = self._column(row, usable[0])

@@ -57,8 +57,7 @@ from berth.core.labels import NOTHING, CompiledSelector, Requirement, compile_se
 from berth.core.state import ClusterState, PlacedPod
 from berth.schemas.cluster import PodAffinityTerm, PodInfo
 
-__all__ = ["NAME", "AffinityTerm", "InterPodAffinity", "InterPodAffinityArgs", "PodTerms",
-           "compile_terms"]
+__all__ = ["NAME", "AffinityTerm", "InterPodAffinity", "InterPodAffinityArgs", "PodTerms", "compile_terms"]
 
 NAME = "InterPodAffinity"
 
@@ -75,8 +74,7 @@ class AffinityTerm:
 
     def matches(self, pod: PodInfo, namespace_labels: Mapping[str, str]) -> bool:
         """Does ``pod`` (whose namespace has ``namespace_labels``) fall under this term?"""
-        if pod.namespace not in self.namespaces and not self.namespace_selector.matches(
-                namespace_labels):
+        if pod.namespace not in self.namespaces and not self.namespace_selector.matches(namespace_labels):
             return False
         return self.selector.matches(pod.labels)
 
@@ -85,10 +83,8 @@ class AffinityTerm:
         non-empty namespace selector becomes the names of the namespaces it selects now."""
         if self.namespace_selector.is_empty or self.namespace_selector.nothing:
             return self
-        selected = {ns for ns in state.namespaces()
-                    if self.namespace_selector.matches(state.namespace_labels(ns))}
-        return AffinityTerm(self.selector, self.namespaces | selected, NOTHING,
-                            self.topology_key, self.weight)
+        selected = {ns for ns in state.namespaces() if self.namespace_selector.matches(state.namespace_labels(ns))}
+        return AffinityTerm(self.selector, self.namespaces | selected, NOTHING, self.topology_key, self.weight)
 
     def namespace_scope(self) -> frozenset[str] | None:
         """Namespaces to search placed pods in; None: every namespace (selector ``{}``)."""
@@ -122,8 +118,12 @@ class PodTerms:
 
     @property
     def empty(self) -> bool:
-        return not (self.required_affinity or self.required_anti_affinity
-                    or self.preferred_affinity or self.preferred_anti_affinity)
+        return not (
+            self.required_affinity
+            or self.required_anti_affinity
+            or self.preferred_affinity
+            or self.preferred_anti_affinity
+        )
 
 
 _NO_TERMS = PodTerms()
@@ -137,15 +137,12 @@ def compile_terms(pod: PodInfo) -> PodTerms:
     return PodTerms(
         required_affinity=tuple(_compile(pod, t) for t in attract.required) if attract else (),
         required_anti_affinity=tuple(_compile(pod, t) for t in repel.required) if repel else (),
-        preferred_affinity=tuple(_compile(pod, w.term, w.weight)
-                                 for w in attract.preferred) if attract else (),
-        preferred_anti_affinity=tuple(_compile(pod, w.term, w.weight)
-                                      for w in repel.preferred) if repel else (),
+        preferred_affinity=tuple(_compile(pod, w.term, w.weight) for w in attract.preferred) if attract else (),
+        preferred_anti_affinity=tuple(_compile(pod, w.term, w.weight) for w in repel.preferred) if repel else (),
     )
 
 
-_KINDS = ("required_affinity", "required_anti_affinity", "preferred_affinity",
-          "preferred_anti_affinity")
+_KINDS = ("required_affinity", "required_anti_affinity", "preferred_affinity", "preferred_anti_affinity")
 
 
 class PlacedPodTerms(StateExtension):
@@ -237,8 +234,9 @@ class PlacedPodTerms(StateExtension):
             self._counted_at.pop(uid, None)
             self._count(uid, slot, -1)
 
-    def matching(self, kind: str, pod: PodInfo, namespace_labels: Mapping[str, str]
-                 ) -> list[tuple[AffinityTerm, npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
+    def matching(
+        self, kind: str, pod: PodInfo, namespace_labels: Mapping[str, str]
+    ) -> list[tuple[AffinityTerm, npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
         """``(term, slots, counts)`` for every distinct placed term of ``kind`` that ``pod``
         falls under."""
         candidates = set(self._unhinted[kind])
@@ -261,8 +259,7 @@ class PlacedPodTerms(StateExtension):
 
 class InterPodAffinityArgs(PluginArgs):
     hard_pod_affinity_weight: int = Field(default=1, ge=0, le=100, alias="hardPodAffinityWeight")
-    ignore_preferred_terms_of_existing_pods: bool = Field(
-        default=False, alias="ignorePreferredTermsOfExistingPods")
+    ignore_preferred_terms_of_existing_pods: bool = Field(default=False, alias="ignorePreferredTermsOfExistingPods")
 
 
 class _DomainCounts:
@@ -277,8 +274,7 @@ class _DomainCounts:
         self.touched = False
         """Whether anything was ever added (kube: the map is non-empty)."""
 
-    def add_slots(self, key: str, slots: npt.NDArray[np.intp],
-                  amounts: npt.NDArray[np.int64] | int) -> None:
+    def add_slots(self, key: str, slots: npt.NDArray[np.intp], amounts: npt.NDArray[np.int64] | int) -> None:
         """Add ``amounts`` for the nodes in ``slots``, in their domain of ``key``; nodes lacking
         the key count nothing (kube)."""
         if slots.size == 0:
@@ -330,14 +326,16 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def pre_filter(self, cycle: CycleContext) -> tuple[Status, PreFilterResult | None]:
         state, pod = cycle.state, cycle.pod
         terms = compile_terms(pod)
-        if (not terms.required_affinity and not terms.required_anti_affinity
-                and not state.has_pods_with_required_anti_affinity):
+        if (
+            not terms.required_affinity
+            and not terms.required_anti_affinity
+            and not state.has_pods_with_required_anti_affinity
+        ):
             return Status.skip(), None
         placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
         existing = _DomainCounts(state)
         namespace_labels = state.namespace_labels(pod.namespace)
-        for term, slots, counts in placed_terms.matching("required_anti_affinity", pod,
-                                                         namespace_labels):
+        for term, slots, counts in placed_terms.matching("required_anti_affinity", pod, namespace_labels):
             existing.add_slots(term.topology_key, slots, counts)
         required = tuple(t.resolved(state) for t in terms.required_affinity)
         repelling = tuple(t.resolved(state) for t in terms.required_anti_affinity)
@@ -348,8 +346,11 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if required:
             first = required[0]
             # A placed pod counts for the affinity only if it matches every term.
-            attracted = [p for p in state.pods_matching(first.namespace_scope(), first.selector)
-                         if all(t.matches(p.pod, {}) for t in required)]
+            attracted = [
+                p
+                for p in state.pods_matching(first.namespace_scope(), first.selector)
+                if all(t.matches(p.pod, {}) for t in required)
+            ]
             slots = _slots(state, attracted)
             for t in required:
                 affinity.add_slots(t.topology_key, slots, 1)
@@ -358,8 +359,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             slots = _slots(state, state.pods_matching(term.namespace_scope(), term.selector))
             anti_affinity.add_slots(term.topology_key, slots, 1)
         own = bool(required) and all(t.matches(pod, {}) for t in required)
-        cycle.data[NAME] = _FilterState(PodTerms(required, repelling), affinity, anti_affinity,
-                                        existing, own)
+        cycle.data[NAME] = _FilterState(PodTerms(required, repelling), affinity, anti_affinity, existing, own)
         return Status.success(), None
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
@@ -396,11 +396,14 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             codes[(codes < 0) & violated] = 2
         if (codes < 0).all():
             return FilterResult.all_pass()
-        return FilterResult.from_codes(codes, (
-            Status.unresolvable(messages.POD_AFFINITY_NOT_MATCH, plugin=NAME),
-            Status.unschedulable(messages.POD_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
-            Status.unschedulable(messages.EXISTING_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
-        ))
+        return FilterResult.from_codes(
+            codes,
+            (
+                Status.unresolvable(messages.POD_AFFINITY_NOT_MATCH, plugin=NAME),
+                Status.unschedulable(messages.POD_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
+                Status.unschedulable(messages.EXISTING_ANTI_AFFINITY_NOT_MATCH, plugin=NAME),
+            ),
+        )
 
     # ------------------------------------------------------------------ score
 
@@ -410,8 +413,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         terms = compile_terms(pod)
         preferred = [(t.resolved(state), +1) for t in terms.preferred_affinity]
         preferred += [(t.resolved(state), -1) for t in terms.preferred_anti_affinity]
-        if not preferred and (args.ignore_preferred_terms_of_existing_pods
-                              or not state.has_pods_with_affinity):
+        if not preferred and (args.ignore_preferred_terms_of_existing_pods or not state.has_pods_with_affinity):
             return Status.skip()
         scores = _DomainCounts(state)
         # The incoming pod's preferred terms against every placed pod they select.
@@ -424,8 +426,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
             hard_weight = args.hard_pod_affinity_weight
             if hard_weight > 0:
-                for term, slots, counts in placed_terms.matching("required_affinity", pod,
-                                                                 namespace_labels):
+                for term, slots, counts in placed_terms.matching("required_affinity", pod, namespace_labels):
                     scores.add_slots(term.topology_key, slots, counts * hard_weight)
             for kind, sign in (("preferred_affinity", +1), ("preferred_anti_affinity", -1)):
                 for term, slots, counts in placed_terms.matching(kind, pod, namespace_labels):
@@ -446,8 +447,9 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             total += table[np.minimum(node_codes, table.size - 1)] * (node_codes < table.size)
         return total
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         if scores.size == 0:
             return scores
         low, high = int(scores.min()), int(scores.max())

@@ -42,27 +42,32 @@ NAME = "NodeAffinity"
 
 def _term_from_kube(raw: dict[str, Any]) -> NodeSelectorTerm:
     def requirements(items: Any) -> tuple[NodeSelectorRequirement, ...]:
-        return tuple(NodeSelectorRequirement(key=r["key"], operator=r["operator"],
-                                             values=tuple(r.get("values") or ()))
-                     for r in items or ())
+        return tuple(
+            NodeSelectorRequirement(key=r["key"], operator=r["operator"], values=tuple(r.get("values") or ()))
+            for r in items or ()
+        )
 
-    return NodeSelectorTerm(match_expressions=requirements(raw.get("matchExpressions")),
-                            match_fields=requirements(raw.get("matchFields")))
+    return NodeSelectorTerm(
+        match_expressions=requirements(raw.get("matchExpressions")), match_fields=requirements(raw.get("matchFields"))
+    )
 
 
 def node_affinity_from_kube(raw: dict[str, Any]) -> NodeAffinitySpec:
     """A ``v1.NodeAffinity`` in Kubernetes' JSON shape (camelCase) → the contract model."""
-    unknown = set(raw) - {"requiredDuringSchedulingIgnoredDuringExecution",
-                          "preferredDuringSchedulingIgnoredDuringExecution"}
+    unknown = set(raw) - {
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    }
     if unknown:
         raise ValueError(f"unknown field(s) {sorted(unknown)}")
     required_raw = raw.get("requiredDuringSchedulingIgnoredDuringExecution")
     required = None
     if required_raw is not None:
         required = tuple(_term_from_kube(t) for t in required_raw.get("nodeSelectorTerms") or ())
-    preferred = tuple(PreferredSchedulingTerm(weight=p["weight"],
-                                              preference=_term_from_kube(p.get("preference") or {}))
-                      for p in raw.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
+    preferred = tuple(
+        PreferredSchedulingTerm(weight=p["weight"], preference=_term_from_kube(p.get("preference") or {}))
+        for p in raw.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    )
     return NodeAffinitySpec(required=required, preferred=preferred)
 
 
@@ -147,9 +152,13 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
         codes[(codes < 0) & ~match] = 1
         if (codes < 0).all():
             return FilterResult.all_pass()
-        return FilterResult.from_codes(codes, (
-            Status.unresolvable(messages.NODE_AFFINITY_ENFORCED_NOT_MATCH, plugin=NAME),
-            Status.unresolvable(messages.NODE_AFFINITY_NOT_MATCH, plugin=NAME)))
+        return FilterResult.from_codes(
+            codes,
+            (
+                Status.unresolvable(messages.NODE_AFFINITY_ENFORCED_NOT_MATCH, plugin=NAME),
+                Status.unresolvable(messages.NODE_AFFINITY_NOT_MATCH, plugin=NAME),
+            ),
+        )
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         if not _preferred_terms(cycle.pod) and not self._added_preferred:
@@ -162,6 +171,7 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
             total += match_node_term(cycle.state, term.preference, nodes) * term.weight
         return total
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         return default_normalize(scores, reverse=False)

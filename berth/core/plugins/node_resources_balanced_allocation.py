@@ -31,7 +31,8 @@ NAME = "NodeResourcesBalancedAllocation"
 
 class BalancedAllocationArgs(PluginArgs):
     resources: tuple[ResourceSpec, ...] = Field(
-        default=(ResourceSpec(name="cpu"), ResourceSpec(name="memory")), min_length=1)
+        default=(ResourceSpec(name="cpu"), ResourceSpec(name="memory")), min_length=1
+    )
 
 
 class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
@@ -52,8 +53,7 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         return tuple(sorted(cycle.pod.requests.items()))
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
-        columns = requested_and_allocatable(cycle.state, cycle.pod, nodes, self._resources(),
-                                            use_requested=True)
+        columns = requested_and_allocatable(cycle.state, cycle.pod, nodes, self._resources(), use_requested=True)
         fractions: list[npt.NDArray[np.float64]] = []
         present: list[npt.NDArray[np.bool_] | None] = []
         for _, requested, allocatable in columns:
@@ -83,16 +83,15 @@ def _balanced_dense(fractions: list[npt.NDArray[np.float64]], count: int) -> npt
     return _score_from_std(np.sqrt(variance))
 
 
-def _balanced_masked(fractions: list[npt.NDArray[np.float64]],
-                     present: list[npt.NDArray[np.bool_] | None],
-                     count: int) -> npt.NDArray[np.int64]:
+def _balanced_masked(
+    fractions: list[npt.NDArray[np.float64]], present: list[npt.NDArray[np.bool_] | None], count: int
+) -> npt.NDArray[np.int64]:
     """Some nodes lack some resource: each node's deviation over the resources it has."""
     masks = [np.ones(count, dtype=bool) if m is None else m for m in present]
     n = sum(m.astype(np.int64) for m in masks)
     safe_n = np.where(n > 0, n, 1)
     mean = sum(np.where(m, f, 0.0) for f, m in zip(fractions, masks)) / safe_n
-    variance = sum(np.where(m, (f - mean) * (f - mean), 0.0)
-                   for f, m in zip(fractions, masks)) / safe_n
+    variance = sum(np.where(m, (f - mean) * (f - mean), 0.0) for f, m in zip(fractions, masks)) / safe_n
     std = np.sqrt(variance)
     # kube's shortcut for exactly two resources, |f1 - f2| / 2 (same value, same rounding).
     if len(fractions) >= 2:

@@ -41,8 +41,7 @@ from berth.core.plugins._normalize import go_div
 from berth.core.state import PODS
 from berth.schemas.cluster import PodInfo
 
-__all__ = ["NAME", "NodeResourcesFit", "NodeResourcesFitArgs", "ScoringStrategy",
-           "resource_scores"]
+__all__ = ["NAME", "NodeResourcesFit", "NodeResourcesFitArgs", "ScoringStrategy", "resource_scores"]
 
 NAME = "NodeResourcesFit"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -80,13 +79,13 @@ class ScoringStrategy(PluginArgs):
     type: Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"] = "LeastAllocated"
     resources: tuple[ResourceSpec, ...] = Field(default=_DEFAULT_RESOURCES, min_length=1)
     requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = Field(
-        default=None, alias="requestedToCapacityRatio")
+        default=None, alias="requestedToCapacityRatio"
+    )
 
     @model_validator(mode="after")
     def _shape_when_needed(self) -> ScoringStrategy:
         if self.type == "RequestedToCapacityRatio" and self.requested_to_capacity_ratio is None:
-            raise ValueError("requestedToCapacityRatio.shape is required for "
-                             "type RequestedToCapacityRatio")
+            raise ValueError("requestedToCapacityRatio.shape is required for type RequestedToCapacityRatio")
         names = [r.name for r in self.resources]
         if len(set(names)) != len(names):
             raise ValueError(f"resources listed more than once: {names}")
@@ -96,8 +95,7 @@ class ScoringStrategy(PluginArgs):
 class NodeResourcesFitArgs(PluginArgs):
     ignored_resources: tuple[str, ...] = Field(default=(), alias="ignoredResources")
     ignored_resource_groups: tuple[str, ...] = Field(default=(), alias="ignoredResourceGroups")
-    scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy,
-                                              alias="scoringStrategy")
+    scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy, alias="scoringStrategy")
     gpu_scoring_strategy: ScoringStrategy | None = Field(default=None, alias="gpuScoringStrategy")
     """Berth: the strategy for pods requesting whole GPUs or MIG slices (None: the same)."""
 
@@ -108,13 +106,14 @@ def _requests_key(pod: PodInfo) -> tuple[tuple[str, int], ...]:
 
 
 def requests_gpus(pod: PodInfo) -> bool:
-    return any(amount and (name == GPU_RESOURCE or name.startswith(MIG_PREFIX))
-               for name, amount in pod.requests.items())
+    return any(
+        amount and (name == GPU_RESOURCE or name.startswith(MIG_PREFIX)) for name, amount in pod.requests.items()
+    )
 
 
-def resource_scores(strategy: ScoringStrategy,
-                    columns: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]],
-                    count: int) -> npt.NDArray[np.int64]:
+def resource_scores(
+    strategy: ScoringStrategy, columns: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]], count: int
+) -> npt.NDArray[np.int64]:
     """A node score per node from per-resource ``(index, requested, allocatable)`` columns (see
     :func:`~berth.core.plugins._allocation.requested_and_allocatable`), as kube's least / most /
     requested-to-capacity-ratio scorers compute it: integer arithmetic, a resource counts (with
@@ -155,8 +154,9 @@ def resource_scores(strategy: ScoringStrategy,
     return np.where(scored, node_score // safe_sum, 0)
 
 
-def _broken_linear(shape: tuple[UtilizationShapePoint, ...],
-                   utilization: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def _broken_linear(
+    shape: tuple[UtilizationShapePoint, ...], utilization: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
     scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
     xs = [p.utilization for p in shape]
     ys = [p.score * scale for p in shape]
@@ -168,8 +168,7 @@ def _broken_linear(shape: tuple[UtilizationShapePoint, ...],
         if i == 0:
             value = np.full(utilization.shape, ys[0], dtype=np.int64)
         else:
-            value = ys[i - 1] + go_div((ys[i] - ys[i - 1]) * (utilization - xs[i - 1]),
-                                       xs[i] - xs[i - 1])
+            value = ys[i - 1] + go_div((ys[i] - ys[i - 1]) * (utilization - xs[i - 1]), xs[i] - xs[i - 1])
         result = np.where(inside, value, result)
     return result
 
@@ -186,8 +185,11 @@ class _Demand:
         checks: list[tuple[int | None, int]] = []
         reasons: list[str] = []
         native = [(r, pod.requests.get(r, 0)) for r in ("cpu", "memory", "ephemeral-storage")]
-        extended = sorted((name, amount) for name, amount in pod.requests.items()
-                          if name not in ("cpu", "memory", "ephemeral-storage", "pods"))
+        extended = sorted(
+            (name, amount)
+            for name, amount in pod.requests.items()
+            if name not in ("cpu", "memory", "ephemeral-storage", "pods")
+        )
         for name, amount in [*native, *extended]:
             if amount <= 0:
                 continue
@@ -241,8 +243,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
             return FilterResult.all_pass()
         # One Status per distinct (reasons, unresolvable) combination among failing nodes.
         keys, inverse = np.unique(bits[failed] * 2 + unresolvable[failed], return_inverse=True)
-        statuses = tuple(_status(demand, key >> 1, hopeless=bool(key & 1))
-                         for key in keys.tolist())
+        statuses = tuple(_status(demand, key >> 1, hopeless=bool(key & 1)) for key in keys.tolist())
         codes = np.full(n, -1, dtype=np.int32)
         codes[failed] = inverse
         return FilterResult.from_codes(codes, statuses)
@@ -258,9 +259,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         strategy = self._strategy(cycle.pod)
-        columns = requested_and_allocatable(cycle.state, cycle.pod, nodes,
-                                            [r.name for r in strategy.resources],
-                                            use_requested=False)
+        columns = requested_and_allocatable(
+            cycle.state, cycle.pod, nodes, [r.name for r in strategy.resources], use_requested=False
+        )
         return resource_scores(strategy, columns, nodes.size)
 
 

@@ -83,17 +83,19 @@ def _compile(pod: PodInfo, c: TopologySpreadConstraint) -> SpreadConstraint:
     selector = compile_selector(c.label_selector)
     if c.match_label_keys and not selector.nothing:
         selector = selector.with_requirements(
-            Requirement(key, "In", frozenset((pod.labels[key],)))
-            for key in c.match_label_keys if key in pod.labels)
+            Requirement(key, "In", frozenset((pod.labels[key],))) for key in c.match_label_keys if key in pod.labels
+        )
     return SpreadConstraint(
-        max_skew=c.max_skew, topology_key=c.topology_key, selector=selector,
+        max_skew=c.max_skew,
+        topology_key=c.topology_key,
+        selector=selector,
         min_domains=c.min_domains if c.min_domains is not None else 1,
         honor_node_affinity=c.node_affinity_policy == "Honor",
-        honor_node_taints=c.node_taints_policy == "Honor")
+        honor_node_taints=c.node_taints_policy == "Honor",
+    )
 
 
-def _pods_per_slot(state: ClusterState, pod: PodInfo,
-                   constraint: SpreadConstraint) -> npt.NDArray[np.int64]:
+def _pods_per_slot(state: ClusterState, pod: PodInfo, constraint: SpreadConstraint) -> npt.NDArray[np.int64]:
     """kube's ``countPodsMatchSelector`` for every node at once: placed pods of the pod's
     namespace matching the selector, per node slot (an empty selector counts nothing)."""
     counts = np.zeros(state.capacity, dtype=np.int64)
@@ -106,16 +108,20 @@ def _pods_per_slot(state: ClusterState, pod: PodInfo,
     return counts
 
 
-def _eligible(state: ClusterState, pod: PodInfo, constraints: tuple[SpreadConstraint, ...],
-              constraint: SpreadConstraint, nodes: NodeArray) -> npt.NDArray[np.bool_]:
+def _eligible(
+    state: ClusterState,
+    pod: PodInfo,
+    constraints: tuple[SpreadConstraint, ...],
+    constraint: SpreadConstraint,
+    nodes: NodeArray,
+) -> npt.NDArray[np.bool_]:
     """Nodes that count for ``constraint``: every constraint's key present, inclusion policies."""
     mask = np.ones(nodes.size, dtype=bool)
     for c in constraints:
         mask &= state.label_codes(c.topology_key)[nodes] != 0
     if constraint.honor_node_affinity:
         affinity = pod.affinity.node_affinity if pod.affinity else None
-        mask &= match_required_node_affinity(state, pod.node_selector,
-                                             affinity.required if affinity else None, nodes)
+        mask &= match_required_node_affinity(state, pod.node_selector, affinity.required if affinity else None, nodes)
     if constraint.honor_node_taints:
         mask &= ~untolerated_hard_taints(state, pod.tolerations, nodes)
     return mask
@@ -136,8 +142,7 @@ class _Domains:
         return int(self.counts[self.present].min()) if self.present.any() else _MAX_INT32
 
 
-def _domains(state: ClusterState, key: str, eligible_nodes: NodeArray,
-             per_slot: npt.NDArray[np.int64]) -> _Domains:
+def _domains(state: ClusterState, key: str, eligible_nodes: NodeArray, per_slot: npt.NDArray[np.int64]) -> _Domains:
     codes = state.label_codes(key)[eligible_nodes]
     size = state.label_domain_count(key)
     counts = np.bincount(codes, weights=per_slot[eligible_nodes], minlength=size).astype(np.int64)
@@ -178,8 +183,9 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             per_slot = _pods_per_slot(state, pod, c)
             eligible = all_nodes[_eligible(state, pod, constraints, c, all_nodes)]
             domains.append(_domains(state, c.topology_key, eligible, per_slot))
-        cycle.data[NAME] = _FilterState(constraints, tuple(domains),
-                                        tuple(c.selector.matches(pod.labels) for c in constraints))
+        cycle.data[NAME] = _FilterState(
+            constraints, tuple(domains), tuple(c.selector.matches(pod.labels) for c in constraints)
+        )
         return Status.success(), None
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
@@ -199,10 +205,13 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             codes[open_ & ~missing & (skew > c.max_skew)] = 1
         if (codes < 0).all():
             return FilterResult.all_pass()
-        return FilterResult.from_codes(codes, (
-            Status.unresolvable(messages.TOPOLOGY_SPREAD_MISSING_LABEL, plugin=NAME),
-            Status.unschedulable(messages.TOPOLOGY_SPREAD_NOT_MATCH, plugin=NAME),
-        ))
+        return FilterResult.from_codes(
+            codes,
+            (
+                Status.unresolvable(messages.TOPOLOGY_SPREAD_MISSING_LABEL, plugin=NAME),
+                Status.unschedulable(messages.TOPOLOGY_SPREAD_NOT_MATCH, plugin=NAME),
+            ),
+        )
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         pod, state = cycle.pod, cycle.state
@@ -230,16 +239,16 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             counts = _domains(state, c.topology_key, eligible, per_slot).counts
             domain_counts.append(np.where(wanted, counts, 0))
             weights.append(math.log(int(wanted.sum()) + 2))
-        cycle.data[NAME + "/score"] = _ScoreState(constraints, ignored, tuple(domain_counts),
-                                                  tuple(per_slots), tuple(weights))
+        cycle.data[NAME + "/score"] = _ScoreState(
+            constraints, ignored, tuple(domain_counts), tuple(per_slots), tuple(weights)
+        )
         return Status.success()
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         data: _ScoreState = cycle.data[NAME + "/score"]
         state = cycle.state
         total = np.zeros(nodes.size, dtype=np.float64)
-        for c, counts, per_slot, weight in zip(data.constraints, data.domain_counts,
-                                               data.per_slot, data.weights):
+        for c, counts, per_slot, weight in zip(data.constraints, data.domain_counts, data.per_slot, data.weights):
             node_codes = state.label_codes(c.topology_key)[nodes]
             count = per_slot[nodes] if counts is None else counts[node_codes]
             total += np.where(node_codes != 0, count * weight + (c.max_skew - 1), 0.0)
@@ -247,8 +256,9 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         rounded = np.floor(total + 0.5).astype(np.int64)
         return np.where(data.ignored, 0, rounded)
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         data: _ScoreState = cycle.data[NAME + "/score"]
         counted = scores[~data.ignored]
         if counted.size == 0:

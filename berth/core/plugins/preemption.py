@@ -47,8 +47,9 @@ PROBE = "DefaultPreemption/probe"
 
 
 class FeasibilityProbe(Protocol):
-    def feasible(self, cycle: CycleContext,
-                 nodes: NodeArray) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]: ...
+    def feasible(
+        self, cycle: CycleContext, nodes: NodeArray
+    ) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]: ...
 
 
 def _restore(state: ClusterState, placed: PlacedPod) -> None:
@@ -95,8 +96,9 @@ class DefaultPreemption(PostFilterPlugin):
         cycle.timer.preemption_attempt()
         pod = cycle.pod
         if pod.preemption_policy == "Never":
-            return PostFilterResult(Status.unschedulable(plugin=self.NAME),
-                                    message=messages.PREEMPTION_NOT_ELIGIBLE_NEVER)
+            return PostFilterResult(
+                Status.unschedulable(plugin=self.NAME), message=messages.PREEMPTION_NOT_ELIGIBLE_NEVER
+            )
         probe: FeasibilityProbe | None = cycle.data.get(PROBE) or self._probe
         state = cycle.state
         total = len(diagnosis.nodes)
@@ -134,7 +136,7 @@ class DefaultPreemption(PostFilterPlugin):
             if found is not None:
                 candidates.append(found)
             elif any(p.pod.priority < pod.priority for p in on_node):
-                for reason in (last_reasons[0] if last_reasons else ()):
+                for reason in last_reasons[0] if last_reasons else ():
                     counts[reason] = counts.get(reason, 0) + 1
             else:
                 counts[messages.PREEMPTION_NO_VICTIMS] = counts.get(messages.PREEMPTION_NO_VICTIMS, 0) + 1
@@ -144,14 +146,11 @@ class DefaultPreemption(PostFilterPlugin):
             if unhelpful:
                 counts[messages.PREEMPTION_NOT_HELPFUL] = counts.get(messages.PREEMPTION_NOT_HELPFUL, 0) + unhelpful
             return self._nothing(total, counts)
-        return PostFilterResult(Status.success(), nominated_node=best.node,
-                                victims=tuple(v.uid for v in best.victims))
+        return PostFilterResult(Status.success(), nominated_node=best.node, victims=tuple(v.uid for v in best.victims))
 
     def _nothing(self, total: int, counts: dict[str, int]) -> PostFilterResult:
         inner = messages.fit_error(total, counts)
-        return PostFilterResult(Status.unschedulable(plugin=self.NAME),
-                                message=messages.preemption_failed(inner))
-
+        return PostFilterResult(Status.unschedulable(plugin=self.NAME), message=messages.preemption_failed(inner))
 
 
 class FrameworkProbe:
@@ -161,8 +160,9 @@ class FrameworkProbe:
     def __init__(self, framework: object) -> None:
         self.framework = framework
 
-    def feasible(self, cycle: CycleContext,
-                 nodes: NodeArray) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]:
+    def feasible(
+        self, cycle: CycleContext, nodes: NodeArray
+    ) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]:
         state = cycle.state
         names = state.names_of(int(s) for s in nodes)
         result = self.framework.find_feasible(cycle.pod, state, names)  # type: ignore[attr-defined]

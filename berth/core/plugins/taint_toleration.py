@@ -68,8 +68,9 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
         lookup = _untolerated(cycle, frozenset({"PreferNoSchedule"}))
         return lookup[state.taint_table[nodes]].sum(axis=1).astype(np.int64)
 
-    def normalize_score(self, cycle: CycleContext, nodes: NodeArray,
-                        scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def normalize_score(
+        self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         if not scores.any():
             return np.full(scores.shape, MAX_NODE_SCORE, dtype=np.int64)
         return default_normalize(scores, reverse=True)

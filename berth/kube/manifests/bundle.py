@@ -92,12 +92,16 @@ def _check_kind(number: int, doc: Mapping[str, Any]) -> str:
     if not isinstance(kind, str) or not kind:
         raise ManifestError(f"document {number}", "kind", "is required")
     if kind not in _API_VERSIONS:
-        raise ManifestError(f"document {number}", "kind",
-                            f"{kind!r} is not supported (one of {', '.join(sorted(_API_VERSIONS))})")
+        raise ManifestError(
+            f"document {number}", "kind", f"{kind!r} is not supported (one of {', '.join(sorted(_API_VERSIONS))})"
+        )
     api_version = doc.get("apiVersion")
     if api_version not in _API_VERSIONS[kind]:
-        raise ManifestError(f"{kind} (document {number})", "apiVersion",
-                            f"{api_version!r} must be {' or '.join(sorted(_API_VERSIONS[kind]))}")
+        raise ManifestError(
+            f"{kind} (document {number})",
+            "apiVersion",
+            f"{api_version!r} must be {' or '.join(sorted(_API_VERSIONS[kind]))}",
+        )
     return kind
 
 
@@ -121,22 +125,31 @@ def _group_by_kind(flat: _Numbered) -> dict[str, _Numbered]:
 def _check_one_global_default(priority_classes: list[PriorityClassInfo]) -> None:
     defaults = [c.name for c in priority_classes if c.global_default]
     if len(defaults) > 1:
-        raise ManifestError(f"PriorityClass {defaults[1]}", "globalDefault",
-                            f"only one PriorityClass may be the global default (also {defaults[0]})")
+        raise ManifestError(
+            f"PriorityClass {defaults[1]}",
+            "globalDefault",
+            f"only one PriorityClass may be the global default (also {defaults[0]})",
+        )
 
 
-def _pods(documents: _Numbered, priority_classes: list[PriorityClassInfo],
-          limit_ranges: list[LimitRangeInfo]) -> list[PodManifest]:
+def _pods(
+    documents: _Numbered, priority_classes: list[PriorityClassInfo], limit_ranges: list[LimitRangeInfo]
+) -> list[PodManifest]:
     """Convert the pods, each admitted against the PriorityClasses and its namespace's
     LimitRanges (applied in name order)."""
     classes = {c.name: c for c in priority_classes}
     ranges_by_ns: dict[str, list[LimitRangeInfo]] = {}
     for limit_range in sorted(limit_ranges, key=lambda r: r.name):
         ranges_by_ns.setdefault(limit_range.namespace, []).append(limit_range)
-    return [pod_from_manifest(doc, priority_classes=classes,
-                              limit_ranges=ranges_by_ns.get((doc.get("metadata") or {}).get("namespace")
-                                                            or "default", ()), index=number)
-            for number, doc in documents]
+    return [
+        pod_from_manifest(
+            doc,
+            priority_classes=classes,
+            limit_ranges=ranges_by_ns.get((doc.get("metadata") or {}).get("namespace") or "default", ()),
+            index=number,
+        )
+        for number, doc in documents
+    ]
 
 
 def load_documents(documents: Iterable[Any]) -> ManifestBundle:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 
 # A pod or node without a timestamp gets this one: a fixed value keeps conversion reproducible.
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UID_NAMESPACE = uuid.UUID("6f1c3a52-2b7e-4c1e-9a43-5d0c1f1e7b10")
 MIG_SLICES_PER_GPU = 7  # compute slices of an A100/H100; the "Ng" of a profile counts them
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -54,8 +54,6 @@ class ManifestError(ValueError):
         self.path = path
         self.detail = detail
         super().__init__(f"{ref}: {path}: {detail}" if path else f"{ref}: {detail}")
-
-
 
 
 class FieldReader:
@@ -98,8 +96,9 @@ class FieldReader:
         return value
 
     def strings(self, value: Any, path: str) -> tuple[str, ...]:
-        return tuple(self.string(item, f"{path}[{i}]", required=True) or ""
-                     for i, item in enumerate(self.sequence(value, path)))
+        return tuple(
+            self.string(item, f"{path}[{i}]", required=True) or "" for i, item in enumerate(self.sequence(value, path))
+        )
 
     def string_map(self, value: Any, path: str) -> dict[str, str]:
         raw = self.mapping(value, path)
@@ -124,8 +123,11 @@ class FieldReader:
             try:
                 canonical = to_canonical(name, amount)
             except QuantityError:
-                if isinstance(amount, str) and amount.strip().startswith("-") or (
-                        not isinstance(amount, str) and amount < 0):
+                if (
+                    isinstance(amount, str)
+                    and amount.strip().startswith("-")
+                    or (not isinstance(amount, str) and amount < 0)
+                ):
                     raise self.fail(where, f"{amount!r} must be non-negative") from None
                 raise self.fail(where, f"{amount!r} is not a Kubernetes quantity") from None
             if name not in NATIVE_RESOURCES and not name.startswith("hugepages-") and name not in MILLI_RESOURCES:
@@ -168,11 +170,12 @@ def parse_timestamp(reader: FieldReader, value: Any, path: str) -> datetime:
             raise reader.fail(path, f"{text!r} is not an RFC 3339 timestamp") from None
     if stamp.tzinfo is None:
         raise reader.fail(path, "timestamp must carry a timezone (e.g. 2026-01-01T00:00:00Z)")
-    return stamp.astimezone(timezone.utc)
+    return stamp.astimezone(UTC)
 
 
-def object_meta(obj: Mapping[str, Any], kind: str, index: int | None, *, namespaced: bool,
-          default_namespace: str = "default") -> tuple[FieldReader, dict[str, Any], str, str]:
+def object_meta(
+    obj: Mapping[str, Any], kind: str, index: int | None, *, namespaced: bool, default_namespace: str = "default"
+) -> tuple[FieldReader, dict[str, Any], str, str]:
     """Return a reader named after the object, its metadata, namespace and name."""
     where = f"document {index}" if index is not None else kind
     if not isinstance(obj, Mapping):
@@ -191,14 +194,11 @@ def object_meta(obj: Mapping[str, Any], kind: str, index: int | None, *, namespa
     ref = f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}"
     reader = FieldReader(ref)
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
-        raise reader.fail("metadata.name", f"{name!r} is not a valid Kubernetes object name "
-                          "(lowercase letters, digits, '-' and '.')")
+        raise reader.fail(
+            "metadata.name", f"{name!r} is not a valid Kubernetes object name (lowercase letters, digits, '-' and '.')"
+        )
     return reader, dict(meta), namespace, name
-
-
 
 
 def deterministic_uid(kind: str, namespace: str, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace}/{name}"))
-
-

@@ -31,8 +31,7 @@ def _json_annotation(reader: FieldReader, annotations: Mapping[str, str], key: s
     try:
         return json.loads(annotations[key])
     except json.JSONDecodeError as exc:
-        raise reader.fail(f"metadata.annotations.{key}", f"is not valid JSON ({exc.msg} at "
-                                                         f"char {exc.pos})") from None
+        raise reader.fail(f"metadata.annotations.{key}", f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
 
 
 def _mig_layout(reader: FieldReader, annotations: Mapping[str, str]) -> dict[int, tuple[MigSlice, ...]]:
@@ -72,7 +71,7 @@ def _synthesised_mig(allocatable: Mapping[str, int], first_index: int) -> dict[i
     wanted = []
     for resource in sorted(allocatable):
         if resource.startswith(MIG_PREFIX):
-            profile = resource[len(MIG_PREFIX):]
+            profile = resource[len(MIG_PREFIX) :]
             if re.fullmatch(r"[0-9]+g\.[0-9]+gb", profile):
                 wanted += [profile] * allocatable[resource]
     wanted.sort(key=lambda p: (-int(p.split("g.")[0]), p))
@@ -89,12 +88,13 @@ def _synthesised_mig(allocatable: Mapping[str, int], first_index: int) -> dict[i
             i = len(devices) - 1
         devices[i][profile] = devices[i].get(profile, 0) + 1
         free[i] -= size
-    return {first_index + i: tuple(MigSlice(profile=p, count=c) for p, c in sorted(d.items()))
-            for i, d in enumerate(devices)}
+    return {
+        first_index + i: tuple(MigSlice(profile=p, count=c) for p, c in sorted(d.items()))
+        for i, d in enumerate(devices)
+    }
 
 
-def _gpu_labels(reader: FieldReader, labels: Mapping[str, str],
-                allocatable: Mapping[str, int]) -> tuple[str, int, int]:
+def _gpu_labels(reader: FieldReader, labels: Mapping[str, str], allocatable: Mapping[str, int]) -> tuple[str, int, int]:
     """The GPU model, memory (MiB) and whole-GPU count that the node's labels and allocatable
     give every device not described otherwise."""
     model = labels.get(LABEL_GPU_PRODUCT, "")
@@ -119,8 +119,7 @@ def _topology(reader: FieldReader, annotations: Mapping[str, str]) -> dict[int, 
     path = f"metadata.annotations.{ANNOTATION_GPU_TOPOLOGY}"
     raw = _json_annotation(reader, annotations, ANNOTATION_GPU_TOPOLOGY)
     if not isinstance(raw, dict) or not isinstance(raw.get("devices"), list):
-        raise reader.fail(path, 'must be a JSON object like {"devices": [{"index": 0, "numa": 0, '
-                                '"nvlink": [1]}]}')
+        raise reader.fail(path, 'must be a JSON object like {"devices": [{"index": 0, "numa": 0, "nvlink": [1]}]}')
     topology: dict[int, dict[str, Any]] = {}
     for i, device in enumerate(raw["devices"]):
         where = f"{path}.devices[{i}]"
@@ -128,8 +127,7 @@ def _topology(reader: FieldReader, annotations: Mapping[str, str]) -> dict[int, 
             raise reader.fail(where, "must be an object")
         unknown = sorted(set(device) - _TOPOLOGY_KEYS)
         if unknown:
-            raise reader.fail(f"{where}.{unknown[0]}",
-                              f"unknown field (known: {', '.join(sorted(_TOPOLOGY_KEYS))})")
+            raise reader.fail(f"{where}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(_TOPOLOGY_KEYS))})")
         index = device.get("index")
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise reader.fail(f"{where}.index", f"{index!r} must be a non-negative integer")
@@ -140,27 +138,32 @@ def _topology(reader: FieldReader, annotations: Mapping[str, str]) -> dict[int, 
     return topology
 
 
-def _check_nvlink_peers(reader: FieldReader, raw_devices: list[dict[str, Any]],
-                        topology: Mapping[int, Any], path: str) -> None:
+def _check_nvlink_peers(
+    reader: FieldReader, raw_devices: list[dict[str, Any]], topology: Mapping[int, Any], path: str
+) -> None:
     for i, device in enumerate(raw_devices):
         peers = device.get("nvlink", [])
         if not isinstance(peers, list) or any(isinstance(p, bool) or not isinstance(p, int) for p in peers):
             raise reader.fail(f"{path}.devices[{i}].nvlink", f"{peers!r} must be a list of device indices")
         unknown = sorted(set(peers) - set(topology))
         if unknown:
-            raise reader.fail(f"{path}.devices[{i}].nvlink",
-                              f"peers {unknown} are not devices of this node (devices: {sorted(topology)})")
+            raise reader.fail(
+                f"{path}.devices[{i}].nvlink",
+                f"peers {unknown} are not devices of this node (devices: {sorted(topology)})",
+            )
 
 
-def _gpu_device(reader: FieldReader, index: int, info: Mapping[str, Any], model: str, memory: int,
-                mig: tuple[MigSlice, ...]) -> GpuDevice:
+def _gpu_device(
+    reader: FieldReader, index: int, info: Mapping[str, Any], model: str, memory: int, mig: tuple[MigSlice, ...]
+) -> GpuDevice:
     """One device: its topology entry where there is one, else the node-wide model and memory."""
     where = f"metadata.annotations.{ANNOTATION_GPU_TOPOLOGY}.devices[index={index}]"
     healthy = info.get("healthy", True)
     if not isinstance(healthy, bool):
         raise reader.fail(f"{where}.healthy", f"{healthy!r} must be true or false")
     return reader.build(
-        where, GpuDevice,
+        where,
+        GpuDevice,
         index=index,
         model=info.get("model", model),
         memory_mib=info.get("memoryMiB", memory),
@@ -172,8 +175,13 @@ def _gpu_device(reader: FieldReader, index: int, info: Mapping[str, Any], model:
     )
 
 
-def gpu_devices(reader: FieldReader, labels: Mapping[str, str], annotations: Mapping[str, str],
-                allocatable: Mapping[str, int], warnings: list[str]) -> tuple[GpuDevice, ...]:
+def gpu_devices(
+    reader: FieldReader,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    allocatable: Mapping[str, int],
+    warnings: list[str],
+) -> tuple[GpuDevice, ...]:
     """A node's GPU devices, in index order; observations that do not prevent conversion (MIG
     devices synthesised, a GPU count that disagrees with the devices) go to ``warnings``."""
     model, memory, whole = _gpu_labels(reader, labels, allocatable)
@@ -183,23 +191,31 @@ def gpu_devices(reader: FieldReader, labels: Mapping[str, str], annotations: Map
         topology = _topology(reader, annotations)
         missing = sorted(set(mig) - set(topology))
         if missing:
-            raise reader.fail(f"metadata.annotations.{ANNOTATION_GPU_MIG}",
-                              f"names devices {missing} that {ANNOTATION_GPU_TOPOLOGY} does not list")
+            raise reader.fail(
+                f"metadata.annotations.{ANNOTATION_GPU_MIG}",
+                f"names devices {missing} that {ANNOTATION_GPU_TOPOLOGY} does not list",
+            )
         device_indices = sorted(topology)
     elif mig:
         device_indices = sorted(set(range(whole + len(mig))) | set(mig))
     else:
         mig = _synthesised_mig(allocatable, whole)
         if mig:
-            warnings.append(f"{reader.ref}: MIG devices synthesised from nvidia.com/mig-* counts; "
-                            f"annotate {ANNOTATION_GPU_MIG} to give the real layout")
+            warnings.append(
+                f"{reader.ref}: MIG devices synthesised from nvidia.com/mig-* counts; "
+                f"annotate {ANNOTATION_GPU_MIG} to give the real layout"
+            )
         device_indices = list(range(whole + len(mig)))
-    devices = tuple(_gpu_device(reader, index, topology.get(index, {}), model, memory, mig.get(index, ()))
-                    for index in device_indices)
+    devices = tuple(
+        _gpu_device(reader, index, topology.get(index, {}), model, memory, mig.get(index, ()))
+        for index in device_indices
+    )
     # Kubernetes' count and Berth's device list must tell the same story, or the two filters
     # (NodeResourcesFit on counts, the GPU plugin on devices) would disagree about the node.
     plain_healthy = sum(1 for d in devices if not d.mig and d.healthy)
     if GPU in allocatable and devices and allocatable[GPU] != plain_healthy:
-        warnings.append(f"{reader.ref}: status.allocatable.{GPU} is {allocatable[GPU]} but the node "
-                        f"has {plain_healthy} healthy non-MIG GPU devices")
+        warnings.append(
+            f"{reader.ref}: status.allocatable.{GPU} is {allocatable[GPU]} but the node "
+            f"has {plain_healthy} healthy non-MIG GPU devices"
+        )
     return devices

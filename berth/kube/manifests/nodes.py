@@ -36,7 +36,6 @@ def _number(reader: FieldReader, text: str, path: str) -> float:
     return value
 
 
-
 def _annotated_number(reader: FieldReader, annotations: Mapping[str, str], key: str) -> float | None:
     if key not in annotations:
         return None
@@ -47,8 +46,11 @@ def _node_resources(reader: FieldReader, status: Mapping[str, Any]) -> tuple[dic
     """``capacity`` and ``allocatable``; allocatable falls back to capacity, and ``pods`` to the
     kubelet's default."""
     capacity = reader.quantities(status.get("capacity"), "status.capacity")
-    allocatable = (reader.quantities(status.get("allocatable"), "status.allocatable")
-                   if status.get("allocatable") is not None else dict(capacity))
+    allocatable = (
+        reader.quantities(status.get("allocatable"), "status.allocatable")
+        if status.get("allocatable") is not None
+        else dict(capacity)
+    )
     if "pods" not in allocatable and "pods" not in capacity:
         # Every kubelet reports a pod limit (110 unless configured); a hand-written node that
         # leaves it out means "the usual", not "no pods at all".
@@ -60,8 +62,15 @@ def _taints(reader: FieldReader, spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     taints = []
     for i, item in enumerate(reader.sequence(spec.get("taints"), "spec.taints")):
         item = reader.mapping(item, f"spec.taints[{i}]")
-        taints.append(reader.build(f"spec.taints[{i}]", Taint, key=item.get("key"),
-                                   value=item.get("value") or "", effect=item.get("effect")))
+        taints.append(
+            reader.build(
+                f"spec.taints[{i}]",
+                Taint,
+                key=item.get("key"),
+                value=item.get("value") or "",
+                effect=item.get("effect"),
+            )
+        )
     return tuple(taints)
 
 
@@ -71,13 +80,18 @@ def _capacity_type(reader: FieldReader, labels: Mapping[str, str], spot_labels: 
     (``reserved``) is priced and kept like on-demand."""
     karpenter = labels.get(LABEL_CAPACITY_TYPE, "on-demand")
     if karpenter not in ("on-demand", "spot", "reserved"):
-        raise reader.fail(f"metadata.labels.{LABEL_CAPACITY_TYPE}",
-                          f"{karpenter!r} must be spot, on-demand or reserved")
+        raise reader.fail(
+            f"metadata.labels.{LABEL_CAPACITY_TYPE}", f"{karpenter!r} must be spot, on-demand or reserved"
+        )
     return "spot" if is_spot(labels, spot_labels) else "on-demand"
 
 
-def _advertise_device_counts(gpus: tuple[GpuDevice, ...], annotations: Mapping[str, str],
-                             allocatable: dict[str, int], capacity: Mapping[str, int]) -> None:
+def _advertise_device_counts(
+    gpus: tuple[GpuDevice, ...],
+    annotations: Mapping[str, str],
+    allocatable: dict[str, int],
+    capacity: Mapping[str, int],
+) -> None:
     """Fill in the counts a device plugin would advertise for the described devices, where the
     node states neither allocatable nor capacity for them.
 
@@ -98,9 +112,13 @@ def _advertise_device_counts(gpus: tuple[GpuDevice, ...], annotations: Mapping[s
             allocatable[resource] = count
 
 
-def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
-                       warnings: list[str] | None = None,
-                       spot_labels: Sequence[SpotLabel] = SPOT_LABELS) -> NodeInfo:
+def node_from_manifest(
+    obj: Mapping[str, Any],
+    *,
+    index: int | None = None,
+    warnings: list[str] | None = None,
+    spot_labels: Sequence[SpotLabel] = SPOT_LABELS,
+) -> NodeInfo:
     """Convert a Node: allocatable/capacity, labels, taints, cordon, zone, capacity type, GPUs.
 
     ``allocatable`` falls back to ``capacity`` when only the latter is given (hand-written
@@ -126,7 +144,8 @@ def node_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
     gpus = gpu_devices(reader, labels, annotations, allocatable, notes)
     _advertise_device_counts(gpus, annotations, allocatable, capacity)
     return reader.build(
-        "", NodeInfo,
+        "",
+        NodeInfo,
         name=name,
         uid=reader.string(meta.get("uid"), "metadata.uid") or deterministic_uid("Node", "", name),
         labels=labels,

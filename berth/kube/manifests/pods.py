@@ -86,25 +86,32 @@ def _containers(reader: FieldReader, raw: Any, path: str, *, init: bool) -> tupl
         for resource in sorted(set(requests) & set(limits)):
             if resource in NATIVE_RESOURCES or resource.startswith("hugepages-"):
                 if requests[resource] > limits[resource]:
-                    raise reader.fail(f"{where}.resources.requests.{resource}",
-                                      f"must be less than or equal to {resource} limit")
+                    raise reader.fail(
+                        f"{where}.resources.requests.{resource}", f"must be less than or equal to {resource} limit"
+                    )
             elif requests[resource] != limits[resource]:
-                raise reader.fail(f"{where}.resources.requests.{resource}",
-                                  f"must be equal to {resource} limit")
+                raise reader.fail(f"{where}.resources.requests.{resource}", f"must be equal to {resource} limit")
         for resource in sorted(set(requests) - set(limits)):
             if resource not in NATIVE_RESOURCES and not resource.startswith("hugepages-"):
-                raise reader.fail(f"{where}.resources.limits",
-                                  f"Limit must be set for non overcommitable resources: {resource}")
+                raise reader.fail(
+                    f"{where}.resources.limits", f"Limit must be set for non overcommitable resources: {resource}"
+                )
         # API defaulting: a resource with a limit but no request requests its limit.
         for resource, amount in limits.items():
             requests.setdefault(resource, amount)
         restart_policy = reader.string(item.get("restartPolicy"), f"{where}.restartPolicy")
         if restart_policy is not None and (not init or restart_policy != "Always"):
-            raise reader.fail(f"{where}.restartPolicy",
-                              "only init containers may set restartPolicy, and only to Always")
-        out.append(ContainerResources(name=name, requests=dict(sorted(requests.items())),
-                                      limits=dict(sorted(limits.items())),
-                                      restartable=restart_policy == "Always"))
+            raise reader.fail(
+                f"{where}.restartPolicy", "only init containers may set restartPolicy, and only to Always"
+            )
+        out.append(
+            ContainerResources(
+                name=name,
+                requests=dict(sorted(requests.items())),
+                limits=dict(sorted(limits.items())),
+                restartable=restart_policy == "Always",
+            )
+        )
     return tuple(out)
 
 
@@ -135,8 +142,9 @@ def _device_list(reader: FieldReader, text: str, path: str) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
-def _admitted_resources(reader: FieldReader, spec: Mapping[str, Any], name: str,
-                        limit_ranges: Sequence[LimitRangeInfo]) -> tuple[PodResources, str | None]:
+def _admitted_resources(
+    reader: FieldReader, spec: Mapping[str, Any], name: str, limit_ranges: Sequence[LimitRangeInfo]
+) -> tuple[PodResources, str | None]:
     """The pod's containers' resources after LimitRange defaults, and LimitRanger's refusal
     message (None when the pod is admitted)."""
     containers = _containers(reader, spec.get("containers"), "spec.containers", init=False)
@@ -153,8 +161,7 @@ def _admitted_resources(reader: FieldReader, spec: Mapping[str, Any], name: str,
     return resources, rejection
 
 
-def _priority(reader: FieldReader, spec: Mapping[str, Any],
-              classes: Mapping[str, PriorityClassInfo]) -> _Priority:
+def _priority(reader: FieldReader, spec: Mapping[str, Any], classes: Mapping[str, PriorityClassInfo]) -> _Priority:
     """Resolve ``priorityClassName``/``priority``/``preemptionPolicy`` as the Priority admission
     plugin does: a named class must exist, an unnamed pod without an explicit priority gets the
     global default class (the lowest, should there be several), and an explicit priority must
@@ -163,8 +170,7 @@ def _priority(reader: FieldReader, spec: Mapping[str, Any],
     explicit = reader.integer(spec.get("priority"), "spec.priority")
     preemption_policy = reader.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
     if preemption_policy not in (None, "PreemptLowerPriority", "Never"):
-        raise reader.fail("spec.preemptionPolicy",
-                          f"{preemption_policy!r} must be PreemptLowerPriority or Never")
+        raise reader.fail("spec.preemptionPolicy", f"{preemption_policy!r} must be PreemptLowerPriority or Never")
     pclass: PriorityClassInfo | None = None
     if class_name:
         pclass = classes.get(class_name)
@@ -176,10 +182,12 @@ def _priority(reader: FieldReader, spec: Mapping[str, Any],
         class_name = pclass.name if pclass else None
     value = explicit if explicit is not None else (pclass.value if pclass else 0)
     if explicit is not None and pclass is not None and explicit != pclass.value:
-        raise reader.fail("spec.priority",
-                          f"the integer value of priority ({explicit}) must not be provided in pod spec; "
-                          f"priority admission controller computed {pclass.value} from the given "
-                          "PriorityClass name")
+        raise reader.fail(
+            "spec.priority",
+            f"the integer value of priority ({explicit}) must not be provided in pod spec; "
+            f"priority admission controller computed {pclass.value} from the given "
+            "PriorityClass name",
+        )
     if preemption_policy is None:
         preemption_policy = pclass.preemption_policy if pclass else "PreemptLowerPriority"
     return _Priority(value=value, class_name=class_name, preemption_policy=preemption_policy)
@@ -189,27 +197,34 @@ def _gpu_share(reader: FieldReader, annotations: Mapping[str, str], requests: Ma
     """Read Berth's GPU annotations; a share of one GPU excludes a whole-GPU request."""
     fraction = None
     if ANNOTATION_GPU_FRACTION in annotations:
-        fraction = _gpu_fraction(reader, annotations[ANNOTATION_GPU_FRACTION],
-                                 f"metadata.annotations.{ANNOTATION_GPU_FRACTION}")
+        fraction = _gpu_fraction(
+            reader, annotations[ANNOTATION_GPU_FRACTION], f"metadata.annotations.{ANNOTATION_GPU_FRACTION}"
+        )
     gpu_memory = None
     if ANNOTATION_GPU_MEMORY in annotations:
         text = annotations[ANNOTATION_GPU_MEMORY].strip()
         if not text.isdigit() or int(text) == 0:
-            raise reader.fail(f"metadata.annotations.{ANNOTATION_GPU_MEMORY}",
-                              f"{text!r} must be a positive whole number of MiB")
+            raise reader.fail(
+                f"metadata.annotations.{ANNOTATION_GPU_MEMORY}", f"{text!r} must be a positive whole number of MiB"
+            )
         gpu_memory = int(text)
     if (fraction is not None or gpu_memory is not None) and requests.get(GPU, 0):
-        raise reader.fail(f"metadata.annotations.{ANNOTATION_GPU_FRACTION}",
-                          f"a GPU share (gpu-fraction/gpu-memory) and a {GPU} request are mutually "
-                          "exclusive: request whole GPUs or a share of one, not both")
+        raise reader.fail(
+            f"metadata.annotations.{ANNOTATION_GPU_FRACTION}",
+            f"a GPU share (gpu-fraction/gpu-memory) and a {GPU} request are mutually "
+            "exclusive: request whole GPUs or a share of one, not both",
+        )
     locality = annotations.get(ANNOTATION_GPU_LOCALITY, "any")
     if locality not in GPU_LOCALITIES:
-        raise reader.fail(f"metadata.annotations.{ANNOTATION_GPU_LOCALITY}",
-                          f"{locality!r} must be one of {', '.join(GPU_LOCALITIES)}")
+        raise reader.fail(
+            f"metadata.annotations.{ANNOTATION_GPU_LOCALITY}",
+            f"{locality!r} must be one of {', '.join(GPU_LOCALITIES)}",
+        )
     devices: tuple[int, ...] = ()
     if ANNOTATION_GPU_DEVICES in annotations:
-        devices = _device_list(reader, annotations[ANNOTATION_GPU_DEVICES],
-                               f"metadata.annotations.{ANNOTATION_GPU_DEVICES}")
+        devices = _device_list(
+            reader, annotations[ANNOTATION_GPU_DEVICES], f"metadata.annotations.{ANNOTATION_GPU_DEVICES}"
+        )
     return _GpuShare(fraction_milli=fraction, memory_mib=gpu_memory, locality=locality, devices=devices)
 
 
@@ -219,10 +234,15 @@ def _owner(reader: FieldReader, meta: Mapping[str, Any]) -> OwnerReference | Non
     for i, ref in enumerate(reader.sequence(meta.get("ownerReferences"), "metadata.ownerReferences")):
         ref = reader.mapping(ref, f"metadata.ownerReferences[{i}]")
         if ref.get("controller") or owner is None:
-            owner = reader.build(f"metadata.ownerReferences[{i}]", OwnerReference,
-                                 api_version=ref.get("apiVersion") or "", kind=ref.get("kind"),
-                                 name=ref.get("name"), uid=ref.get("uid") or "",
-                                 controller=bool(ref.get("controller")))
+            owner = reader.build(
+                f"metadata.ownerReferences[{i}]",
+                OwnerReference,
+                api_version=ref.get("apiVersion") or "",
+                kind=ref.get("kind"),
+                name=ref.get("name"),
+                uid=ref.get("uid") or "",
+                controller=bool(ref.get("controller")),
+            )
     return owner
 
 
@@ -253,7 +273,8 @@ def pod_from_manifest(
     node_name = reader.string(spec.get("nodeName"), "spec.nodeName") or None
     phase = reader.string(status.get("phase"), "status.phase") or ("Running" if node_name else "Pending")
     pod = reader.build(
-        "", PodInfo,
+        "",
+        PodInfo,
         uid=reader.string(meta.get("uid"), "metadata.uid") or deterministic_uid("Pod", namespace, name),
         namespace=namespace,
         name=name,
@@ -270,8 +291,9 @@ def pod_from_manifest(
         node_selector=reader.string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
         affinity=read_affinity(reader, spec.get("affinity"), "spec.affinity"),
         tolerations=read_tolerations(reader, spec.get("tolerations"), "spec.tolerations"),
-        topology_spread_constraints=read_spread_constraints(reader, spec.get("topologySpreadConstraints"),
-                                                            "spec.topologySpreadConstraints"),
+        topology_spread_constraints=read_spread_constraints(
+            reader, spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints"
+        ),
         pod_group=labels.get(LABEL_POD_GROUP) or None,
         owner=owner,
         node_name=node_name,
@@ -279,8 +301,9 @@ def pod_from_manifest(
         phase=phase,
         creation_time=parse_timestamp(reader, meta.get("creationTimestamp"), "metadata.creationTimestamp"),
     )
-    return PodManifest(pod=pod, resources=resources, rejection=rejection,
-                       scheduling_gates=scheduling_gates(reader, spec))
+    return PodManifest(
+        pod=pod, resources=resources, rejection=rejection, scheduling_gates=scheduling_gates(reader, spec)
+    )
 
 
 def scheduling_gates(reader: FieldReader, spec: Mapping[str, Any]) -> tuple[str, ...]:

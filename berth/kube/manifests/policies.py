@@ -50,13 +50,20 @@ def priority_class_from_manifest(obj: Mapping[str, Any], *, index: int | None = 
     if value is None:
         raise reader.fail("value", "is required")
     if value > 1_000_000_000 and not name.startswith("system-"):
-        raise reader.fail("value", f"{value} must be at most 1000000000 (larger values are reserved "
-                                   "for system priority classes)")
+        raise reader.fail(
+            "value", f"{value} must be at most 1000000000 (larger values are reserved for system priority classes)"
+        )
     global_default = obj.get("globalDefault", False)
     if not isinstance(global_default, bool):
         raise reader.fail("globalDefault", f"{global_default!r} must be true or false")
-    return reader.build("", PriorityClassInfo, name=name, value=value, global_default=global_default,
-                        preemption_policy=obj.get("preemptionPolicy") or "PreemptLowerPriority")
+    return reader.build(
+        "",
+        PriorityClassInfo,
+        name=name,
+        value=value,
+        global_default=global_default,
+        preemption_policy=obj.get("preemptionPolicy") or "PreemptLowerPriority",
+    )
 
 
 def pod_group_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> PodGroupInfo:
@@ -65,13 +72,19 @@ def pod_group_from_manifest(obj: Mapping[str, Any], *, index: int | None = None)
     min_member = reader.integer(spec.get("minMember"), "spec.minMember")
     if min_member is None:
         raise reader.fail("spec.minMember", "is required")
-    return reader.build("spec", PodGroupInfo, namespace=namespace, name=name, min_member=min_member,
-                        schedule_timeout_seconds=reader.integer(spec.get("scheduleTimeoutSeconds"),
-                                                                "spec.scheduleTimeoutSeconds"))
+    return reader.build(
+        "spec",
+        PodGroupInfo,
+        namespace=namespace,
+        name=name,
+        min_member=min_member,
+        schedule_timeout_seconds=reader.integer(spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds"),
+    )
 
 
-def resource_quota_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
-                                 warnings: list[str] | None = None) -> ResourceQuotaInfo:
+def resource_quota_from_manifest(
+    obj: Mapping[str, Any], *, index: int | None = None, warnings: list[str] | None = None
+) -> ResourceQuotaInfo:
     """Convert a ResourceQuota. Only the PriorityClass ``In`` scope selector is modelled; quotas
     with other scopes (``NotTerminating``, ``BestEffort``...) are kept but those scopes are
     ignored, with a warning, since they do not depend on anything Berth schedules by."""
@@ -88,8 +101,7 @@ def resource_quota_from_manifest(obj: Mapping[str, Any], *, index: int | None = 
         notes.append(f"{reader.ref}: spec.scopes {scope} is not modelled; the quota applies to every pod")
     classes: list[str] = []
     selector = reader.mapping(spec.get("scopeSelector"), "spec.scopeSelector")
-    for i, expr in enumerate(reader.sequence(selector.get("matchExpressions"),
-                                             "spec.scopeSelector.matchExpressions")):
+    for i, expr in enumerate(reader.sequence(selector.get("matchExpressions"), "spec.scopeSelector.matchExpressions")):
         where = f"spec.scopeSelector.matchExpressions[{i}]"
         expr = reader.mapping(expr, where)
         scope_name = expr.get("scopeName")
@@ -98,18 +110,26 @@ def resource_quota_from_manifest(obj: Mapping[str, Any], *, index: int | None = 
             notes.append(f"{reader.ref}: {where}.scopeName {scope_name} is not modelled; ignored")
             continue
         if operator != "In":
-            raise reader.fail(f"{where}.operator",
-                              f"{operator!r} is not supported for scopeName PriorityClass (only In)")
+            raise reader.fail(
+                f"{where}.operator", f"{operator!r} is not supported for scopeName PriorityClass (only In)"
+            )
         values = reader.strings(expr.get("values"), f"{where}.values")
         if not values:
             raise reader.fail(f"{where}.values", "must name at least one PriorityClass")
         classes.extend(values)
-    return reader.build("spec", ResourceQuotaInfo, namespace=namespace, name=name, hard=hard,
-                        scope_priority_classes=tuple(sorted(set(classes))))
+    return reader.build(
+        "spec",
+        ResourceQuotaInfo,
+        namespace=namespace,
+        name=name,
+        hard=hard,
+        scope_priority_classes=tuple(sorted(set(classes))),
+    )
 
 
-def limit_range_from_manifest(obj: Mapping[str, Any], *, index: int | None = None,
-                              warnings: list[str] | None = None) -> LimitRangeInfo:
+def limit_range_from_manifest(
+    obj: Mapping[str, Any], *, index: int | None = None, warnings: list[str] | None = None
+) -> LimitRangeInfo:
     """Convert a LimitRange, applying Kubernetes' object defaulting for ``Container`` items:
     ``default`` falls back to ``max``, ``defaultRequest`` to ``default`` and then to ``min``."""
     notes: list[str] = warnings if warnings is not None else []
@@ -125,8 +145,10 @@ def limit_range_from_manifest(obj: Mapping[str, Any], *, index: int | None = Non
             continue
         if kind not in ("Container", "Pod"):
             raise reader.fail(f"{where}.type", f"{kind!r} must be Container, Pod or PersistentVolumeClaim")
-        lists = {key: reader.quantities(item.get(key), f"{where}.{key}")
-                 for key in ("default", "defaultRequest", "min", "max")}
+        lists = {
+            key: reader.quantities(item.get(key), f"{where}.{key}")
+            for key in ("default", "defaultRequest", "min", "max")
+        }
         if item.get("maxLimitRequestRatio") is not None:
             notes.append(f"{reader.ref}: {where}.maxLimitRequestRatio is not enforced by Berth")
         if kind == "Container":
@@ -138,10 +160,17 @@ def limit_range_from_manifest(obj: Mapping[str, Any], *, index: int | None = Non
                 lists["defaultRequest"].setdefault(resource, amount)
         elif lists["default"] or lists["defaultRequest"]:
             raise reader.fail(where, "default and defaultRequest are only allowed for type Container")
-        items.append(reader.build(where, LimitRangeItem, type=kind,
-                                  default=dict(sorted(lists["default"].items())),
-                                  default_request=dict(sorted(lists["defaultRequest"].items())),
-                                  min=lists["min"], max=lists["max"]))
+        items.append(
+            reader.build(
+                where,
+                LimitRangeItem,
+                type=kind,
+                default=dict(sorted(lists["default"].items())),
+                default_request=dict(sorted(lists["defaultRequest"].items())),
+                min=lists["min"],
+                max=lists["max"],
+            )
+        )
     return reader.build("spec", LimitRangeInfo, namespace=namespace, name=name, limits=tuple(items))
 
 
@@ -180,5 +209,3 @@ def agent_pool_from_manifest(obj: Mapping[str, Any], *, index: int | None = None
     except ValidationError as exc:
         raise reader.fail("spec", error_text(exc, prefix="").removeprefix("spec: ")) from exc
     return AgentPoolManifest(namespace=namespace, name=name, spec=spec)
-
-

@@ -31,12 +31,21 @@ def read_label_selector(reader: FieldReader, raw: Any, path: str) -> LabelSelect
     for i, expr in enumerate(reader.sequence(body.get("matchExpressions"), f"{path}.matchExpressions")):
         where = f"{path}.matchExpressions[{i}]"
         expr = reader.mapping(expr, where)
-        expressions.append(reader.build(
-            where, LabelSelectorRequirement, key=expr.get("key"), operator=expr.get("operator"),
-            values=reader.strings(expr.get("values"), f"{where}.values")))
-    return reader.build(path, LabelSelector,
-                        match_labels=reader.string_map(body.get("matchLabels"), f"{path}.matchLabels"),
-                        match_expressions=tuple(expressions))
+        expressions.append(
+            reader.build(
+                where,
+                LabelSelectorRequirement,
+                key=expr.get("key"),
+                operator=expr.get("operator"),
+                values=reader.strings(expr.get("values"), f"{where}.values"),
+            )
+        )
+    return reader.build(
+        path,
+        LabelSelector,
+        match_labels=reader.string_map(body.get("matchLabels"), f"{path}.matchLabels"),
+        match_expressions=tuple(expressions),
+    )
 
 
 def _node_selector_term(reader: FieldReader, raw: Any, path: str) -> NodeSelectorTerm:
@@ -47,9 +56,15 @@ def _node_selector_term(reader: FieldReader, raw: Any, path: str) -> NodeSelecto
         for i, expr in enumerate(reader.sequence(body.get(key), f"{path}.{key}")):
             where = f"{path}.{key}[{i}]"
             expr = reader.mapping(expr, where)
-            items.append(reader.build(
-                where, NodeSelectorRequirement, key=expr.get("key"), operator=expr.get("operator"),
-                values=reader.strings(expr.get("values"), f"{where}.values")))
+            items.append(
+                reader.build(
+                    where,
+                    NodeSelectorRequirement,
+                    key=expr.get("key"),
+                    operator=expr.get("operator"),
+                    values=reader.strings(expr.get("values"), f"{where}.values"),
+                )
+            )
         parts[attr] = tuple(items)
     return NodeSelectorTerm(**parts)
 
@@ -57,11 +72,11 @@ def _node_selector_term(reader: FieldReader, raw: Any, path: str) -> NodeSelecto
 def _pod_affinity_term(reader: FieldReader, raw: Any, path: str) -> PodAffinityTerm:
     body = reader.mapping(raw, path)
     return reader.build(
-        path, PodAffinityTerm,
+        path,
+        PodAffinityTerm,
         label_selector=read_label_selector(reader, body.get("labelSelector"), f"{path}.labelSelector"),
         namespaces=reader.strings(body.get("namespaces"), f"{path}.namespaces"),
-        namespace_selector=read_label_selector(reader, body.get("namespaceSelector"),
-                                           f"{path}.namespaceSelector"),
+        namespace_selector=read_label_selector(reader, body.get("namespaceSelector"), f"{path}.namespaceSelector"),
         topology_key=body.get("topologyKey"),
         match_label_keys=reader.strings(body.get("matchLabelKeys"), f"{path}.matchLabelKeys"),
         mismatch_label_keys=reader.strings(body.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys"),
@@ -75,16 +90,23 @@ def _pod_affinity(reader: FieldReader, raw: Any, path: str) -> PodAffinity | Non
     req_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     pref_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
     raw_required = body.get("requiredDuringSchedulingIgnoredDuringExecution")
-    required = tuple(_pod_affinity_term(reader, term, f"{req_path}[{i}]")
-                     for i, term in enumerate(reader.sequence(raw_required, req_path)))
+    required = tuple(
+        _pod_affinity_term(reader, term, f"{req_path}[{i}]")
+        for i, term in enumerate(reader.sequence(raw_required, req_path))
+    )
     preferred = []
     raw_preferred = body.get("preferredDuringSchedulingIgnoredDuringExecution")
     for i, item in enumerate(reader.sequence(raw_preferred, pref_path)):
         where = f"{pref_path}[{i}]"
         item = reader.mapping(item, where)
-        preferred.append(reader.build(
-            where, WeightedPodAffinityTerm, weight=item.get("weight"),
-            term=_pod_affinity_term(reader, item.get("podAffinityTerm"), f"{where}.podAffinityTerm")))
+        preferred.append(
+            reader.build(
+                where,
+                WeightedPodAffinityTerm,
+                weight=item.get("weight"),
+                term=_pod_affinity_term(reader, item.get("podAffinityTerm"), f"{where}.podAffinityTerm"),
+            )
+        )
     return PodAffinity(required=required, preferred=tuple(preferred))
 
 
@@ -103,17 +125,22 @@ def read_affinity(reader: FieldReader, raw: Any, path: str) -> Affinity | None:
             terms = reader.sequence(selector.get("nodeSelectorTerms"), f"{req_path}.nodeSelectorTerms")
             if not terms:
                 raise reader.fail(f"{req_path}.nodeSelectorTerms", "must have at least one term")
-            required = tuple(_node_selector_term(reader, term, f"{req_path}.nodeSelectorTerms[{i}]")
-                             for i, term in enumerate(terms))
+            required = tuple(
+                _node_selector_term(reader, term, f"{req_path}.nodeSelectorTerms[{i}]") for i, term in enumerate(terms)
+            )
         preferred = []
         pref_path = f"{na_path}.preferredDuringSchedulingIgnoredDuringExecution"
-        for i, item in enumerate(reader.sequence(na.get("preferredDuringSchedulingIgnoredDuringExecution"),
-                                                 pref_path)):
+        for i, item in enumerate(reader.sequence(na.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)):
             where = f"{pref_path}[{i}]"
             item = reader.mapping(item, where)
-            preferred.append(reader.build(
-                where, PreferredSchedulingTerm, weight=item.get("weight"),
-                preference=_node_selector_term(reader, item.get("preference"), f"{where}.preference")))
+            preferred.append(
+                reader.build(
+                    where,
+                    PreferredSchedulingTerm,
+                    weight=item.get("weight"),
+                    preference=_node_selector_term(reader, item.get("preference"), f"{where}.preference"),
+                )
+            )
         node_affinity = NodeAffinity(required=required, preferred=tuple(preferred))
     return Affinity(
         node_affinity=node_affinity,
@@ -127,10 +154,17 @@ def read_tolerations(reader: FieldReader, raw: Any, path: str) -> tuple[Tolerati
     for i, item in enumerate(reader.sequence(raw, path)):
         where = f"{path}[{i}]"
         item = reader.mapping(item, where)
-        out.append(reader.build(
-            where, Toleration, key=item.get("key") or "", operator=item.get("operator") or "Equal",
-            value=item.get("value") or "", effect=item.get("effect") or None,
-            toleration_seconds=reader.integer(item.get("tolerationSeconds"), f"{where}.tolerationSeconds")))
+        out.append(
+            reader.build(
+                where,
+                Toleration,
+                key=item.get("key") or "",
+                operator=item.get("operator") or "Equal",
+                value=item.get("value") or "",
+                effect=item.get("effect") or None,
+                toleration_seconds=reader.integer(item.get("tolerationSeconds"), f"{where}.tolerationSeconds"),
+            )
+        )
     return tuple(out)
 
 
@@ -153,5 +187,3 @@ def read_spread_constraints(reader: FieldReader, raw: Any, path: str) -> tuple[T
             values["node_taints_policy"] = item["nodeTaintsPolicy"]
         out.append(reader.build(where, TopologySpreadConstraint, **values))
     return tuple(out)
-
-

@@ -82,8 +82,9 @@ class FakeCluster:
         scripted = self._scripted("check_bind", f"{placement.namespace}/{placement.name}")
         return scripted if scripted is not None else self._bindable(placement)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None,
-                    preemptor: Preemptor | None = None) -> Outcome:
+    async def evict(
+        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+    ) -> Outcome:
         key = f"{namespace}/{name}"
         scripted = self._scripted("evict", key)
         if scripted is not None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-
-from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 from berth.schemas import PodPlacement
 from berth.services.binder.ports import ANNOTATION_GPU_MILLI, Outcome, Preemptor
+
+from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 
 
 def _message(status: int, body: Any, text: str) -> str:
@@ -57,15 +57,18 @@ class SimulatorBackend:
         # Created lazily: a session must be made inside the running event loop.
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self._connections))
+                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self._connections)
+            )
         return self._session
 
-    async def _request(self, method: str, path: str, body: Any = None,
-                       content_type: str = "application/json") -> tuple[int, Any, str]:
+    async def _request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any, str]:
         """(status, parsed JSON or None, text); a transport failure is status 0."""
         try:
-            async with self._client().request(method, self.base_url + path, json=body,
-                                              headers={"Content-Type": content_type}) as response:
+            async with self._client().request(
+                method, self.base_url + path, json=body, headers={"Content-Type": content_type}
+            ) as response:
                 text = await response.text()
                 try:
                     parsed = await response.json(content_type=None) if text else None
@@ -75,8 +78,9 @@ class SimulatorBackend:
         except (aiohttp.ClientError, TimeoutError) as exc:
             return 0, None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
-    async def _outcome(self, method: str, path: str, body: Any = None,
-                       content_type: str = "application/json") -> tuple[int, Outcome]:
+    async def _outcome(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Outcome]:
         status, parsed, text = await self._request(method, path, body, content_type)
         if status == 0:
             return 0, Outcome.retryable(f"simulator at {self.base_url} unreachable: {text}")
@@ -97,8 +101,7 @@ class SimulatorBackend:
         if uid != placement.pod_uid:
             return Outcome.conflict(f"UID in precondition: {placement.pod_uid}, UID in object meta: {uid}")
         if node and node != placement.node:
-            return Outcome.conflict(f"pod {placement.namespace}/{placement.name} is already assigned to "
-                                    f"node {node!r}")
+            return Outcome.conflict(f"pod {placement.namespace}/{placement.name} is already assigned to node {node!r}")
         return Outcome.applied("already bound" if node == placement.node else "")
 
     async def bind(self, placement: PodPlacement) -> Outcome:
@@ -107,12 +110,20 @@ class SimulatorBackend:
             annotations[ANNOTATION_GPU_DEVICES] = ",".join(str(d) for d in placement.gpu_devices)
         if placement.gpu_milli is not None:
             annotations[ANNOTATION_GPU_MILLI] = str(placement.gpu_milli)
-        binding = {"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": placement.name, "namespace": placement.namespace,
-                                "uid": placement.pod_uid, "annotations": annotations},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node}}
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": placement.name,
+                "namespace": placement.namespace,
+                "uid": placement.pod_uid,
+                "annotations": annotations,
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node},
+        }
         status, outcome = await self._outcome(
-            "POST", f"/api/v1/namespaces/{placement.namespace}/pods/{placement.name}/binding", binding)
+            "POST", f"/api/v1/namespaces/{placement.namespace}/pods/{placement.name}/binding", binding
+        )
         if status == 409:
             # A re-application of our own binding gets "already assigned" too: read the pod to
             # tell it from a real conflict. If the pod itself looks bindable, something else was in
@@ -126,25 +137,32 @@ class SimulatorBackend:
     async def check_bind(self, placement: PodPlacement) -> Outcome:
         return await self._read_pod(placement)
 
-    async def evict(self, namespace: str, name: str, uid: str | None = None,
-                    preemptor: Preemptor | None = None) -> Outcome:
-        eviction: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                    "metadata": {"name": name, "namespace": namespace}}
+    async def evict(
+        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+    ) -> Outcome:
+        eviction: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         if uid:
             eviction["deleteOptions"] = {"preconditions": {"uid": uid}}
-        status, outcome = await self._outcome("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
-                                              eviction)
+        status, outcome = await self._outcome("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", eviction)
         return Outcome.applied("already gone") if status == 404 else outcome
 
     async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:
         _, outcome = await self._outcome(
-            "PATCH", f"/apis/berth.io/v1alpha1/namespaces/{namespace}/agentpools/{pool}/scale",
-            {"spec": {"replicas": replicas}}, "application/merge-patch+json")
+            "PATCH",
+            f"/apis/berth.io/v1alpha1/namespaces/{namespace}/agentpools/{pool}/scale",
+            {"spec": {"replicas": replicas}},
+            "application/merge-patch+json",
+        )
         return outcome
 
     async def cordon(self, node: str) -> Outcome:
-        _, outcome = await self._outcome("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}},
-                                         "application/merge-patch+json")
+        _, outcome = await self._outcome(
+            "PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}}, "application/merge-patch+json"
+        )
         return outcome
 
     async def nominate(self, placement: PodPlacement) -> Outcome:

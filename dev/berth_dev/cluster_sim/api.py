@@ -37,8 +37,9 @@ from .clock import SimClock
 from .outbox import EventSink
 from .state import ApiResult, ClusterState, node_json, not_found, pod_json, status_body
 
-API_REQUESTS = Counter("berth_sim_api_requests_total", "Requests to the cluster simulator's API.",
-                       ["operation", "code"])
+API_REQUESTS = Counter(
+    "berth_sim_api_requests_total", "Requests to the cluster simulator's API.", ["operation", "code"]
+)
 
 STATE_KEY: web.AppKey[ClusterState] = web.AppKey("state", ClusterState)
 SINK_KEY: web.AppKey[EventSink] = web.AppKey("sink", object)  # type: ignore[arg-type]
@@ -58,8 +59,10 @@ async def _json(request: web.Request) -> Any:
     try:
         return await request.json(loads=json.loads)
     except ValueError as exc:
-        raise web.HTTPBadRequest(text=json.dumps(status_body(400, "BadRequest", f"invalid JSON body: {exc}")),
-                                 content_type="application/json") from exc
+        raise web.HTTPBadRequest(
+            text=json.dumps(status_body(400, "BadRequest", f"invalid JSON body: {exc}")),
+            content_type="application/json",
+        ) from exc
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -102,14 +105,16 @@ async def create_pod(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or body.get("kind") != "Pod":
         return _bad_request("the body must be a Pod object")
     app = request.app
-    return await _apply(request, app[STATE_KEY].create_pod_from_manifest(body, request.match_info["ns"],
-                                                                         app[CLOCK_KEY].now()))
+    return await _apply(
+        request, app[STATE_KEY].create_pod_from_manifest(body, request.match_info["ns"], app[CLOCK_KEY].now())
+    )
 
 
 async def delete_pod(request: web.Request) -> web.Response:
     app = request.app
-    return await _apply(request, app[STATE_KEY].delete_pod(request.match_info["ns"], request.match_info["name"],
-                                                           app[CLOCK_KEY].now()))
+    return await _apply(
+        request, app[STATE_KEY].delete_pod(request.match_info["ns"], request.match_info["name"], app[CLOCK_KEY].now())
+    )
 
 
 async def bind_pod(request: web.Request) -> web.Response:
@@ -119,15 +124,22 @@ async def bind_pod(request: web.Request) -> web.Response:
         return _bad_request("the body must be a Binding object")
     target = (body.get("target") or {}).get("name")
     if not target:
-        return _respond(ApiResult(422, status_body(422, "Invalid", f'Binding "{name}" is invalid: target.name: '
-                                                                   "Required value")))
+        return _respond(
+            ApiResult(422, status_body(422, "Invalid", f'Binding "{name}" is invalid: target.name: Required value'))
+        )
     metadata = body.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
         return _bad_request("metadata.annotations must map strings to strings")
     app = request.app
-    result = app[STATE_KEY].bind(request.match_info["ns"], name, target, app[CLOCK_KEY].now(),
-                                 uid=metadata.get("uid") or None, annotations=annotations)
+    result = app[STATE_KEY].bind(
+        request.match_info["ns"],
+        name,
+        target,
+        app[CLOCK_KEY].now(),
+        uid=metadata.get("uid") or None,
+        annotations=annotations,
+    )
     return await _apply(request, result)
 
 
@@ -135,8 +147,12 @@ async def evict_pod(request: web.Request) -> web.Response:
     body = await _json(request) if request.can_read_body else {}
     uid = (((body or {}).get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
     app = request.app
-    return await _apply(request, app[STATE_KEY].evict(request.match_info["ns"], request.match_info["name"],
-                                                      app[CLOCK_KEY].now(), uid=uid or None))
+    return await _apply(
+        request,
+        app[STATE_KEY].evict(
+            request.match_info["ns"], request.match_info["name"], app[CLOCK_KEY].now(), uid=uid or None
+        ),
+    )
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -163,8 +179,10 @@ async def patch_node(request: web.Request) -> web.Response:
     if not isinstance(spec, dict) or set(spec) != {"unschedulable"} or not isinstance(spec["unschedulable"], bool):
         return _bad_request('the simulator patches only {"spec": {"unschedulable": true|false}}')
     app = request.app
-    return await _apply(request, app[STATE_KEY].set_unschedulable(request.match_info["name"], spec["unschedulable"],
-                                                                  app[CLOCK_KEY].now()))
+    return await _apply(
+        request,
+        app[STATE_KEY].set_unschedulable(request.match_info["name"], spec["unschedulable"], app[CLOCK_KEY].now()),
+    )
 
 
 async def delete_node(request: web.Request) -> web.Response:
@@ -185,8 +203,10 @@ async def patch_scale(request: web.Request) -> web.Response:
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         return _bad_request('the body must be {"spec": {"replicas": <integer>}}')
     app = request.app
-    return await _apply(request, app[STATE_KEY].scale(request.match_info["ns"], request.match_info["name"], replicas,
-                                                      app[CLOCK_KEY].now()))
+    return await _apply(
+        request,
+        app[STATE_KEY].scale(request.match_info["ns"], request.match_info["name"], replicas, app[CLOCK_KEY].now()),
+    )
 
 
 # --- status --------------------------------------------------------------------------------------
@@ -200,8 +220,9 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATUS_KEY]())
 
 
-def make_app(state: ClusterState, sink: EventSink, clock: SimClock,
-             status_report: Callable[[], dict[str, Any]] | None = None) -> web.Application:
+def make_app(
+    state: ClusterState, sink: EventSink, clock: SimClock, status_report: Callable[[], dict[str, Any]] | None = None
+) -> web.Application:
     """The API over ``state``; events go to ``sink``; ``status_report`` answers ``/status``
     (default: the state's counts)."""
     app = web.Application(client_max_size=16 * 2**20)

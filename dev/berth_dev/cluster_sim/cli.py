@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="A simulated cluster for demos, tests and benchmarks: publishes node and pod "
-                       "events from a workload and applies the binder's commands.", no_args_is_help=True)
+app = typer.Typer(
+    help="A simulated cluster for demos, tests and benchmarks: publishes node and pod "
+    "events from a workload and applies the binder's commands.",
+    no_args_is_help=True,
+)
 
-GenerateOption = Annotated[Optional[str], typer.Option(
-    "--generate", help="Generate the workload instead: demo[:SEED] or bench[:SEED].")]
-NodesOption = Annotated[Optional[int], typer.Option("--nodes", min=1, help="bench only: number of nodes (5000).")]
-PodsOption = Annotated[Optional[int], typer.Option("--pods", min=1, help="bench only: number of pods (10000).")]
+GenerateOption = Annotated[
+    str | None, typer.Option("--generate", help="Generate the workload instead: demo[:SEED] or bench[:SEED].")
+]
+NodesOption = Annotated[int | None, typer.Option("--nodes", min=1, help="bench only: number of nodes (5000).")]
+PodsOption = Annotated[int | None, typer.Option("--pods", min=1, help="bench only: number of pods (10000).")]
 
 
 def _parse_speed(text: str) -> float | None:
@@ -24,15 +28,23 @@ def _parse_speed(text: str) -> float | None:
     try:
         speed = float(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: give a factor such as 1, 10 or 0.5, or 'max'",
-                                 param_hint="--speed") from None
+        raise typer.BadParameter(
+            f"{text!r}: give a factor such as 1, 10 or 0.5, or 'max'", param_hint="--speed"
+        ) from None
     if speed <= 0:
         raise typer.BadParameter("must be positive (or 'max')", param_hint="--speed")
     return speed
 
 
-def _workload(workload: Path | None, generate: str | None, nodes_csv: Path | None, nodes: int | None,
-              pods: int | None, rate: float | None, max_pods: int | None) -> Any:
+def _workload(
+    workload: Path | None,
+    generate: str | None,
+    nodes_csv: Path | None,
+    nodes: int | None,
+    pods: int | None,
+    rate: float | None,
+    max_pods: int | None,
+) -> Any:
     from berth_dev.workloads import WorkloadError, generate_workload, load_workload
 
     if (workload is None) == (generate is None):
@@ -53,30 +65,43 @@ def _workload(workload: Path | None, generate: str | None, nodes_csv: Path | Non
 
 @app.command("run")
 def run(
-    workload: Annotated[Optional[Path], typer.Option(
-        "--workload", exists=True, help="Manifests (YAML/JSON, with an optional Timeline), an Alibaba "
-                                        "v2023 pod-list CSV, or a directory with the trace.")] = None,
+    workload: Annotated[
+        Path | None,
+        typer.Option(
+            "--workload",
+            exists=True,
+            help="Manifests (YAML/JSON, with an optional Timeline), an Alibaba "
+            "v2023 pod-list CSV, or a directory with the trace.",
+        ),
+    ] = None,
     generate: GenerateOption = None,
-    nodes_csv: Annotated[Optional[Path], typer.Option(
-        exists=True, dir_okay=False, help="The trace's node list, for a pod-list CSV.")] = None,
-    speed: Annotated[str, typer.Option(help="Simulated seconds per real second, or 'max' (as fast as "
-                                            "possible).")] = "1",
-    rate: Annotated[Optional[float], typer.Option(
-        min=0.001, help="Pods arrive evenly at this many per second (ignoring their own times).")] = None,
-    max_pods: Annotated[Optional[int], typer.Option(min=0, help="Play only the first N pods.")] = None,
+    nodes_csv: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="The trace's node list, for a pod-list CSV.")
+    ] = None,
+    speed: Annotated[
+        str, typer.Option(help="Simulated seconds per real second, or 'max' (as fast as possible).")
+    ] = "1",
+    rate: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Pods arrive evenly at this many per second (ignoring their own times)."),
+    ] = None,
+    max_pods: Annotated[int | None, typer.Option(min=0, help="Play only the first N pods.")] = None,
     nodes: NodesOption = None,
     pods: PodsOption = None,
     host: Annotated[str, typer.Option(help="Address of the API.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port of the API (0: any free port).")] = 8470,
-    watch_decisions: Annotated[bool, typer.Option(
-        help="Read the decisions topic to learn which pods cannot be placed.")] = True,
-    exit_when_decided: Annotated[bool, typer.Option(
-        help="Stop once the workload is played and every pod is bound or unschedulable.")] = False,
-    timeout: Annotated[Optional[float], typer.Option(min=0, help="Stop after this many seconds.")] = None,
+    watch_decisions: Annotated[
+        bool, typer.Option(help="Read the decisions topic to learn which pods cannot be placed.")
+    ] = True,
+    exit_when_decided: Annotated[
+        bool, typer.Option(help="Stop once the workload is played and every pod is bound or unschedulable.")
+    ] = False,
+    timeout: Annotated[float | None, typer.Option(min=0, help="Stop after this many seconds.")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
-    kafka: Annotated[Optional[str], typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP",
-                                                 help="Kafka bootstrap servers.")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(help="Serve /metrics on this port.")] = None,
+    kafka: Annotated[
+        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
 ) -> None:
     """Play a workload as a cluster. stdout: `BERTH_SIM_URL=...` once listening, a JSON summary at exit."""
     from berth.logs import configure_logging
@@ -86,9 +111,15 @@ def run(
     from .service import SimOptions, Simulator, print_summary
 
     loaded = _workload(workload, generate, nodes_csv, nodes, pods, rate, max_pods)
-    options = SimOptions(host=host, port=port, speed=1.0 if rate is not None else _parse_speed(speed),
-                         watch_decisions=watch_decisions, exit_when_decided=exit_when_decided,
-                         timeout_s=timeout, progress=progress)
+    options = SimOptions(
+        host=host,
+        port=port,
+        speed=1.0 if rate is not None else _parse_speed(speed),
+        watch_decisions=watch_decisions,
+        exit_when_decided=exit_when_decided,
+        timeout_s=timeout,
+        progress=progress,
+    )
     settings = load_settings(kafka=kafka)
     configure_logging(settings.log_level, settings.log_format, service="cluster-sim")
     serve_metrics(metrics_port if metrics_port is not None else settings.metrics_port)
@@ -106,14 +137,24 @@ def run(
 def generate_command(
     spec: Annotated[str, typer.Argument(help="demo[:SEED] or bench[:SEED].")],
     out: Annotated[Path, typer.Option("--out", dir_okay=False, help="Write the manifests here (YAML).")],
-    pools_out: Annotated[Optional[Path], typer.Option(
-        dir_okay=False, help="Also write the AgentPools' scaling policies (the decision service's --pools).")] = None,
+    pools_out: Annotated[
+        Path | None,
+        typer.Option(
+            dir_okay=False, help="Also write the AgentPools' scaling policies (the decision service's --pools)."
+        ),
+    ] = None,
     nodes: NodesOption = None,
     pods: PodsOption = None,
-    rate: Annotated[Optional[float], typer.Option(min=0.001, help="bench only: pods per second.")] = None,
+    rate: Annotated[float | None, typer.Option(min=0.001, help="bench only: pods per second.")] = None,
 ) -> None:
     """Write a generated workload as Kubernetes manifests plus a Timeline (loadable with --workload)."""
-    from berth_dev.workloads import WorkloadError, from_documents, generated_documents, write_documents, write_pools_file
+    from berth_dev.workloads import (
+        WorkloadError,
+        from_documents,
+        generated_documents,
+        write_documents,
+        write_pools_file,
+    )
 
     try:
         documents = generated_documents(spec, nodes=nodes, pods=pods, rate=rate)

@@ -11,16 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 
 class SimClock:
-    def __init__(self, speed: float | None = 1.0, *, start: datetime | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        speed: float | None = 1.0,
+        *,
+        start: datetime | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         if speed is not None and speed <= 0:
             raise ValueError(f"speed must be positive (or None for as fast as possible), got {speed}")
         self.speed = speed
-        self.start = start or datetime.now(timezone.utc)
+        self.start = start or datetime.now(UTC)
         self._monotonic = monotonic
         self._origin = monotonic()
         self._virtual = 0.0

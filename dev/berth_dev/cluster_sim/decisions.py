@@ -14,11 +14,11 @@ import asyncio
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from berth.logs import get_logger
 from berth.schemas import DecisionRecord
 from berth.schemas.envelope import EnvelopeError, decode
 from berth.schemas.topics import DECISIONS
+
+from berth.logs import get_logger
 from berth.settings import KafkaSettings
 
 from .state import ClusterState
@@ -39,8 +39,9 @@ class DecisionWatcher:
         fixed, so that no decision about a pod published after this is missed."""
         # Made here, not in __init__: a watcher that never starts (the broker unreachable
         # earlier) must leave no client behind to be reported unclosed.
-        consumer = AIOKafkaConsumer(**self._kafka.client_options(), group_id=None, enable_auto_commit=False,
-                                    isolation_level="read_committed")
+        consumer = AIOKafkaConsumer(
+            **self._kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
+        )
         try:
             await consumer.start()
         except BaseException:

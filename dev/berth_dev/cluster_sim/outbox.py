@@ -75,7 +75,7 @@ class KafkaOutbox:
                 events, done = self._queue.popleft()
                 try:
                     acks = [await self._producer.send(event) for event in events]
-                except Exception as exc:  # noqa: BLE001 - the waiting request reports it
+                except Exception as exc:
                     log.error("publishing failed", error=str(exc))
                     if not done.done():
                         done.set_exception(exc)
@@ -87,7 +87,7 @@ class KafkaOutbox:
     async def _settle(self, acks: list[Any], done: asyncio.Future[None], count: int) -> None:
         try:
             await asyncio.gather(*acks)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
             return

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from berth.logs import get_logger
 from berth.schemas import QueueLagObserved, SpotInterruptionNotice
+
+from berth.logs import get_logger
 from berth_dev.workloads import QueueLagSample, SpotNotice, TimedPod, Workload, policy_observed
 
 from .clock import SimClock
@@ -92,8 +93,13 @@ class WorkloadPlayer:
             self._at(removal.at_s, self._node_gone(removal.node, "removed"))
         for sample in self.workload.queue_lag:
             self._at(sample.at_s, self._queue_lag(sample))
-        log.info("workload scheduled", workload=self.workload.name, nodes=len(self.workload.nodes),
-                 pods=len(self.workload.pods), happenings=self._scheduled)
+        log.info(
+            "workload scheduled",
+            workload=self.workload.name,
+            nodes=len(self.workload.nodes),
+            pods=len(self.workload.pods),
+            happenings=self._scheduled,
+        )
 
     # -- actions ----------------------------------------------------------------------------------
 
@@ -111,6 +117,7 @@ class WorkloadPlayer:
                 if record.pod.node_name is not None:  # created bound: it runs from now
                     self._on_bound(record)
             return result.events
+
         return arrive
 
     def _on_bound(self, record: PodRecord) -> None:
@@ -134,10 +141,15 @@ class WorkloadPlayer:
             now = self.clock.now()
             self.spot_notices_sent += 1
             log.info("spot interruption notice", node=notice.node, notice_s=notice.notice_s)
-            return (SpotInterruptionNotice(node=notice.node, issued_at=now,
-                                           deadline=now + timedelta(seconds=notice.notice_s),
-                                           provider=notice.provider if notice.provider in
-                                           ("aws", "gcp", "azure") else "other"),)
+            return (
+                SpotInterruptionNotice(
+                    node=notice.node,
+                    issued_at=now,
+                    deadline=now + timedelta(seconds=notice.notice_s),
+                    provider=notice.provider if notice.provider in ("aws", "gcp", "azure") else "other",
+                ),
+            )
+
         return announce
 
     def _node_gone(self, node: str, why: str) -> Callable[[], Sequence[Any]]:
@@ -146,16 +158,24 @@ class WorkloadPlayer:
             if result.ok:
                 log.info("node removed", node=node, why=why, pods_deleted=len(result.events) - 1)
             return result.events
+
         return remove
 
     def _queue_lag(self, sample: QueueLagSample) -> Callable[[], Sequence[Any]]:
         def report() -> Sequence[Any]:
-            return (QueueLagObserved(
-                pool=sample.pool, namespace=sample.namespace, tokens_in_queue=sample.tokens_in_queue,
-                token_rate=sample.token_rate, active_sessions=sample.active_sessions,
-                mean_context_tokens=sample.mean_context_tokens,
-                ready_replicas=self.state.ready_replicas(sample.namespace, sample.pool),
-                observed_at=self.clock.now()),)
+            return (
+                QueueLagObserved(
+                    pool=sample.pool,
+                    namespace=sample.namespace,
+                    tokens_in_queue=sample.tokens_in_queue,
+                    token_rate=sample.token_rate,
+                    active_sessions=sample.active_sessions,
+                    mean_context_tokens=sample.mean_context_tokens,
+                    ready_replicas=self.state.ready_replicas(sample.namespace, sample.pool),
+                    observed_at=self.clock.now(),
+                ),
+            )
+
         return report
 
     # -- the loop ---------------------------------------------------------------------------------

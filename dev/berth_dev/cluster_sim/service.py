@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiohttp import web
+from berth.schemas.topics import DECISIONS
 from prometheus_client import Gauge
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,7 +32,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from berth.bus import EventProducer, ensure_topics
 from berth.lifecycle import stop_on_signals
 from berth.logs import get_logger
-from berth.schemas.topics import DECISIONS
 from berth.settings import BerthSettings
 from berth_dev.workloads import Workload
 
@@ -78,8 +78,9 @@ class Simulator:
         self._started = time.monotonic()
 
     def _overcommitted(self, record: PodRecord, problem: str) -> None:
-        log.warning("overcommitted bind", pod=record.pod.key, pod_uid=record.pod.uid, node=record.pod.node_name,
-                    problem=problem)
+        log.warning(
+            "overcommitted bind", pod=record.pod.key, pod_uid=record.pod.uid, node=record.pod.node_name, problem=problem
+        )
 
     def status(self) -> dict[str, Any]:
         counts = self.state.counts()
@@ -94,12 +95,19 @@ class Simulator:
             "watching_decisions": self.watcher is not None,
             "decisions_seen": self.watcher.seen if self.watcher else 0,
             "nodes": counts["nodes"],
-            "pods": {"workload": len(self.workload.pods), "arrived": self.player.arrived,
-                     "refused": self.player.refused,
-                     "created": counters["pods_created"], "pending": counts["pending"],
-                     "bound": counts["bound"], "unschedulable": counts["unschedulable"],
-                     "undecided": counts["undecided"], "deleted": counters["pods_deleted"],
-                     "bound_total": counters["pods_bound"], "ledger": self.state.ledger()},
+            "pods": {
+                "workload": len(self.workload.pods),
+                "arrived": self.player.arrived,
+                "refused": self.player.refused,
+                "created": counters["pods_created"],
+                "pending": counts["pending"],
+                "bound": counts["bound"],
+                "unschedulable": counts["unschedulable"],
+                "undecided": counts["undecided"],
+                "deleted": counters["pods_deleted"],
+                "bound_total": counters["pods_bound"],
+                "ledger": self.state.ledger(),
+            },
             "api": {k: counters[k] for k in ("bind_conflicts", "evictions", "cordons", "scales")},
             "nodes_removed": counters["nodes_removed"],
             "spot_notices": self.player.spot_notices_sent,
@@ -126,8 +134,12 @@ class Simulator:
             self.url = f"http://{self.options.host}:{port}"
             # stdout carries only this line and the final summary: `export $(...)`-friendly.
             print(f"BERTH_SIM_URL={self.url}", flush=True)
-            log.info("cluster simulator listening", url=self.url, workload=self.workload.name,
-                     speed=self.options.speed or "max")
+            log.info(
+                "cluster simulator listening",
+                url=self.url,
+                workload=self.workload.name,
+                speed=self.options.speed or "max",
+            )
             await self.player.setup()
             tasks.append(asyncio.create_task(self.player.run(), name="player"))
             await self._watch(stop, tasks)
@@ -156,9 +168,14 @@ class Simulator:
                 pods = status["pods"]
                 for kind in ("pending", "bound", "unschedulable", "undecided"):
                     PODS_GAUGE.labels(kind).set(pods[kind])
-                progress.update(arrivals, completed=pods["arrived"], stats=(
-                    f"t={status['sim_seconds']:.0f}s bound {pods['bound']} pending {pods['pending']} "
-                    f"unschedulable {pods['unschedulable']} deleted {pods['deleted']}"))
+                progress.update(
+                    arrivals,
+                    completed=pods["arrived"],
+                    stats=(
+                        f"t={status['sim_seconds']:.0f}s bound {pods['bound']} pending {pods['pending']} "
+                        f"unschedulable {pods['unschedulable']} deleted {pods['deleted']}"
+                    ),
+                )
                 if self.options.exit_when_decided and status["all_decided"]:
                     log.info("every pod decided", **{k: v for k, v in pods.items()})
                     return
@@ -171,9 +188,16 @@ class Simulator:
 
 @contextlib.contextmanager
 def _progress(enabled: bool) -> Any:
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), disable=not enabled, transient=False)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
     with progress:
         yield progress
 

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from berth.kube.manifests import ANNOTATION_GPU_DEVICES, ManifestError, node_from_manifest, pod_from_manifest
-from berth.kube.replicas import AgentPool, ReplicaError, replica_pod
 from berth.schemas import NodeInfo, NodeObserved, NodeRemoved, PodDeleted, PodInfo, PodObserved
 from berth.schemas.policy import LimitRangeInfo, PriorityClassInfo
+
+from berth.kube.manifests import ANNOTATION_GPU_DEVICES, ManifestError, node_from_manifest, pod_from_manifest
+from berth.kube.replicas import AgentPool, ReplicaError, replica_pod
 from berth_dev.workloads import PolicyObject
 
 ANNOTATION_GPU_MILLI = "berth.io/gpu-milli"
@@ -52,9 +53,15 @@ class ApiResult:
 
 def status_body(code: int, reason: str, message: str, *, kind: str = "", name: str = "") -> dict[str, Any]:
     """A ``metav1.Status`` as kube-apiserver returns it for errors."""
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Success" if code < 300 else "Failure", "message": message,
-                            "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 300 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if kind or name:
         body["details"] = {"name": name, "kind": kind}
     return body
@@ -160,8 +167,13 @@ class ClusterState:
 
     def undecided(self) -> list[PodRecord]:
         """Pending pods of Berth's scheduler with no verdict yet (neither bound nor unschedulable)."""
-        return [r for r in self.pods.values() if r.pod.node_name is None
-                and r.pod.scheduler_name == SCHEDULER_NAME and r.pod.uid not in self.unschedulable]
+        return [
+            r
+            for r in self.pods.values()
+            if r.pod.node_name is None
+            and r.pod.scheduler_name == SCHEDULER_NAME
+            and r.pod.uid not in self.unschedulable
+        ]
 
     def ready_replicas(self, namespace: str, pool: str) -> int:
         key = f"{namespace}/{pool}"
@@ -169,10 +181,14 @@ class ClusterState:
 
     def counts(self) -> dict[str, int]:
         pending = self.pending_pods()
-        return {"nodes": len(self.nodes), "pods": len(self.pods), "pending": len(pending),
-                "bound": len(self.pods) - len(pending),
-                "unschedulable": sum(1 for r in pending if r.pod.uid in self.unschedulable),
-                "undecided": len(self.undecided())}
+        return {
+            "nodes": len(self.nodes),
+            "pods": len(self.pods),
+            "pending": len(pending),
+            "bound": len(self.pods) - len(pending),
+            "unschedulable": sum(1 for r in pending if r.pod.uid in self.unschedulable),
+            "undecided": len(self.undecided()),
+        }
 
     # -- nodes ------------------------------------------------------------------------------------
 
@@ -218,15 +234,17 @@ class ClusterState:
 
     # -- pods -------------------------------------------------------------------------------------
 
-    def create_pod(self, pod: PodInfo, now: datetime, *, pool: str | None = None,
-                   index: int | None = None) -> ApiResult:
+    def create_pod(
+        self, pod: PodInfo, now: datetime, *, pool: str | None = None, index: int | None = None
+    ) -> ApiResult:
         """Create a pod (pending, or bound if it names a node). ``creation_time`` becomes ``now``."""
         key = pod.key
         if key in self.pods:
             return _error(409, "AlreadyExists", f'pods "{pod.name}" already exists', kind="pods", name=pod.name)
         if pod.node_name is not None and pod.node_name not in self.nodes:
-            return _error(422, "Invalid", f'Pod "{pod.name}" is invalid: spec.nodeName: node '
-                                          f'"{pod.node_name}" not found')
+            return _error(
+                422, "Invalid", f'Pod "{pod.name}" is invalid: spec.nodeName: node "{pod.node_name}" not found'
+            )
         record = PodRecord(pod.model_copy(update={"creation_time": now}), self._next_version(), pool, index)
         self.pods[key] = record
         self.counters.pods_created += 1
@@ -238,8 +256,10 @@ class ClusterState:
     def create_pod_from_manifest(self, manifest: Mapping[str, Any], namespace: str, now: datetime) -> ApiResult:
         manifest = {**manifest, "metadata": {**(manifest.get("metadata") or {}), "namespace": namespace}}
         classes = {p.name: p for p in self.policies if isinstance(p, PriorityClassInfo)}
-        ranges = sorted((p for p in self.policies if isinstance(p, LimitRangeInfo) and p.namespace == namespace),
-                        key=lambda r: r.name)
+        ranges = sorted(
+            (p for p in self.policies if isinstance(p, LimitRangeInfo) and p.namespace == namespace),
+            key=lambda r: r.name,
+        )
         try:
             converted = pod_from_manifest(manifest, priority_classes=classes, limit_ranges=ranges)
         except ManifestError as exc:
@@ -268,14 +288,22 @@ class ClusterState:
         if record.pod.node_name is not None:
             self._charge(record, sign=-1)
         self.counters.pods_deleted += 1
-        events: list[Any] = [PodDeleted(uid=record.pod.uid, namespace=record.pod.namespace, name=record.pod.name,
-                                        node_name=record.pod.node_name, observed_at=now)]
+        events: list[Any] = [
+            PodDeleted(
+                uid=record.pod.uid,
+                namespace=record.pod.namespace,
+                name=record.pod.name,
+                node_name=record.pod.node_name,
+                observed_at=now,
+            )
+        ]
         if replace and record.pool is not None and record.pool in self.pools:
             events += self._reconcile(self.pools[record.pool], now)
         return events
 
-    def delete_pod(self, namespace: str, name: str, now: datetime, *, uid: str | None = None,
-                   cause: str = DELETED) -> ApiResult:
+    def delete_pod(
+        self, namespace: str, name: str, now: datetime, *, uid: str | None = None, cause: str = DELETED
+    ) -> ApiResult:
         key = f"{namespace}/{name}"
         record = self.pods.get(key)
         if record is None:
@@ -293,8 +321,16 @@ class ClusterState:
         self.counters.evictions += 1
         return ApiResult(201, status_body(201, "", ""), result.events)
 
-    def bind(self, namespace: str, name: str, node: str, now: datetime, *, uid: str | None = None,
-             annotations: Mapping[str, str] | None = None) -> ApiResult:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        now: datetime,
+        *,
+        uid: str | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ApiResult:
         """``pods/binding``: set the pod's node (once), copying the binding's annotations onto it."""
         key = f"{namespace}/{name}"
         record = self.pods.get(key)
@@ -305,30 +341,54 @@ class ClusterState:
             return _precondition_failed("pods/binding", name, uid, record.pod.uid)
         if record.pod.node_name is not None:
             self.counters.bind_conflicts += 1
-            return _error(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
-                                           f'is already assigned to node "{record.pod.node_name}"',
-                          kind="pods/binding", name=name)
+            return _error(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
+                f'is already assigned to node "{record.pod.node_name}"',
+                kind="pods/binding",
+                name=name,
+            )
         target = self.nodes.get(node)
         if target is None:
             self.counters.bind_conflicts += 1
-            return _error(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": node '
-                                           f'"{node}" not found', kind="pods/binding", name=name)
+            return _error(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": node "{node}" not found',
+                kind="pods/binding",
+                name=name,
+            )
         extra = dict(annotations or {})
         devices: tuple[int, ...] = ()
         if extra.get(ANNOTATION_GPU_DEVICES):
             try:
                 devices = tuple(sorted({int(d) for d in extra[ANNOTATION_GPU_DEVICES].split(",")}))
             except ValueError:
-                return _error(422, "Invalid", f'Binding "{name}" is invalid: metadata.annotations.'
-                                              f'{ANNOTATION_GPU_DEVICES}: must be device indices, e.g. "0,1"')
+                return _error(
+                    422,
+                    "Invalid",
+                    f'Binding "{name}" is invalid: metadata.annotations.'
+                    f'{ANNOTATION_GPU_DEVICES}: must be device indices, e.g. "0,1"',
+                )
             known = {d.index for d in target.gpus}
             missing = [d for d in devices if d not in known]
             if missing:
-                return _error(422, "Invalid", f'Binding "{name}" is invalid: metadata.annotations.'
-                                              f'{ANNOTATION_GPU_DEVICES}: node "{node}" has no GPU device(s) '
-                                              f'{missing} (devices: {sorted(known)})')
-        pod = record.pod.model_copy(update={"node_name": node, "gpu_devices": devices, "phase": "Running",
-                                            "annotations": {**record.pod.annotations, **extra}})
+                return _error(
+                    422,
+                    "Invalid",
+                    f'Binding "{name}" is invalid: metadata.annotations.'
+                    f'{ANNOTATION_GPU_DEVICES}: node "{node}" has no GPU device(s) '
+                    f"{missing} (devices: {sorted(known)})",
+                )
+        pod = record.pod.model_copy(
+            update={
+                "node_name": node,
+                "gpu_devices": devices,
+                "phase": "Running",
+                "annotations": {**record.pod.annotations, **extra},
+            }
+        )
         record.pod = pod
         record.placed = True
         record.resource_version = self._next_version()
@@ -363,10 +423,14 @@ class ClusterState:
             usage.device_milli[device] = usage.device_milli.get(device, 0) + sign * share
         if sign < 0:
             return None
-        over = [f"{r} {usage.requested[r]} > {node.allocatable.get(r, 0)}" for r in sorted(pod.requests)
-                if pod.requests[r] and usage.requested[r] > node.allocatable.get(r, 0)]
-        over += [f"GPU {d} at {usage.device_milli[d]} milli" for d in pod.gpu_devices
-                 if usage.device_milli.get(d, 0) > 1000]
+        over = [
+            f"{r} {usage.requested[r]} > {node.allocatable.get(r, 0)}"
+            for r in sorted(pod.requests)
+            if pod.requests[r] and usage.requested[r] > node.allocatable.get(r, 0)
+        ]
+        over += [
+            f"GPU {d} at {usage.device_milli[d]} milli" for d in pod.gpu_devices if usage.device_milli.get(d, 0) > 1000
+        ]
         return "; ".join(over) or None
 
     # -- pools ------------------------------------------------------------------------------------
@@ -387,8 +451,12 @@ class ClusterState:
         if record is None:
             return not_found("agentpools.berth.io", name)
         if replicas < 0:
-            return _error(422, "Invalid", f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value: '
-                                          f"{replicas}: must be greater than or equal to 0")
+            return _error(
+                422,
+                "Invalid",
+                f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value: '
+                f"{replicas}: must be greater than or equal to 0",
+            )
         changed = replicas != record.replicas
         record.replicas = replicas
         if changed:
@@ -418,7 +486,7 @@ class ClusterState:
         if len(mine) > record.replicas:
             # ReplicaSet order: unscheduled pods go first, then the newest.
             doomed = sorted(mine, key=lambda kr: (kr[1].pod.node_name is not None, -(kr[1].index or 0)))
-            for pod_key, _ in doomed[:len(mine) - record.replicas]:
+            for pod_key, _ in doomed[: len(mine) - record.replicas]:
                 events += self._delete(pod_key, now, replace=False, cause=SCALED_DOWN)
         return events
 
@@ -469,15 +537,26 @@ class ClusterState:
             if record.pod.node_name is None and record.pod.uid in self.unschedulable:
                 reason = self.reasons.get(record.pod.uid, "")
                 reasons[reason] = reasons.get(reason, 0) + 1
-        return {"created": self.counters.pods_created, "created_bound": self.counters.pods_created_bound,
-                "placed": self.counters.pods_bound, "placed_then": placed_then, "pending": pending,
-                "deleted_while_pending": withdrawn, "unschedulable_reasons": reasons}
+        return {
+            "created": self.counters.pods_created,
+            "created_bound": self.counters.pods_created_bound,
+            "placed": self.counters.pods_bound,
+            "placed_then": placed_then,
+            "pending": pending,
+            "deleted_while_pending": withdrawn,
+            "unschedulable_reasons": reasons,
+        }
 
 
 def _precondition_failed(kind: str, name: str, expected: str, actual: str) -> ApiResult:
-    return _error(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": Precondition failed: '
-                                   f"UID in precondition: {expected}, UID in object meta: {actual}",
-                  kind=kind, name=name)
+    return _error(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {kind} "{name}": Precondition failed: '
+        f"UID in precondition: {expected}, UID in object meta: {actual}",
+        kind=kind,
+        name=name,
+    )
 
 
 def pod_json(record: PodRecord) -> dict[str, Any]:
@@ -486,25 +565,42 @@ def pod_json(record: PodRecord) -> dict[str, Any]:
     spec: dict[str, Any] = {"schedulerName": pod.scheduler_name, "priority": pod.priority}
     if pod.node_name:
         spec["nodeName"] = pod.node_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
-                         "resourceVersion": str(record.resource_version), "labels": dict(pod.labels),
-                         "annotations": dict(pod.annotations),
-                         "creationTimestamp": pod.creation_time.strftime("%Y-%m-%dT%H:%M:%SZ")},
-            "spec": spec, "status": {"phase": pod.phase}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+            "resourceVersion": str(record.resource_version),
+            "labels": dict(pod.labels),
+            "annotations": dict(pod.annotations),
+            "creationTimestamp": pod.creation_time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": spec,
+        "status": {"phase": pod.phase},
+    }
 
 
 def node_json(node: NodeInfo, version: int) -> dict[str, Any]:
     """The node as a (trimmed) Kubernetes Node object."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node.name, "uid": node.uid, "resourceVersion": str(version),
-                         "labels": dict(node.labels)},
-            "spec": {"unschedulable": node.unschedulable,
-                     "taints": [t.model_dump(exclude_defaults=True) for t in node.taints]},
-            "status": {"allocatable": {k: str(v) for k, v in node.allocatable.items()}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "uid": node.uid, "resourceVersion": str(version), "labels": dict(node.labels)},
+        "spec": {
+            "unschedulable": node.unschedulable,
+            "taints": [t.model_dump(exclude_defaults=True) for t in node.taints],
+        },
+        "status": {"allocatable": {k: str(v) for k, v in node.allocatable.items()}},
+    }
 
 
 def scale_json(record: PoolRecord, current: int) -> dict[str, Any]:
-    return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-            "metadata": {"name": record.pool.name, "namespace": record.pool.namespace},
-            "spec": {"replicas": record.replicas}, "status": {"replicas": current}}
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": record.pool.name, "namespace": record.pool.namespace},
+        "spec": {"replicas": record.replicas},
+        "status": {"replicas": current},
+    }

@@ -143,7 +143,9 @@ def _fetch_kafka_jars(version: str, home: Path, libs: Path, *, quiet: bool) -> P
     with tempfile.TemporaryDirectory(prefix="berth-kafka-pom-") as workdir:
         Path(workdir, "pom.xml").write_text(_pom(KAFKA_ARTIFACTS))
         argv = [
-            mvn, "-q", "-B",
+            mvn,
+            "-q",
+            "-B",
             f"{DEPENDENCY_PLUGIN}:copy-dependencies",
             "-DincludeScope=runtime",
             f"-DoutputDirectory={libs}",
@@ -169,7 +171,6 @@ def _fetch_kafka_jars(version: str, home: Path, libs: Path, *, quiet: bool) -> P
     (home / COMPLETE_MARKER).write_text(f"{len(jars)} jars\n")
     if not quiet:
         console.print(
-            f"[green]✓[/green] Kafka {version}: {len(jars)} jars in {libs} "
-            f"({time.monotonic() - started:.0f} s)"
+            f"[green]✓[/green] Kafka {version}: {len(jars)} jars in {libs} ({time.monotonic() - started:.0f} s)"
         )
     return libs

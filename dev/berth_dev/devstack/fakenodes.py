@@ -70,11 +70,13 @@ def gpu_topology(gpus: int, island_size: int = NVLINK_ISLAND_SIZE) -> dict[str, 
     for index in range(gpus):
         island = index // island_size
         members = range(island * island_size, min(gpus, (island + 1) * island_size))
-        devices.append({
-            "index": index,
-            "numa": island * 2 // islands if islands > 1 else 0,
-            "nvlink": [peer for peer in members if peer != index],
-        })
+        devices.append(
+            {
+                "index": index,
+                "numa": island * 2 // islands if islands > 1 else 0,
+                "nvlink": [peer for peer in members if peer != index],
+            }
+        )
     return {"devices": devices}
 
 
@@ -109,11 +111,15 @@ def parse_label(label: str) -> tuple[str, str]:
     if slash and (not re.fullmatch(_LABEL_PREFIX, prefix) or len(prefix) > 253):
         raise ValueError(f"label key {key!r}: the prefix must be a DNS subdomain (lower case, at most 253 characters)")
     if not re.fullmatch(_LABEL_NAME, name):
-        raise ValueError(f"label key {key!r}: the name must be 1-63 characters of A-Z, a-z, 0-9, '-', '_', '.', "
-                         "beginning and ending with a letter or digit")
+        raise ValueError(
+            f"label key {key!r}: the name must be 1-63 characters of A-Z, a-z, 0-9, '-', '_', '.', "
+            "beginning and ending with a letter or digit"
+        )
     if value and not re.fullmatch(_LABEL_NAME, value):
-        raise ValueError(f"label value {value!r}: at most 63 characters of A-Z, a-z, 0-9, '-', '_', '.', beginning "
-                         "and ending with a letter or digit")
+        raise ValueError(
+            f"label value {value!r}: at most 63 characters of A-Z, a-z, 0-9, '-', '_', '.', beginning "
+            "and ending with a letter or digit"
+        )
     return key, value
 
 
@@ -162,12 +168,14 @@ def fake_node(
     }
     annotations = {}
     if gpus:
-        node_labels.update({
-            "nvidia.com/gpu.product": product,
-            "nvidia.com/gpu.memory": str(gpu_memory_mib(product)),
-            "nvidia.com/gpu.count": str(gpus),
-            "nvidia.com/gpu.present": "true",
-        })
+        node_labels.update(
+            {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.memory": str(gpu_memory_mib(product)),
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.present": "true",
+            }
+        )
         annotations[TOPOLOGY_ANNOTATION] = json.dumps(gpu_topology(gpus), separators=(",", ":"))
     node_labels.update(labels or {})
     node = {
@@ -179,8 +187,14 @@ def fake_node(
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-        return {"type": kind, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
 
     status = {
         "capacity": capacity,
@@ -195,9 +209,18 @@ def fake_node(
             {"type": "InternalIP", "address": f"10.{128 + (index >> 16) % 128}.{(index >> 8) & 255}.{index & 255}"},
             {"type": "Hostname", "address": name},
         ],
-        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.34.0-fake",
-                     "containerRuntimeVersion": "fake://0", "kernelVersion": "", "osImage": "fake",
-                     "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "kubeletVersion": "v1.34.0-fake",
+            "containerRuntimeVersion": "fake://0",
+            "kernelVersion": "",
+            "osImage": "fake",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+            "kubeProxyVersion": "",
+        },
     }
     return FakeNode(name, node, status)
 
@@ -207,16 +230,27 @@ def fake_node(
 # ------------------------------------------------------------------------------------------------
 
 
-def _call(api: ApiClient, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-          query: Sequence[tuple[str, str]] = (), timeout: float = 30.0) -> Any:
+def _call(
+    api: ApiClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    content_type: str = "application/json",
+    query: Sequence[tuple[str, str]] = (),
+    timeout: float = 30.0,
+) -> Any:
     """One request through ``api`` (its auth and TLS settings) with a plain JSON body; the decoded
     answer. Non-2xx answers raise the client's usual ``ApiException`` subclasses."""
     from kubernetes.client.exceptions import ApiException
 
     _, url, headers, serialized, _ = api.param_serialize(
-        method=method, resource_path=path, query_params=list(query),
+        method=method,
+        resource_path=path,
+        query_params=list(query),
         header_params={"Content-Type": content_type, "Accept": "application/json"},
-        body=body, auth_settings=["BearerToken"],
+        body=body,
+        auth_settings=["BearerToken"],
     )
     response = api.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
     data = response.read()
@@ -236,20 +270,41 @@ def _apply_one(api: ApiClient, fake: FakeNode, *, timeout: float) -> None:
         if exc.status != 409:
             raise
         # Already there (a second run): bring labels, annotations and taints up to date.
-        created = _call(api, "PATCH", f"/api/v1/nodes/{fake.name}",
-                        {"metadata": {"labels": fake.node["metadata"]["labels"],
-                                      "annotations": fake.node["metadata"]["annotations"]},
-                         "spec": {"taints": fake.node["spec"]["taints"] or None}},
-                        content_type="application/merge-patch+json", timeout=timeout)
+        created = _call(
+            api,
+            "PATCH",
+            f"/api/v1/nodes/{fake.name}",
+            {
+                "metadata": {
+                    "labels": fake.node["metadata"]["labels"],
+                    "annotations": fake.node["metadata"]["annotations"],
+                },
+                "spec": {"taints": fake.node["spec"]["taints"] or None},
+            },
+            content_type="application/merge-patch+json",
+            timeout=timeout,
+        )
     # An apiserver with the TaintNodesByCondition admission plugin (any real cluster) adds
     # node.kubernetes.io/not-ready on create; only the node lifecycle controller would lift it.
     taints = (created or {}).get("spec", {}).get("taints") or []
     if any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
         wanted = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
-        _call(api, "PATCH", f"/api/v1/nodes/{fake.name}", {"spec": {"taints": wanted or None}},
-              content_type="application/merge-patch+json", timeout=timeout)
-    _call(api, "PATCH", f"/api/v1/nodes/{fake.name}/status", {"status": fake.status},
-          content_type="application/merge-patch+json", timeout=timeout)
+        _call(
+            api,
+            "PATCH",
+            f"/api/v1/nodes/{fake.name}",
+            {"spec": {"taints": wanted or None}},
+            content_type="application/merge-patch+json",
+            timeout=timeout,
+        )
+    _call(
+        api,
+        "PATCH",
+        f"/api/v1/nodes/{fake.name}/status",
+        {"status": fake.status},
+        content_type="application/merge-patch+json",
+        timeout=timeout,
+    )
 
 
 def create_fake_nodes(
@@ -285,9 +340,23 @@ def create_fake_nodes(
         raise ValueError("spot_fraction must be within [0, 1]")
     taint_list = [parse_taint(t) for t in taints]
     width = max(4, len(str(start + count - 1)))
-    fakes = [fake_node(i, gpus=gpus, product=product, prefix=prefix, zones=zones, spot_fraction=spot_fraction,
-                       taints=taint_list, cpu=cpu, memory=memory, pods=pods, labels=labels, name_width=width)
-             for i in range(start, start + count)]
+    fakes = [
+        fake_node(
+            i,
+            gpus=gpus,
+            product=product,
+            prefix=prefix,
+            zones=zones,
+            spot_fraction=spot_fraction,
+            taints=taint_list,
+            cpu=cpu,
+            memory=memory,
+            pods=pods,
+            labels=labels,
+            name_width=width,
+        )
+        for i in range(start, start + count)
+    ]
     pool_size = getattr(api_client.configuration, "connection_pool_maxsize", None) or 10
     threads = workers or max(1, min(16, pool_size))
     if count <= 1 or threads == 1:
@@ -300,8 +369,9 @@ def create_fake_nodes(
     return [fake.name for fake in fakes]
 
 
-def delete_fake_nodes(api_client: ApiClient, *, label_selector: str = f"{FAKE_NODE_LABEL}=true",
-                      timeout: float = 60.0) -> int:
+def delete_fake_nodes(
+    api_client: ApiClient, *, label_selector: str = f"{FAKE_NODE_LABEL}=true", timeout: float = 60.0
+) -> int:
     """Delete every node matching ``label_selector`` (default: all fake nodes) in one request.
 
     Returns how many matched. Node deletion is immediate: fake nodes have no finalizers.

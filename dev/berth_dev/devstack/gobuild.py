@@ -113,26 +113,36 @@ def _bin_dir_override() -> KubeBinaries | None:
     missing = [name for name, path in found.items() if not os.access(path, os.X_OK)]
     if missing:
         raise DevStackError(f"{ENV_BIN_DIR}={directory} lacks executable {', '.join(missing)}")
-    return KubeBinaries(found["kube-apiserver"], found["kube-scheduler"], found["etcd"],
-                        kubernetes_version="(from $BERTH_KUBE_BIN_DIR)", etcd_version="(from $BERTH_KUBE_BIN_DIR)")
+    return KubeBinaries(
+        found["kube-apiserver"],
+        found["kube-scheduler"],
+        found["etcd"],
+        kubernetes_version="(from $BERTH_KUBE_BIN_DIR)",
+        etcd_version="(from $BERTH_KUBE_BIN_DIR)",
+    )
 
 
 def _cached_binaries(kubernetes_version: str, etcd_version: str) -> KubeBinaries:
     kube_bin = kubernetes_home(kubernetes_version) / "bin"
-    return KubeBinaries(kube_bin / "kube-apiserver", kube_bin / "kube-scheduler",
-                        etcd_home(etcd_version) / "bin" / "etcd", kubernetes_version, etcd_version)
+    return KubeBinaries(
+        kube_bin / "kube-apiserver",
+        kube_bin / "kube-scheduler",
+        etcd_home(etcd_version) / "bin" / "etcd",
+        kubernetes_version,
+        etcd_version,
+    )
 
 
-def kubernetes_binaries_present(kubernetes_version: str = KUBERNETES_VERSION,
-                                etcd_version: str = ETCD_VERSION) -> bool:
+def kubernetes_binaries_present(kubernetes_version: str = KUBERNETES_VERSION, etcd_version: str = ETCD_VERSION) -> bool:
     """True when the binaries are available without building (cached builds or the env override)."""
     if os.environ.get(ENV_BIN_DIR, "").strip():
         try:
             return _bin_dir_override() is not None
         except DevStackError:
             return False
-    return ((kubernetes_home(kubernetes_version) / COMPLETE_MARKER).exists()
-            and (etcd_home(etcd_version) / COMPLETE_MARKER).exists())
+    return (kubernetes_home(kubernetes_version) / COMPLETE_MARKER).exists() and (
+        etcd_home(etcd_version) / COMPLETE_MARKER
+    ).exists()
 
 
 def ensure_kubernetes_binaries(
@@ -158,12 +168,22 @@ def ensure_kubernetes_binaries(
     if go is None:
         raise DevStackError(f"go not found: kube-apiserver, kube-scheduler and etcd are built from source. {GO_HINT}")
     if not quiet:
-        console.print(f"[yellow]Building the Kubernetes control plane from the Go module proxy.[/yellow] {COLD_BUILD_NOTE}")
+        console.print(
+            f"[yellow]Building the Kubernetes control plane from the Go module proxy.[/yellow] {COLD_BUILD_NOTE}"
+        )
     started = time.monotonic()
-    _locked_build(etcd_home(etcd_version), force=force, quiet=quiet,
-                  build=lambda home: _build_etcd(go, etcd_version, home, quiet=quiet))
-    _locked_build(kubernetes_home(kubernetes_version), force=force, quiet=quiet,
-                  build=lambda home: _build_kubernetes(go, kubernetes_version, home, quiet=quiet))
+    _locked_build(
+        etcd_home(etcd_version),
+        force=force,
+        quiet=quiet,
+        build=lambda home: _build_etcd(go, etcd_version, home, quiet=quiet),
+    )
+    _locked_build(
+        kubernetes_home(kubernetes_version),
+        force=force,
+        quiet=quiet,
+        build=lambda home: _build_kubernetes(go, kubernetes_version, home, quiet=quiet),
+    )
     if not quiet:
         console.print(f"[green]✓[/green] control-plane binaries ready ({time.monotonic() - started:.0f} s)")
     return _cached_binaries(kubernetes_version, etcd_version)
@@ -203,8 +223,13 @@ def _go_env(go: str) -> dict[str, str]:
 def _module_info(go: str, module: str, version: str, env: dict[str, str]) -> dict[str, object]:
     """``go mod download -json module@version``: downloads it and says where its go.mod is."""
     with tempfile.TemporaryDirectory(prefix="berth-gomod-") as outside_any_module:
-        result = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"],
-                                cwd=outside_any_module, env=env, capture_output=True, text=True)
+        result = subprocess.run(
+            [go, "mod", "download", "-json", f"{module}@{version}"],
+            cwd=outside_any_module,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     try:
         info = json.loads(result.stdout) if result.stdout.strip() else {}
     except ValueError:
@@ -217,8 +242,13 @@ def _module_info(go: str, module: str, version: str, env: dict[str, str]) -> dic
 
 def staging_modules(kubernetes_go_mod: str) -> list[str]:
     """The ``k8s.io/...`` modules kubernetes' go.mod requires at ``v0.0.0`` (its staging repos)."""
-    return sorted(set(re.findall(r"^\s*(?:require\s+)?(k8s\.io/[\w.\-/]+)\s+v0\.0\.0\s*(?://.*)?$",
-                                 kubernetes_go_mod, flags=re.MULTILINE)))
+    return sorted(
+        set(
+            re.findall(
+                r"^\s*(?:require\s+)?(k8s\.io/[\w.\-/]+)\s+v0\.0\.0\s*(?://.*)?$", kubernetes_go_mod, flags=re.MULTILINE
+            )
+        )
+    )
 
 
 def kubernetes_wrapper_go_mod(version: str, staging: Sequence[str], go_directive: str) -> str:
@@ -242,8 +272,14 @@ def _version_ldflags(kubernetes_version: str, commit: str | None) -> str:
     """What Kubernetes' own build (hack/lib/version.sh) stamps, so /version reports the release."""
     major, minor = kubernetes_version.lstrip("v").split(".")[:2]
     pkg = "k8s.io/component-base/version"
-    flags = ["-s", "-w", f"-X {pkg}.gitVersion={kubernetes_version}", f"-X {pkg}.gitMajor={major}",
-             f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    flags = [
+        "-s",
+        "-w",
+        f"-X {pkg}.gitVersion={kubernetes_version}",
+        f"-X {pkg}.gitMajor={major}",
+        f"-X {pkg}.gitMinor={minor}",
+        f"-X {pkg}.gitTreeState=clean",
+    ]
     if commit:
         flags.append(f"-X {pkg}.gitCommit={commit}")
     return " ".join(flags)
@@ -269,9 +305,19 @@ def _build_kubernetes(go: str, version: str, home: Path, *, quiet: bool) -> None
     # One `go build` for both commands: their ~2,000 packages mostly overlap and go compiles
     # each once, in parallel. With -o <dir>/ each main package lands as <dir>/<name>.
     _run_go(
-        [go, "build", "-trimpath", f"-ldflags={_version_ldflags(version, _origin_hash(info))}",
-         "-o", f"{bin_dir}{os.sep}", *(f"{KUBERNETES_MODULE}/cmd/{name}" for name in KUBERNETES_COMMANDS)],
-        cwd=module, env=env, what=f"build kube-apiserver and kube-scheduler {version}", quiet=quiet,
+        [
+            go,
+            "build",
+            "-trimpath",
+            f"-ldflags={_version_ldflags(version, _origin_hash(info))}",
+            "-o",
+            f"{bin_dir}{os.sep}",
+            *(f"{KUBERNETES_MODULE}/cmd/{name}" for name in KUBERNETES_COMMANDS),
+        ],
+        cwd=module,
+        env=env,
+        what=f"build kube-apiserver and kube-scheduler {version}",
+        quiet=quiet,
     )
     _finish(home, [bin_dir / name for name in KUBERNETES_COMMANDS], version)
 
@@ -293,8 +339,13 @@ def _build_etcd(go: str, version: str, home: Path, *, quiet: bool) -> None:
     ldflags = "-s -w"
     if commit := _origin_hash(info):
         ldflags += f" -X go.etcd.io/etcd/api/v3/version.GitSHA={commit[:8]}"
-    _run_go([go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(bin_dir / "etcd"), ETCD_MODULE],
-            cwd=module, env=env, what=f"build etcd {version}", quiet=quiet)
+    _run_go(
+        [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(bin_dir / "etcd"), ETCD_MODULE],
+        cwd=module,
+        env=env,
+        what=f"build etcd {version}",
+        quiet=quiet,
+    )
     _finish(home, [bin_dir / "etcd"], version)
 
 
@@ -316,8 +367,16 @@ def _run_go(argv: list[str], *, cwd: Path, env: dict[str, str], what: str, quiet
     tail: deque[str] = deque(maxlen=60)
     packages = 0
     started = time.monotonic()
-    process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
     assert process.stdout is not None
     status = None if quiet else console.status(f"{what}: starting")
     lock = threading.Lock()
@@ -325,8 +384,10 @@ def _run_go(argv: list[str], *, cwd: Path, env: dict[str, str], what: str, quiet
 
     def refresh() -> None:
         if status is not None:
-            status.update(f"{escape(what)}: {time.monotonic() - started:.0f} s, {packages} packages built"
-                          f" [dim]{escape(last[:80])}[/dim]")
+            status.update(
+                f"{escape(what)}: {time.monotonic() - started:.0f} s, {packages} packages built"
+                f" [dim]{escape(last[:80])}[/dim]"
+            )
 
     stop_ticking = threading.Event()
 
@@ -362,8 +423,11 @@ def _run_go(argv: list[str], *, cwd: Path, env: dict[str, str], what: str, quiet
     elapsed = time.monotonic() - started
     if returncode != 0:
         errors = [line for line in tail if not line.startswith("go: downloading")]
-        raise DevStackError(f"cannot {what}: `{' '.join(argv)}` exited with {returncode} after {elapsed:.0f} s:\n"
-                            + "\n".join(errors[-30:]) + f"\n{GO_HINT}")
+        raise DevStackError(
+            f"cannot {what}: `{' '.join(argv)}` exited with {returncode} after {elapsed:.0f} s:\n"
+            + "\n".join(errors[-30:])
+            + f"\n{GO_HINT}"
+        )
     if not quiet:
         console.print(f"[green]✓[/green] {escape(what)} ({elapsed:.0f} s, {packages} packages compiled)")
 
@@ -401,9 +465,11 @@ def scheduler_perf_home(version: str = KUBERNETES_VERSION) -> Path:
 
 def scheduler_perf_wrapper_go_mod(version: str, staging: Sequence[str], go_directive: str) -> str:
     """The kubernetes wrapper module under its own name (same requirement and staging replaces)."""
-    return kubernetes_wrapper_go_mod(version, staging, go_directive).replace(
-        "to build kube-apiserver and kube-scheduler", "to build scheduler_perf test binaries").replace(
-        "module berth.local/kubernetes-build", "module berth.local/kube-perf-build")
+    return (
+        kubernetes_wrapper_go_mod(version, staging, go_directive)
+        .replace("to build kube-apiserver and kube-scheduler", "to build scheduler_perf test binaries")
+        .replace("module berth.local/kubernetes-build", "module berth.local/kube-perf-build")
+    )
 
 
 def _scheduler_perf_source_dirs(version: str) -> dict[str, Path]:
@@ -412,8 +478,9 @@ def _scheduler_perf_source_dirs(version: str) -> dict[str, Path]:
     if not modcache:
         go = shutil.which("go")
         if go is not None:
-            modcache = subprocess.run([go, "env", "GOMODCACHE"], check=False, capture_output=True,
-                                      text=True).stdout.strip()
+            modcache = subprocess.run(
+                [go, "env", "GOMODCACHE"], check=False, capture_output=True, text=True
+            ).stdout.strip()
     root = Path(modcache or Path.home() / "go" / "pkg" / "mod") / f"{KUBERNETES_MODULE}@{version}"
     return {topic: root / "test" / "integration" / "scheduler_perf" / topic for topic in SCHEDULER_PERF_TOPICS}
 
@@ -445,15 +512,22 @@ def ensure_scheduler_perf_binaries(
         if go is None:
             raise DevStackError(f"go not found: scheduler_perf is built from source. {GO_HINT}")
         if not quiet:
-            console.print(f"[yellow]Building kube-scheduler's scheduler_perf benchmark.[/yellow] "
-                          f"{SCHEDULER_PERF_BUILD_NOTE}")
-        _locked_build(home, force=force, quiet=quiet,
-                      build=lambda where: _build_scheduler_perf(go, kubernetes_version, where, quiet=quiet))
+            console.print(
+                f"[yellow]Building kube-scheduler's scheduler_perf benchmark.[/yellow] {SCHEDULER_PERF_BUILD_NOTE}"
+            )
+        _locked_build(
+            home,
+            force=force,
+            quiet=quiet,
+            build=lambda where: _build_scheduler_perf(go, kubernetes_version, where, quiet=quiet),
+        )
     bin_dir = home / "bin"
     return SchedulerPerfBinaries(
         binaries={topic: bin_dir / f"{topic}.test" for topic in SCHEDULER_PERF_TOPICS},
-        source_dirs=_scheduler_perf_source_dirs(kubernetes_version), etcd=etcd,
-        kubernetes_version=kubernetes_version)
+        source_dirs=_scheduler_perf_source_dirs(kubernetes_version),
+        etcd=etcd,
+        kubernetes_version=kubernetes_version,
+    )
 
 
 def _build_scheduler_perf(go: str, version: str, home: Path, *, quiet: bool) -> None:
@@ -466,16 +540,35 @@ def _build_scheduler_perf(go: str, version: str, home: Path, *, quiet: bool) -> 
     module = home / "module"
     module.mkdir(parents=True, exist_ok=True)
     (module / "go.mod").write_text(
-        scheduler_perf_wrapper_go_mod(version, staging, _go_directive(kube_go_mod, "1.25.0")))
+        scheduler_perf_wrapper_go_mod(version, staging, _go_directive(kube_go_mod, "1.25.0"))
+    )
     bin_dir = home / "bin"
     bin_dir.mkdir(exist_ok=True)
     # First the shared library package with `go build -v` (the only way to see per-package
     # progress), then `go test -c` links each topic's test binary from the warm build cache.
-    _run_go([go, "build", "-trimpath", SCHEDULER_PERF_PACKAGE], cwd=module, env=env,
-            what=f"compile scheduler_perf {version} and its dependencies", quiet=quiet)
-    _run_go([go, "test", "-c", "-vet=off", "-trimpath", "-o", f"{bin_dir}{os.sep}",
-             *(f"{SCHEDULER_PERF_PACKAGE}/{topic}" for topic in SCHEDULER_PERF_TOPICS)],
-            cwd=module, env=env, what=f"link the scheduler_perf test binaries {version}", quiet=quiet)
+    _run_go(
+        [go, "build", "-trimpath", SCHEDULER_PERF_PACKAGE],
+        cwd=module,
+        env=env,
+        what=f"compile scheduler_perf {version} and its dependencies",
+        quiet=quiet,
+    )
+    _run_go(
+        [
+            go,
+            "test",
+            "-c",
+            "-vet=off",
+            "-trimpath",
+            "-o",
+            f"{bin_dir}{os.sep}",
+            *(f"{SCHEDULER_PERF_PACKAGE}/{topic}" for topic in SCHEDULER_PERF_TOPICS),
+        ],
+        cwd=module,
+        env=env,
+        what=f"link the scheduler_perf test binaries {version}",
+        quiet=quiet,
+    )
     _finish(home, [bin_dir / f"{topic}.test" for topic in SCHEDULER_PERF_TOPICS], version)
 
 

@@ -43,9 +43,7 @@ DEFAULT_HEAP_OPTIONS: tuple[str, ...] = ("-Xms256m", "-Xmx768m")
 #: start it noticeably faster on a 2-core machine and cost nothing for so short a run.
 _SHORT_RUN_JVM_OPTIONS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m")
 
-JAVA_HINT = (
-    "Install a Java runtime (apt-get install openjdk-17-jre-headless) or set JAVA_HOME."
-)
+JAVA_HINT = "Install a Java runtime (apt-get install openjdk-17-jre-headless) or set JAVA_HOME."
 
 
 def find_java() -> str:
@@ -70,8 +68,15 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def server_properties(*, port: int, controller_port: int, log_dirs: Path, node_id: int = 1,
-                      quorum_voters: str | None = None, cluster_size: int = 1) -> str:
+def server_properties(
+    *,
+    port: int,
+    controller_port: int,
+    log_dirs: Path,
+    node_id: int = 1,
+    quorum_voters: str | None = None,
+    cluster_size: int = 1,
+) -> str:
     """A broker's configuration, on 127.0.0.1 only: every node is broker and controller.
 
     ``cluster_size`` 1 (default): one node that is its own controller, every replication factor 1.
@@ -184,7 +189,7 @@ def kafka_answers(bootstrap_servers: str, *, timeout: float = 5.0) -> bool:
     try:
         with _quiet_logger("aiokafka"):
             metadata = _run_sync(fetch_cluster_metadata(bootstrap_servers, timeout=timeout))
-    except Exception:  # noqa: BLE001 - any failure means "not answering"
+    except Exception:
         return False
     return bool(metadata.get("brokers"))
 
@@ -293,9 +298,16 @@ class KafkaProcess:
         if self.port is None or self.controller_port is None:
             self.port, self.controller_port = procs.free_ports(2)
         config = data_dir / "server.properties"
-        config.write_text(server_properties(
-            port=self.port, controller_port=self.controller_port, log_dirs=data_dir / "data",
-            node_id=self.node_id, quorum_voters=self.quorum_voters, cluster_size=self.cluster_size))
+        config.write_text(
+            server_properties(
+                port=self.port,
+                controller_port=self.controller_port,
+                log_dirs=data_dir / "data",
+                node_id=self.node_id,
+                quorum_voters=self.quorum_voters,
+                cluster_size=self.cluster_size,
+            )
+        )
         (data_dir / "logs").mkdir()
         log4j = data_dir / "log4j.properties"
         log4j.write_text(log4j_properties(data_dir / "logs" / "server.log"))
@@ -304,9 +316,20 @@ class KafkaProcess:
         classpath = f"{libs}/*"
         common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
         procs.run_checked(
-            [java, *_SHORT_RUN_JVM_OPTIONS, *common, f"-Dlog4j.configuration=file:{storage_tool_log4j}",
-             "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", self.cluster_id or new_cluster_id(),
-             "-c", str(config)],
+            [
+                java,
+                *_SHORT_RUN_JVM_OPTIONS,
+                *common,
+                f"-Dlog4j.configuration=file:{storage_tool_log4j}",
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.cluster_id or new_cluster_id(),
+                "-c",
+                str(config),
+            ],
             what="format Kafka storage",
             hint=f"Is the jar cache complete? Delete {libs.parent} to fetch it again.",
             cwd=data_dir,
@@ -317,8 +340,17 @@ class KafkaProcess:
         """Start the JVM on the formatted storage and configuration in ``data_dir``."""
         common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
         self._popen = procs.spawn(
-            [java, *self.heap_options, *common, f"-Dlog4j.configuration=file:{data_dir / 'log4j.properties'}",
-             *self.extra_jvm_options, "-cp", f"{libs}/*", "kafka.Kafka", str(data_dir / "server.properties")],
+            [
+                java,
+                *self.heap_options,
+                *common,
+                f"-Dlog4j.configuration=file:{data_dir / 'log4j.properties'}",
+                *self.extra_jvm_options,
+                "-cp",
+                f"{libs}/*",
+                "kafka.Kafka",
+                str(data_dir / "server.properties"),
+            ],
             log_path=data_dir / "kafka.out",
             cwd=data_dir,
             detached=self.detached,
@@ -331,8 +363,13 @@ class KafkaProcess:
     def kill(self) -> None:
         """SIGKILL the broker (kill -9: no controlled shutdown, nothing flushed); keep its data."""
         if self.pid is not None:
-            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=10.0,
-                            first_signal=signal.SIGKILL)
+            procs.terminate(
+                self.pid,
+                popen=self._popen,
+                cmdline_contains=str(self.data_dir),
+                grace=10.0,
+                first_signal=signal.SIGKILL,
+            )
         self.pid = None
         self._popen = None
 
@@ -405,9 +442,7 @@ class KafkaProcess:
         """Shut the broker down and delete its directory. Safe to call at any time, repeatedly."""
         procs.unregister_for_exit(self)
         if self.pid is not None:
-            procs.terminate(
-                self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=self.stop_grace
-            )
+            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=self.stop_grace)
         self.pid = None
         self._popen = None
         if self.data_dir is not None:
@@ -469,8 +504,14 @@ class KafkaCluster:
     :meth:`stop` removes everything. Never detached: the JVMs die with this process.
     """
 
-    def __init__(self, *, size: int = 3, heap_options: Sequence[str] = CLUSTER_HEAP_OPTIONS,
-                 startup_timeout: float = 120.0, stop_grace: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        size: int = 3,
+        heap_options: Sequence[str] = CLUSTER_HEAP_OPTIONS,
+        startup_timeout: float = 120.0,
+        stop_grace: float = 30.0,
+    ) -> None:
         if size < 1:
             raise DevStackError("a Kafka cluster needs at least one broker")
         self.size = size
@@ -499,11 +540,19 @@ class KafkaCluster:
         voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(self.size))
         cluster_id = new_cluster_id()
         self.brokers = {
-            i + 1: KafkaProcess(node_id=i + 1, cluster_id=cluster_id, port=ports[2 * i],
-                                controller_port=ports[2 * i + 1], quorum_voters=voters, cluster_size=self.size,
-                                heap_options=self.heap_options, startup_timeout=self.startup_timeout,
-                                stop_grace=self.stop_grace)
-            for i in range(self.size)}
+            i + 1: KafkaProcess(
+                node_id=i + 1,
+                cluster_id=cluster_id,
+                port=ports[2 * i],
+                controller_port=ports[2 * i + 1],
+                quorum_voters=voters,
+                cluster_size=self.size,
+                heap_options=self.heap_options,
+                startup_timeout=self.startup_timeout,
+                stop_grace=self.stop_grace,
+            )
+            for i in range(self.size)
+        }
         try:
             # All at once: a controller quorum forms only when a majority of the voters runs.
             for broker in self.brokers.values():
@@ -527,8 +576,10 @@ class KafkaCluster:
 
     def to_state(self) -> dict[str, Any]:
         """What the cluster runs (for reports; a cluster is never detached)."""
-        return {"bootstrap_servers": self.bootstrap_servers if self.brokers else None,
-                "brokers": {node_id: broker.to_state() for node_id, broker in self.brokers.items()}}
+        return {
+            "bootstrap_servers": self.bootstrap_servers if self.brokers else None,
+            "brokers": {node_id: broker.to_state() for node_id, broker in self.brokers.items()},
+        }
 
     def stop(self) -> None:
         """Stop every broker and delete their directories (each stop is attempted). The data is
@@ -539,7 +590,7 @@ class KafkaCluster:
             try:
                 broker.kill()
                 broker.stop()
-            except Exception as exc:  # noqa: BLE001 - stop the others, then raise the first
+            except Exception as exc:
                 errors.append(exc)
         self.brokers = {}
         if errors:
@@ -594,17 +645,19 @@ class KafkaCluster:
                 with _quiet_logger("aiokafka"):
                     if check():
                         return
-            except Exception as exc:  # noqa: BLE001 - metadata errors while brokers move: retry
+            except Exception as exc:
                 last = exc
             if time.monotonic() >= deadline:
-                raise DevStackError(f"Kafka cluster: {what} not within {timeout:.0f} s (last error: {last!r}; "
-                                    f"under-replicated: {self._safe_under_replicated()})")
+                raise DevStackError(
+                    f"Kafka cluster: {what} not within {timeout:.0f} s (last error: {last!r}; "
+                    f"under-replicated: {self._safe_under_replicated()})"
+                )
             time.sleep(0.5)  # poll interval
 
     def _safe_under_replicated(self) -> object:
         try:
             return self.under_replicated()
-        except Exception as exc:  # noqa: BLE001 - only for the error message
+        except Exception as exc:
             return repr(exc)
 
     # -- faults ------------------------------------------------------------------------------------
@@ -618,8 +671,7 @@ class KafkaCluster:
         self.brokers[node_id].restart()
         self.wait_for_brokers(timeout=timeout)
 
-    def rolling_restart(self, *, in_sync_timeout: float = 120.0,
-                        on_restarted: Any = None) -> list[int]:
+    def rolling_restart(self, *, in_sync_timeout: float = 120.0, on_restarted: Any = None) -> list[int]:
         """Restart each broker in turn, as an operator would: controlled shutdown, start, wait until
         every partition is in sync again before the next one. ``on_restarted(node_id)`` runs after
         each. Returns the order."""
@@ -637,8 +689,9 @@ class KafkaCluster:
 async def _cluster_metadata(bootstrap: str, topics: list[str] | None, timeout: float) -> dict[str, Any]:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000),
-                                client_id="berth-devstack-cluster")
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), client_id="berth-devstack-cluster"
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout)
         cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
@@ -646,9 +699,14 @@ async def _cluster_metadata(bootstrap: str, topics: list[str] | None, timeout: f
     finally:
         await admin.close()
     partitions = {
-        (entry["topic"], part["partition"]): {"leader": part["leader"], "replicas": list(part["replicas"]),
-                                              "isr": list(part["isr"])}
-        for entry in described for part in entry["partitions"]}
+        (entry["topic"], part["partition"]): {
+            "leader": part["leader"],
+            "replicas": list(part["replicas"]),
+            "isr": list(part["isr"]),
+        }
+        for entry in described
+        for part in entry["partitions"]
+    }
     return {"brokers": sorted(broker["node_id"] for broker in cluster["brokers"]), "partitions": partitions}
 
 
@@ -656,8 +714,9 @@ async def _busiest_leader(bootstrap: str, topics: list[str]) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     metadata = await _cluster_metadata(bootstrap, topics, 10.0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id="berth-devstack-cluster",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, client_id="berth-devstack-cluster", enable_auto_commit=False
+    )
     await consumer.start()
     try:
         partitions = [TopicPartition(topic, partition) for topic, partition in metadata["partitions"]]

@@ -79,13 +79,19 @@ def default_users() -> list[KubeUser]:
     return [KubeUser(ADMIN_USER, ("system:masters",)), KubeUser(SCHEDULER_USER)]
 
 
-def kubeconfig_document(*, server: str, token: str, ca_pem: bytes, user: str, cluster: str = "berth-dev") -> dict[str, Any]:
+def kubeconfig_document(
+    *, server: str, token: str, ca_pem: bytes, user: str, cluster: str = "berth-dev"
+) -> dict[str, Any]:
     """A kubeconfig (as a dict; JSON is valid YAML) with the CA embedded, so the file stands alone."""
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "clusters": [
+            {
+                "name": cluster,
+                "cluster": {"server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()},
+            }
+        ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
         "current-context": f"{user}@{cluster}",
@@ -140,8 +146,9 @@ class KubeConnection:
         from kubernetes.config import load_kube_config
 
         configuration = Configuration()
-        load_kube_config(config_file=str(self.kubeconfig_path), client_configuration=configuration,
-                         persist_config=False)
+        load_kube_config(
+            config_file=str(self.kubeconfig_path), client_configuration=configuration, persist_config=False
+        )
         configuration.connection_pool_maxsize = pool_size
         return ApiClient(configuration)
 
@@ -151,7 +158,9 @@ class KubeConnection:
 # ------------------------------------------------------------------------------------------------
 
 
-def _http_get(url: str, *, timeout: float, token: str | None = None, context: ssl.SSLContext | None = None) -> tuple[int, str]:
+def _http_get(
+    url: str, *, timeout: float, token: str | None = None, context: ssl.SSLContext | None = None
+) -> tuple[int, str]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
@@ -210,7 +219,9 @@ class KubeControlPlane:
         stop_grace: float = 20.0,
         detached: bool = False,
     ) -> None:
-        self.users: dict[str, KubeUser] = {user.name: user for user in (users if users is not None else default_users())}
+        self.users: dict[str, KubeUser] = {
+            user.name: user for user in (users if users is not None else default_users())
+        }
         if not any("system:masters" in user.groups for user in self.users.values()):
             raise DevStackError("KubeControlPlane needs one user in system:masters (the admin the kubeconfig uses)")
         self.extra_apiserver_args = tuple(extra_apiserver_args)
@@ -289,11 +300,13 @@ class KubeControlPlane:
         if user not in self.users:
             raise DevStackError(f"no static user {user!r}; pass users=[KubeUser({user!r}, ...)] to KubeControlPlane")
         target = path or self.kubeconfig_path.with_name(f"{user.replace(':', '_')}.kubeconfig")
-        return write_kubeconfig(target, server=self.server, token=self.users[user].token,
-                                ca_pem=self.ca_file.read_bytes(), user=user)
+        return write_kubeconfig(
+            target, server=self.server, token=self.users[user].token, ca_pem=self.ca_file.read_bytes(), user=user
+        )
 
-    def service_account_kubeconfig(self, namespace: str, name: str, path: Path | None = None,
-                                   *, expiration_seconds: int = 24 * 3600) -> Path:
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, path: Path | None = None, *, expiration_seconds: int = 24 * 3600
+    ) -> Path:
         """Create ServiceAccount ``namespace/name`` if missing, mint a token for it (TokenRequest) and
         write a kubeconfig using it. The account has no permissions until RBAC grants some."""
         from kubernetes.client import CoreV1Api
@@ -309,8 +322,13 @@ class KubeControlPlane:
             request = {"spec": {"audiences": [SERVICE_ACCOUNT_ISSUER], "expirationSeconds": expiration_seconds}}
             token = core.create_namespaced_service_account_token(name, namespace, request).status.token
         target = path or self.kubeconfig_path.with_name(f"sa-{namespace}-{name}.kubeconfig")
-        return write_kubeconfig(target, server=self.server, token=token, ca_pem=self.ca_file.read_bytes(),
-                                user=f"system:serviceaccount:{namespace}:{name}")
+        return write_kubeconfig(
+            target,
+            server=self.server,
+            token=token,
+            ca_pem=self.ca_file.read_bytes(),
+            user=f"system:serviceaccount:{namespace}:{name}",
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -347,13 +365,25 @@ class KubeControlPlane:
         self.etcd_port, self.etcd_peer_port = procs.free_ports(2)
         client, peer = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{self.etcd_peer_port}"
         self._etcd_popen = procs.spawn(
-            [str(etcd), "--name=berth", f"--data-dir={self.data_dir / 'etcd'}",
-             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-             f"--initial-cluster=berth={peer}", "--initial-cluster-state=new",
-             # A throwaway store: skip fsync (as envtest does) and keep the log to warnings.
-             "--unsafe-no-fsync", "--log-level=warn", "--logger=zap", "--log-outputs=stderr"],
-            log_path=self.data_dir / "etcd.log", cwd=self.data_dir, detached=self.detached,
+            [
+                str(etcd),
+                "--name=berth",
+                f"--data-dir={self.data_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=berth={peer}",
+                "--initial-cluster-state=new",
+                # A throwaway store: skip fsync (as envtest does) and keep the log to warnings.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--logger=zap",
+                "--log-outputs=stderr",
+            ],
+            log_path=self.data_dir / "etcd.log",
+            cwd=self.data_dir,
+            detached=self.detached,
         )
         self.etcd_pid = self._etcd_popen.pid
         procs.write_owner(self.data_dir, owner_pid=None if self.detached else os.getpid(), service_pid=self.etcd_pid)
@@ -412,11 +442,14 @@ class KubeControlPlane:
         assert self.data_dir is not None
         self._apiserver_popen = procs.spawn(
             [str(apiserver), *self.apiserver_args()],
-            log_path=self.data_dir / "kube-apiserver.log", cwd=self.data_dir, detached=self.detached,
+            log_path=self.data_dir / "kube-apiserver.log",
+            cwd=self.data_dir,
+            detached=self.detached,
         )
         self.apiserver_pid = self._apiserver_popen.pid
-        procs.write_owner(self.data_dir, owner_pid=None if self.detached else os.getpid(),
-                          service_pid=self.apiserver_pid)
+        procs.write_owner(
+            self.data_dir, owner_pid=None if self.detached else os.getpid(), service_pid=self.apiserver_pid
+        )
 
     def restart_apiserver(self, *, down_s: float = 0.0, kill: bool = False) -> None:
         """Restart kube-apiserver as an upgrade or a crash would: stop it (SIGTERM, or SIGKILL with
@@ -433,8 +466,13 @@ class KubeControlPlane:
         :meth:`start_apiserver` brings it back."""
         if self.apiserver_pid is None or self.data_dir is None:
             raise DevStackError("kube-apiserver is not running")
-        procs.terminate(self.apiserver_pid, popen=self._apiserver_popen, cmdline_contains=self._marker(),
-                        grace=self.stop_grace, first_signal=signal.SIGKILL if kill else signal.SIGTERM)
+        procs.terminate(
+            self.apiserver_pid,
+            popen=self._apiserver_popen,
+            cmdline_contains=self._marker(),
+            grace=self.stop_grace,
+            first_signal=signal.SIGKILL if kill else signal.SIGTERM,
+        )
         self.apiserver_pid = None
         self._apiserver_popen = None
 
@@ -469,8 +507,11 @@ class KubeControlPlane:
                 if ready:
                     return
                 if time.monotonic() >= deadline:
-                    raise DevStackError(self._failure(
-                        f"kube-apiserver was not ready within {self.startup_timeout:.0f} s (last: {last})"))
+                    raise DevStackError(
+                        self._failure(
+                            f"kube-apiserver was not ready within {self.startup_timeout:.0f} s (last: {last})"
+                        )
+                    )
                 time.sleep(0.25)  # poll interval between probes
         except BaseException:
             self.stop()
@@ -490,8 +531,13 @@ class KubeControlPlane:
         except (OSError, ssl.SSLError) as exc:
             return False, f"/readyz: {exc}"
         if not self.kubeconfig_path.exists():
-            write_kubeconfig(self.kubeconfig_path, server=self.server, token=self.token,
-                             ca_pem=self.ca_file.read_bytes(), user=self.admin.name)
+            write_kubeconfig(
+                self.kubeconfig_path,
+                server=self.server,
+                token=self.token,
+                ca_pem=self.ca_file.read_bytes(),
+                user=self.admin.name,
+            )
         if status != 200:
             return False, f"/readyz: HTTP {status} {body.strip()[-300:]}"
         return self._client_lists_default_namespace(timeout)
@@ -502,7 +548,7 @@ class KubeControlPlane:
         try:
             with self.connection().api_client(pool_size=1) as api:
                 names = [ns.metadata.name for ns in CoreV1Api(api).list_namespace(_request_timeout=timeout).items]
-        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+        except Exception as exc:
             return False, f"list namespaces: {type(exc).__name__}: {exc}"
         return ("default" in names), f"namespaces {names}"
 
@@ -548,12 +594,12 @@ class KubeControlPlane:
         marker = self._marker()
         try:
             if self.apiserver_pid is not None:
-                procs.terminate(self.apiserver_pid, popen=self._apiserver_popen, cmdline_contains=marker,
-                                grace=self.stop_grace)
+                procs.terminate(
+                    self.apiserver_pid, popen=self._apiserver_popen, cmdline_contains=marker, grace=self.stop_grace
+                )
         finally:
             if self.etcd_pid is not None:
-                procs.terminate(self.etcd_pid, popen=self._etcd_popen, cmdline_contains=marker,
-                                grace=self.stop_grace)
+                procs.terminate(self.etcd_pid, popen=self._etcd_popen, cmdline_contains=marker, grace=self.stop_grace)
         self.apiserver_pid = self.etcd_pid = None
         self._apiserver_popen = self._etcd_popen = None
         if self.data_dir is not None:
@@ -599,8 +645,10 @@ class KubeControlPlane:
         self.stop()
 
     def __repr__(self) -> str:
-        return (f"KubeControlPlane(apiserver_pid={self.apiserver_pid}, etcd_pid={self.etcd_pid}, "
-                f"port={self.secure_port}, data_dir={self.data_dir})")
+        return (
+            f"KubeControlPlane(apiserver_pid={self.apiserver_pid}, etcd_pid={self.etcd_pid}, "
+            f"port={self.secure_port}, data_dir={self.data_dir})"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -658,11 +706,19 @@ class KubeSchedulerProcess:
                 kubeconfig = self.kubeconfig  # type: ignore[assignment]
             (self.secure_port,) = procs.free_ports(1)
             self._popen = procs.spawn(
-                [str(binary), f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                 f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                 "--bind-address=127.0.0.1", f"--secure-port={self.secure_port}",
-                 f"--cert-dir={self.data_dir / 'certs'}", *self.extra_args],
-                log_path=self.data_dir / "kube-scheduler.log", cwd=self.data_dir,
+                [
+                    str(binary),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={self.secure_port}",
+                    f"--cert-dir={self.data_dir / 'certs'}",
+                    *self.extra_args,
+                ],
+                log_path=self.data_dir / "kube-scheduler.log",
+                cwd=self.data_dir,
             )
             self.pid = self._popen.pid
             procs.write_owner(self.data_dir, owner_pid=os.getpid(), service_pid=self.pid)
@@ -680,22 +736,29 @@ class KubeSchedulerProcess:
             if self._popen is not None and self._popen.poll() is not None:
                 raise DevStackError(self._failure("kube-scheduler exited during startup"))
             try:
-                status, body = _http_get(f"https://127.0.0.1:{self.secure_port}/readyz", timeout=3.0,
-                                         context=_unverified_localhost_context())
+                status, body = _http_get(
+                    f"https://127.0.0.1:{self.secure_port}/readyz", timeout=3.0, context=_unverified_localhost_context()
+                )
                 if status == 200:
                     return
                 last = f"HTTP {status} {body.strip()[-200:]}"
             except (OSError, ssl.SSLError) as exc:
                 last = str(exc)
             if time.monotonic() >= deadline:
-                raise DevStackError(self._failure(f"kube-scheduler was not ready within {self.startup_timeout:.0f} s ({last})"))
+                raise DevStackError(
+                    self._failure(f"kube-scheduler was not ready within {self.startup_timeout:.0f} s ({last})")
+                )
             time.sleep(0.25)
 
     def metrics(self, timeout: float = 5.0) -> str:
         """The Prometheus text from ``/metrics`` (read with the admin token when we own the cluster)."""
         token = self.control_plane.token if self.control_plane else None
-        status, body = _http_get(f"https://127.0.0.1:{self.secure_port}/metrics", timeout=timeout, token=token,
-                                 context=_unverified_localhost_context())
+        status, body = _http_get(
+            f"https://127.0.0.1:{self.secure_port}/metrics",
+            timeout=timeout,
+            token=token,
+            context=_unverified_localhost_context(),
+        )
         if status != 200:
             raise DevStackError(f"kube-scheduler /metrics answered HTTP {status}: {body[:300]}")
         return body
@@ -710,8 +773,13 @@ class KubeSchedulerProcess:
     def stop(self) -> None:
         procs.unregister_for_exit(self)
         if self.pid is not None:
-            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=self.stop_grace,
-                            first_signal=signal.SIGTERM)
+            procs.terminate(
+                self.pid,
+                popen=self._popen,
+                cmdline_contains=str(self.data_dir),
+                grace=self.stop_grace,
+                first_signal=signal.SIGTERM,
+            )
         self.pid = None
         self._popen = None
         if self.data_dir is not None:

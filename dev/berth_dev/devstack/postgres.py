@@ -129,7 +129,9 @@ class PostgresProcess:
         """SQLAlchemy URL: ``postgresql+psycopg://berth:berth@127.0.0.1:<port>/berth``."""
         if self.port is None:
             raise DevStackError("Postgres is not started: call start() first")
-        return sqlalchemy_url(user=self.user, password=self.password, host="127.0.0.1", port=self.port, database=self.database)
+        return sqlalchemy_url(
+            user=self.user, password=self.password, host="127.0.0.1", port=self.port, database=self.database
+        )
 
     @property
     def conninfo(self) -> str:
@@ -177,11 +179,25 @@ class PostgresProcess:
             # parent (/tmp or $TMPDIR) must be traversable by that account too.
             self._run_as.chown(self.base_dir)
         procs.run_checked(
-            [str(self.pg_bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-             "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync", "--no-instructions"],
+            [
+                str(self.pg_bin / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
+                "--no-instructions",
+            ],
             what="initialise a Postgres cluster",
-            hint=(f"The '{self._run_as.name}' account must be able to reach {self.base_dir}; set TMPDIR "
-                  "to a directory it can traverse." if self._run_as else PG_BIN_HINT),
+            hint=(
+                f"The '{self._run_as.name}' account must be able to reach {self.base_dir}; set TMPDIR "
+                "to a directory it can traverse."
+                if self._run_as
+                else PG_BIN_HINT
+            ),
             run_as=self._run_as,
             cwd=self.base_dir,
         )
@@ -193,8 +209,18 @@ class PostgresProcess:
         assert self.base_dir is not None and self.pg_bin is not None
         settings = [arg for key, value in self.server_settings.items() for arg in ("-c", f"{key}={value}")]
         self._popen = procs.spawn(
-            [str(self.pg_bin / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-             "-h", "127.0.0.1", "-k", str(self.base_dir), *settings],
+            [
+                str(self.pg_bin / "postgres"),
+                "-D",
+                str(self.data_dir),
+                "-p",
+                str(self.port),
+                "-h",
+                "127.0.0.1",
+                "-k",
+                str(self.base_dir),
+                *settings,
+            ],
             log_path=self.base_dir / "postgres.log",
             cwd=self.base_dir,
             detached=self.detached,
@@ -219,16 +245,24 @@ class PostgresProcess:
                 if not self.is_alive():
                     raise DevStackError(self._failure("the postmaster exited during startup"))
                 try:
-                    with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                                         dbname="postgres", connect_timeout=2, autocommit=True) as admin:
+                    with psycopg.connect(
+                        host="127.0.0.1",
+                        port=self.port,
+                        user="postgres",
+                        dbname="postgres",
+                        connect_timeout=2,
+                        autocommit=True,
+                    ) as admin:
                         self._create_role_and_database(admin)
                     return
                 except psycopg.OperationalError as exc:
                     last_error = exc
                 if time.monotonic() >= deadline:
-                    raise DevStackError(self._failure(
-                        f"Postgres did not accept connections within {self.startup_timeout:.0f} s ({last_error})"
-                    ))
+                    raise DevStackError(
+                        self._failure(
+                            f"Postgres did not accept connections within {self.startup_timeout:.0f} s ({last_error})"
+                        )
+                    )
                 time.sleep(0.1)  # poll interval between connection attempts
         except BaseException:
             self.stop()
@@ -240,12 +274,16 @@ class PostgresProcess:
         role_exists = admin.execute("select 1 from pg_roles where rolname = %s", (self.user,)).fetchone()
         if not role_exists:
             # CREATEDB so tests may make scratch databases of their own.
-            admin.execute(sql.SQL("create role {} login createdb password {}").format(
-                sql.Identifier(self.user), sql.Literal(self.password)))
+            admin.execute(
+                sql.SQL("create role {} login createdb password {}").format(
+                    sql.Identifier(self.user), sql.Literal(self.password)
+                )
+            )
         db_exists = admin.execute("select 1 from pg_database where datname = %s", (self.database,)).fetchone()
         if not db_exists:
-            admin.execute(sql.SQL("create database {} owner {}").format(
-                sql.Identifier(self.database), sql.Identifier(self.user)))
+            admin.execute(
+                sql.SQL("create database {} owner {}").format(sql.Identifier(self.database), sql.Identifier(self.user))
+            )
 
     def _failure(self, headline: str) -> str:
         exit_code = self._popen.poll() if self._popen else None
@@ -282,8 +320,9 @@ class PostgresProcess:
         if self.pid is not None and self.is_alive():
             self._pg_ctl_stop()
             # Reap our child, or SIGKILL it if pg_ctl could not stop it.
-            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir),
-                            grace=2.0, first_signal=signal.SIGINT)  # SIGINT = fast shutdown
+            procs.terminate(
+                self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=2.0, first_signal=signal.SIGINT
+            )  # SIGINT = fast shutdown
         self.pid = None
         self._popen = None
         if self.base_dir is not None:
@@ -297,8 +336,9 @@ class PostgresProcess:
         its data and port; :meth:`start_server` brings the same database back."""
         if self.pid is not None and self.is_alive():
             self._pg_ctl_stop()
-            procs.terminate(self.pid, popen=self._popen, cmdline_contains=str(self.data_dir),
-                            grace=2.0, first_signal=signal.SIGINT)
+            procs.terminate(
+                self.pid, popen=self._popen, cmdline_contains=str(self.data_dir), grace=2.0, first_signal=signal.SIGINT
+            )
         self.pid = None
         self._popen = None
 
@@ -319,9 +359,21 @@ class PostgresProcess:
         run_as = self._run_as or server_account()
         try:
             procs.run_checked(
-                [str(pg_bin / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w",
-                 "-t", str(int(self.stop_grace))],
-                what="stop Postgres", hint="", run_as=run_as, timeout=self.stop_grace + 5,
+                [
+                    str(pg_bin / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(self.data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    str(int(self.stop_grace)),
+                ],
+                what="stop Postgres",
+                hint="",
+                run_as=run_as,
+                timeout=self.stop_grace + 5,
             )
         except DevStackError as exc:
             log.warning("%s; falling back to signals", exc)
@@ -345,8 +397,12 @@ class PostgresProcess:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> PostgresProcess:
         """A handle on a server another process started (it is not our child)."""
-        pg = cls(database=state.get("database", "berth"), user=state.get("user", "berth"),
-                 password=state.get("password", "berth"), detached=True)
+        pg = cls(
+            database=state.get("database", "berth"),
+            user=state.get("user", "berth"),
+            password=state.get("password", "berth"),
+            detached=True,
+        )
         pg.pid = state.get("pid")
         pg.port = state.get("port")
         pg.base_dir = Path(state["base_dir"]) if state.get("base_dir") else None

@@ -156,7 +156,8 @@ def spawn(
     if die_with_parent and threading.current_thread() is not threading.main_thread():
         log.warning(
             "spawning %s outside the main thread: it will not be killed automatically if this "
-            "process is killed with SIGKILL", argv[0],
+            "process is killed with SIGKILL",
+            argv[0],
         )
         die_with_parent = False
     with open(log_path, "ab") as log_file:
@@ -208,8 +209,7 @@ def run_checked(
     if result.returncode != 0:
         output = (result.stdout + result.stderr).strip()
         raise DevStackError(
-            f"cannot {what}: `{' '.join(argv)}` exited with {result.returncode}:\n"
-            f"{tail_text(output, 40)}\n{hint}"
+            f"cannot {what}: `{' '.join(argv)}` exited with {result.returncode}:\n{tail_text(output, 40)}\n{hint}"
         )
     return result
 
@@ -362,6 +362,7 @@ def write_owner(path: Path, *, owner_pid: int | None, service_pid: int | None) -
 
 def remove_dir(path: Path) -> None:
     """Remove a temporary directory; a failure is logged, never raised (this runs in cleanups)."""
+
     def onerror(func: Callable[..., object], target: str, exc_info: object) -> None:
         log.warning("could not remove %s: %s", target, exc_info)
 
@@ -399,6 +400,7 @@ def sweep_stale_dirs(temp_root: Path | None = None) -> list[Path]:
 # Last line of defence for in-process services
 # --------------------------------------------------------------------------------------------
 
+
 class _Stoppable(Protocol):
     def stop(self) -> None: ...
 
@@ -422,7 +424,7 @@ def _stop_all_at_exit() -> None:
     for service in list(_live_services.values()):
         try:
             service.stop()
-        except Exception:  # noqa: BLE001 - at exit, keep stopping the others
+        except Exception:
             log.exception("failed to stop %r at exit", service)
 
 

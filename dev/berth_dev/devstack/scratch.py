@@ -59,8 +59,9 @@ def scratch_database(database_url: str, prefix: str) -> Iterator[str]:
             connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
         yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
         with admin.connect() as connection:
-            connection.execute(sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name})
+            connection.execute(
+                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name}
+            )
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
     finally:
         admin.dispose()

@@ -91,13 +91,21 @@ class DevStack:
     before anything starts (many minutes the first time).
     """
 
-    def __init__(self, *, detached: bool = False, with_kubernetes: bool = False,
-                 kafka: KafkaProcess | None = None, postgres: PostgresProcess | None = None,
-                 kube: KubeControlPlane | None = None, kafka_brokers: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        detached: bool = False,
+        with_kubernetes: bool = False,
+        kafka: KafkaProcess | None = None,
+        postgres: PostgresProcess | None = None,
+        kube: KubeControlPlane | None = None,
+        kafka_brokers: int = 1,
+    ) -> None:
         if kafka_brokers > 1 and (detached or kafka is not None):
             raise DevStackError("a several-broker Kafka runs in-process only (not detached, not given)")
         self.kafka: KafkaProcess | KafkaCluster = (
-            KafkaCluster(size=kafka_brokers) if kafka_brokers > 1 else kafka or KafkaProcess(detached=detached))
+            KafkaCluster(size=kafka_brokers) if kafka_brokers > 1 else kafka or KafkaProcess(detached=detached)
+        )
         self.postgres = postgres or PostgresProcess(detached=detached)
         self.kube = kube or (KubeControlPlane(detached=detached) if with_kubernetes else None)
 
@@ -139,7 +147,7 @@ class DevStack:
     def to_state(self) -> dict[str, Any]:
         state = {
             "format": STATE_FORMAT,
-            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "env": self.env(),
             "kafka": self.kafka.to_state(),
             "postgres": self.postgres.to_state(),
@@ -151,9 +159,11 @@ class DevStack:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> DevStack:
         kube_state = state.get("kubernetes")
-        return cls(kafka=KafkaProcess.from_state(state.get("kafka") or {}),
-                   postgres=PostgresProcess.from_state(state.get("postgres") or {}),
-                   kube=KubeControlPlane.from_state(kube_state) if kube_state else None)
+        return cls(
+            kafka=KafkaProcess.from_state(state.get("kafka") or {}),
+            postgres=PostgresProcess.from_state(state.get("postgres") or {}),
+            kube=KubeControlPlane.from_state(kube_state) if kube_state else None,
+        )
 
     def __enter__(self) -> DevStack:
         return self.start()
@@ -272,8 +282,10 @@ def _add_kubernetes(state: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         kube.stop()
         raise
-    err_console.print(f"[green]✓[/green] kube-apiserver (pid {kube.apiserver_pid}) added to the running dev stack. "
-                      "Stop everything with: berth dev down")
+    err_console.print(
+        f"[green]✓[/green] kube-apiserver (pid {kube.apiserver_pid}) added to the running dev stack. "
+        "Stop everything with: berth dev down"
+    )
     return state
 
 
@@ -284,6 +296,7 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
     from berth.services.audit import db
+
     from berth.settings import DatabaseSettings, KafkaSettings
     from berth_dev.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
 
@@ -294,8 +307,7 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
         db.upgrade(DatabaseSettings(url=env[ENV_DATABASE]))
         asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=env[ENV_KAFKA])))
     args = service_args(Path(env[ENV_KUBECONFIG]), work)
-    supervisor = Supervisor(work / "logs", {ENV_KAFKA: env[ENV_KAFKA], ENV_DATABASE: env[ENV_DATABASE]},
-                            detached=True)
+    supervisor = Supervisor(work / "logs", {ENV_KAFKA: env[ENV_KAFKA], ENV_DATABASE: env[ENV_DATABASE]}, detached=True)
     try:
         with err_console.status(f"Starting {', '.join(SERVICE_ORDER)}…"):
             # All at once, then wait for each: on 2 cores the faust workers take ~10 s apiece.
@@ -311,9 +323,11 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         supervisor.stop_all()
         raise
-    err_console.print("[green]✓[/green] Berth running against the apiserver: " + ", ".join(
-        f"{name} (pid {service.pid})" for name, service in supervisor.services.items())
-        + f"; logs in {work / 'logs'}")
+    err_console.print(
+        "[green]✓[/green] Berth running against the apiserver: "
+        + ", ".join(f"{name} (pid {service.pid})" for name, service in supervisor.services.items())
+        + f"; logs in {work / 'logs'}"
+    )
     return state
 
 
@@ -332,8 +346,9 @@ def recorded_kubeconfig() -> Path:
     state = _read_state()
     kube_state = (state or {}).get("kubernetes") or {}
     if not kube_state.get("kubeconfig"):
-        raise DevStackError(f"no Kubernetes control plane recorded in {state_file()}; "
-                            "start one with: berth dev up --with-kubernetes")
+        raise DevStackError(
+            f"no Kubernetes control plane recorded in {state_file()}; start one with: berth dev up --with-kubernetes"
+        )
     return Path(kube_state["kubeconfig"])
 
 
@@ -374,24 +389,48 @@ def status(*, quiet: bool = False, out: TextIO | None = None) -> StackStatus:
         kafka, postgres = stack.kafka, stack.postgres
         kafka_alive, postgres_alive = kafka.is_alive(), postgres.is_alive()
         services = [
-            ServiceStatus("kafka", kafka.pid, kafka_alive, kafka_alive and kafka.is_answering(timeout=3.0),
-                          state["kafka"].get("bootstrap_servers"), state["kafka"].get("data_dir")),
-            ServiceStatus("postgres", postgres.pid, postgres_alive,
-                          postgres_alive and postgres.is_answering(timeout=3.0),
-                          state["postgres"].get("url"), state["postgres"].get("base_dir")),
+            ServiceStatus(
+                "kafka",
+                kafka.pid,
+                kafka_alive,
+                kafka_alive and kafka.is_answering(timeout=3.0),
+                state["kafka"].get("bootstrap_servers"),
+                state["kafka"].get("data_dir"),
+            ),
+            ServiceStatus(
+                "postgres",
+                postgres.pid,
+                postgres_alive,
+                postgres_alive and postgres.is_answering(timeout=3.0),
+                state["postgres"].get("url"),
+                state["postgres"].get("base_dir"),
+            ),
         ]
         if stack.kube is not None:
             kube_alive = stack.kube.is_alive()  # etcd and kube-apiserver both
-            services.append(ServiceStatus(
-                "kubernetes", stack.kube.apiserver_pid, kube_alive, kube_alive and stack.kube.is_answering(timeout=3.0),
-                state["kubernetes"].get("server"), state["kubernetes"].get("data_dir")))
+            services.append(
+                ServiceStatus(
+                    "kubernetes",
+                    stack.kube.apiserver_pid,
+                    kube_alive,
+                    kube_alive and stack.kube.is_answering(timeout=3.0),
+                    state["kubernetes"].get("server"),
+                    state["kubernetes"].get("data_dir"),
+                )
+            )
         for service in recorded_services(state):
             alive = service.is_alive()
-            services.append(ServiceStatus(
-                service.name, service.pid, alive, alive and service.is_answering(timeout=3.0),
-                f"http://127.0.0.1:{service.metrics_port}/metrics", str(service.log_path)))
-        result = StackStatus(recorded=True, state_file=state_file(), env=dict(state.get("env", {})),
-                             services=services)
+            services.append(
+                ServiceStatus(
+                    service.name,
+                    service.pid,
+                    alive,
+                    alive and service.is_answering(timeout=3.0),
+                    f"http://127.0.0.1:{service.metrics_port}/metrics",
+                    str(service.log_path),
+                )
+            )
+        result = StackStatus(recorded=True, state_file=state_file(), env=dict(state.get("env", {})), services=services)
     if not quiet:
         _render_status(result, out or sys.stdout)
     return result
@@ -407,8 +446,10 @@ def _render_status(result: StackStatus, out: TextIO) -> None:
     for service in result.services:
         alive = "[green]alive[/green]" if service.alive else "[red]not running[/red]"
         answering = "[green]answering[/green]" if service.answering else "[red]not answering[/red]"
-        console.print(f"  {service.name:<10} pid {service.pid}  {alive}  {answering}  "
-                      f"{service.endpoint or '-'}  {service.directory or '-'}")
+        console.print(
+            f"  {service.name:<10} pid {service.pid}  {alive}  {answering}  "
+            f"{service.endpoint or '-'}  {service.directory or '-'}"
+        )
     if result.healthy:
         for key, value in result.env.items():
             console.print(f"{key}={value}", markup=False)
@@ -451,8 +492,9 @@ def down(*, quiet: bool = False, out: TextIO | None = None) -> list[str]:
     return running
 
 
-def fake_nodes(count: int, *, kubeconfig: str | Path | None = None, delete: bool = False,
-               **options: Any) -> list[str] | int:
+def fake_nodes(
+    count: int, *, kubeconfig: str | Path | None = None, delete: bool = False, **options: Any
+) -> list[str] | int:
     """Create ``count`` fake GPU nodes (or, with ``delete``, remove them; returns how many) on the
     cluster of ``kubeconfig``, else ``$BERTH_KUBECONFIG``, else the recorded dev stack's."""
     from berth_dev.devstack.fakenodes import create_fake_nodes, delete_fake_nodes

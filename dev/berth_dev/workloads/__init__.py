@@ -41,11 +41,33 @@ from .pools import pool_policies, write_pools_file
 GENERATORS = ("demo", "bench")
 
 __all__ = [
-    "ANNOTATION_ARRIVAL", "ANNOTATION_RUN", "GENERATORS", "LABEL_AGENT_POOL", "AgentPool", "NodeRemoval",
-    "PolicyObject", "QueueLagSample", "ReplicaError", "SpotNotice", "TimedPod", "Workload", "WorkloadError",
-    "bench_documents", "demo_documents", "from_documents", "generate_workload", "generated_documents",
-    "load_workload", "parse_generator", "policy_kind", "policy_observed", "pool_policies", "write_pools_file",
-    "replica_manifest", "replica_pod", "write_documents",
+    "ANNOTATION_ARRIVAL",
+    "ANNOTATION_RUN",
+    "GENERATORS",
+    "LABEL_AGENT_POOL",
+    "AgentPool",
+    "NodeRemoval",
+    "PolicyObject",
+    "QueueLagSample",
+    "ReplicaError",
+    "SpotNotice",
+    "TimedPod",
+    "Workload",
+    "WorkloadError",
+    "bench_documents",
+    "demo_documents",
+    "from_documents",
+    "generate_workload",
+    "generated_documents",
+    "load_workload",
+    "parse_generator",
+    "policy_kind",
+    "policy_observed",
+    "pool_policies",
+    "write_pools_file",
+    "replica_manifest",
+    "replica_pod",
+    "write_documents",
 ]
 
 
@@ -58,8 +80,10 @@ def load_workload(path: Path, *, nodes_csv: Path | None = None) -> Workload:
         raise WorkloadError(f"{path}: no such file or directory")
     if path.suffix.lower() == ".csv":
         if not is_pod_list(path):
-            raise WorkloadError(f"{path}: not a pod list (columns name,cpu_milli,memory_mib,num_gpu,gpu_milli,...); "
-                                "give the pod list, with the node list as --nodes-csv")
+            raise WorkloadError(
+                f"{path}: not a pod list (columns name,cpu_milli,memory_mib,num_gpu,gpu_milli,...); "
+                "give the pod list, with the node list as --nodes-csv"
+            )
         return load_trace(path, nodes_csv)
     return load_manifests(path)
 
@@ -68,8 +92,9 @@ def parse_generator(spec: str) -> tuple[str, int]:
     """``"demo"`` → ("demo", 1); ``"demo:7"`` → ("demo", 7)."""
     name, _, seed_text = spec.partition(":")
     if name not in GENERATORS:
-        raise WorkloadError(f"unknown generator {name!r}; choose one of {', '.join(GENERATORS)} "
-                            "(optionally with a seed, e.g. demo:7)")
+        raise WorkloadError(
+            f"unknown generator {name!r}; choose one of {', '.join(GENERATORS)} (optionally with a seed, e.g. demo:7)"
+        )
     try:
         seed = int(seed_text) if seed_text else 1
     except ValueError:

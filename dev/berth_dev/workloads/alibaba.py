@@ -28,9 +28,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from berth.kube.manifests import EPOCH, LABEL_GPU_COUNT, LABEL_GPU_MEMORY, LABEL_GPU_PRODUCT
 from berth.schemas.cluster import (
     Affinity,
     GpuDevice,
@@ -40,12 +37,26 @@ from berth.schemas.cluster import (
     NodeSelectorTerm,
     PodInfo,
 )
+from pydantic import ValidationError
+
+from berth.kube.manifests import EPOCH, LABEL_GPU_COUNT, LABEL_GPU_MEMORY, LABEL_GPU_PRODUCT
 
 from .model import TimedPod, Workload, WorkloadError, sort_pods
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-               "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+POD_COLUMNS = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
 GPU_NODE_LIST = "openb_node_list_gpu_node.csv"
 DEFAULT_POD_LIST = "openb_pod_list_default.csv"
 NAMESPACE = "default"
@@ -94,14 +105,20 @@ def _node(path: Path, line: int, row: Mapping[str, str]) -> NodeInfo:
         labels[LABEL_GPU_COUNT] = str(gpus)
         if memory_mib:
             labels[LABEL_GPU_MEMORY] = str(memory_mib)
-    resources = {"cpu": _int(path, line, row, "cpu_milli"), "memory": _int(path, line, row, "memory_mib") * 2**20,
-                 "pods": MAX_PODS_PER_NODE}
+    resources = {
+        "cpu": _int(path, line, row, "cpu_milli"),
+        "memory": _int(path, line, row, "memory_mib") * 2**20,
+        "pods": MAX_PODS_PER_NODE,
+    }
     if gpus:
         resources["nvidia.com/gpu"] = gpus
     try:
         return NodeInfo(
-            name=name, uid=str(uuid.uuid5(_UID_NAMESPACE, f"node/{name}")), labels=labels,
-            capacity=resources, allocatable=dict(resources),
+            name=name,
+            uid=str(uuid.uuid5(_UID_NAMESPACE, f"node/{name}")),
+            labels=labels,
+            capacity=resources,
+            allocatable=dict(resources),
             gpus=tuple(GpuDevice(index=i, model=model, memory_mib=memory_mib) for i in range(gpus)),
         )
     except ValidationError as exc:
@@ -119,17 +136,30 @@ def _pod(path: Path, line: int, row: Mapping[str, str], first_creation: int) -> 
         requests["nvidia.com/gpu"] = num_gpu
     elif num_gpu and 0 < gpu_milli < 1000:
         if num_gpu > 1:
-            raise WorkloadError(f"{path}:{line}: pod {name!r}: a share of {gpu_milli} milli on each of "
-                                f"{num_gpu} GPUs cannot be expressed; a GPU share is of one device")
+            raise WorkloadError(
+                f"{path}:{line}: pod {name!r}: a share of {gpu_milli} milli on each of "
+                f"{num_gpu} GPUs cannot be expressed; a GPU share is of one device"
+            )
         fraction = gpu_milli
         annotations["gpu-fraction"] = f"{gpu_milli / 1000:g}"
     models = tuple(m.strip() for m in (row.get("gpu_spec") or "").split("|") if m.strip())
     affinity = None
     if models:
-        affinity = Affinity(node_affinity=NodeAffinity(required=(NodeSelectorTerm(match_expressions=(
-            NodeSelectorRequirement(key=LABEL_GPU_PRODUCT, operator="In", values=models),)),)))
-    labels = {"alibaba.com/qos": (row.get("qos") or "").strip() or "unknown",
-              "alibaba.com/trace-phase": (row.get("pod_phase") or "").strip() or "unknown"}
+        affinity = Affinity(
+            node_affinity=NodeAffinity(
+                required=(
+                    NodeSelectorTerm(
+                        match_expressions=(
+                            NodeSelectorRequirement(key=LABEL_GPU_PRODUCT, operator="In", values=models),
+                        )
+                    ),
+                )
+            )
+        )
+    labels = {
+        "alibaba.com/qos": (row.get("qos") or "").strip() or "unknown",
+        "alibaba.com/trace-phase": (row.get("pod_phase") or "").strip() or "unknown",
+    }
     created = _int(path, line, row, "creation_time")
     scheduled_text = (row.get("scheduled_time") or "").strip()
     run_s = None
@@ -137,9 +167,16 @@ def _pod(path: Path, line: int, row: Mapping[str, str], first_creation: int) -> 
         run_s = float(max(0, _int(path, line, row, "deletion_time") - _int(path, line, row, "scheduled_time")))
     try:
         pod = PodInfo(
-            uid=str(uuid.uuid5(_UID_NAMESPACE, f"pod/{NAMESPACE}/{name}")), namespace=NAMESPACE, name=name,
-            labels=labels, annotations=annotations, scheduler_name="berth", requests=requests,
-            gpu_fraction_milli=fraction, affinity=affinity, creation_time=EPOCH,
+            uid=str(uuid.uuid5(_UID_NAMESPACE, f"pod/{NAMESPACE}/{name}")),
+            namespace=NAMESPACE,
+            name=name,
+            labels=labels,
+            annotations=annotations,
+            scheduler_name="berth",
+            requests=requests,
+            gpu_fraction_milli=fraction,
+            affinity=affinity,
+            creation_time=EPOCH,
         )
     except ValidationError as exc:
         raise WorkloadError(f"{path}:{line}: pod {name!r}: {exc.errors(include_url=False)[0]['msg']}") from None

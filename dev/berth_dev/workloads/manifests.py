@@ -53,8 +53,7 @@ TIMELINE_KIND = "Timeline"
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
 class _SpotNotice(_Spec):
@@ -99,10 +98,17 @@ class _QueueLagBurst(_Spec):
             height = 1.0 - abs(2.0 * k / steps - 1.0)
             tokens = self.base_tokens + round((self.peak_tokens - self.base_tokens) * height)
             sessions = round(self.active_sessions * max(height, 0.1)) if self.active_sessions else 0
-            out.append(QueueLagSample(
-                pool=self.pool, namespace=self.namespace, at_s=self.at_seconds + k * self.interval_seconds,
-                tokens_in_queue=max(0, tokens), token_rate=self.token_rate, active_sessions=sessions,
-                mean_context_tokens=self.mean_context_tokens))
+            out.append(
+                QueueLagSample(
+                    pool=self.pool,
+                    namespace=self.namespace,
+                    at_s=self.at_seconds + k * self.interval_seconds,
+                    tokens_in_queue=max(0, tokens),
+                    token_rate=self.token_rate,
+                    active_sessions=sessions,
+                    mean_context_tokens=self.mean_context_tokens,
+                )
+            )
         return out
 
 
@@ -126,8 +132,11 @@ def _split(documents: Iterable[Any]) -> tuple[list[Any], list[tuple[int, Mapping
         if _is_timeline(doc):
             timelines.append((number, doc))
             objects.append(None)
-        elif (isinstance(doc, Mapping) and str(doc.get("kind", "")).endswith("List")
-              and isinstance(doc.get("items"), list)):
+        elif (
+            isinstance(doc, Mapping)
+            and str(doc.get("kind", "")).endswith("List")
+            and isinstance(doc.get("items"), list)
+        ):
             timelines += [(number, item) for item in doc["items"] if _is_timeline(item)]
             objects.append({**doc, "items": [item for item in doc["items"] if not _is_timeline(item)]})
         else:
@@ -142,8 +151,9 @@ def _seconds(pod_ref: str, annotations: Mapping[str, str], key: str) -> float | 
     try:
         value = float(text)
     except ValueError:
-        raise WorkloadError(f"Pod {pod_ref}: metadata.annotations.{key}: {text!r} must be a number "
-                            "of seconds, e.g. \"90\" or \"2.5\"") from None
+        raise WorkloadError(
+            f'Pod {pod_ref}: metadata.annotations.{key}: {text!r} must be a number of seconds, e.g. "90" or "2.5"'
+        ) from None
     if not math.isfinite(value) or value < 0:
         raise WorkloadError(f"Pod {pod_ref}: metadata.annotations.{key}: {text!r} must be >= 0")
     return value
@@ -151,13 +161,15 @@ def _seconds(pod_ref: str, annotations: Mapping[str, str], key: str) -> float | 
 
 def _timeline(number: int, doc: Mapping[str, Any]) -> _TimelineSpec:
     if doc.get("apiVersion") != TIMELINE_API_VERSION:
-        raise WorkloadError(f"Timeline (document {number}): apiVersion: {doc.get('apiVersion')!r} "
-                            f"must be {TIMELINE_API_VERSION}")
+        raise WorkloadError(
+            f"Timeline (document {number}): apiVersion: {doc.get('apiVersion')!r} must be {TIMELINE_API_VERSION}"
+        )
     try:
         return _TimelineSpec.model_validate(doc.get("spec") or {})
     except ValidationError as exc:
-        problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors(include_url=False))
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
         raise WorkloadError(f"Timeline (document {number}): {problems}") from None
 
 
@@ -192,10 +204,18 @@ def from_documents(documents: Iterable[Any], *, name: str = "manifests") -> Work
         spec = _timeline(number, doc)
         spot += [SpotNotice(s.node, s.at_seconds, s.notice_seconds, s.provider) for s in spec.spot_notices]
         removals += [NodeRemoval(r.node, r.at_seconds) for r in spec.node_removals]
-        lag += [QueueLagSample(pool=q.pool, namespace=q.namespace, at_s=q.at_seconds,
-                               tokens_in_queue=q.tokens_in_queue, token_rate=q.token_rate,
-                               active_sessions=q.active_sessions, mean_context_tokens=q.mean_context_tokens)
-                for q in spec.queue_lag]
+        lag += [
+            QueueLagSample(
+                pool=q.pool,
+                namespace=q.namespace,
+                at_s=q.at_seconds,
+                tokens_in_queue=q.tokens_in_queue,
+                token_rate=q.token_rate,
+                active_sessions=q.active_sessions,
+                mean_context_tokens=q.mean_context_tokens,
+            )
+            for q in spec.queue_lag
+        ]
         for burst in spec.queue_lag_bursts:
             lag += burst.samples()
     node_names = {node.name for node in bundle.nodes}
@@ -207,14 +227,22 @@ def from_documents(documents: Iterable[Any], *, name: str = "manifests") -> Work
     pool_keys = {pool.key for pool in pools}
     for sample in lag:
         if f"{sample.namespace}/{sample.pool}" not in pool_keys:
-            warnings.append(f"Timeline: queue lag for {sample.namespace}/{sample.pool}, which is not an "
-                            "AgentPool of this workload (published anyway)")
+            warnings.append(
+                f"Timeline: queue lag for {sample.namespace}/{sample.pool}, which is not an "
+                "AgentPool of this workload (published anyway)"
+            )
             pool_keys.add(f"{sample.namespace}/{sample.pool}")  # warn once per pool
     return Workload(
         name=name,
         nodes=bundle.nodes,
-        policies=(*bundle.namespaces, *bundle.priority_classes, *bundle.limit_ranges, *bundle.resource_quotas,
-                  *bundle.pod_disruption_budgets, *bundle.pod_groups),
+        policies=(
+            *bundle.namespaces,
+            *bundle.priority_classes,
+            *bundle.limit_ranges,
+            *bundle.resource_quotas,
+            *bundle.pod_disruption_budgets,
+            *bundle.pod_groups,
+        ),
         pods=sort_pods(pods),
         pools=pools,
         spot_notices=tuple(sorted(spot, key=lambda s: s.at_s)),
@@ -232,8 +260,7 @@ def read_documents(path: Path) -> list[Any]:
             return [json.loads(text)]
         return list(yaml.safe_load_all(text))
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise WorkloadError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
-                            f"{exc}") from exc
+        raise WorkloadError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}") from exc
 
 
 def load_manifests(path: Path) -> Workload:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Union
 
-from berth.kube.replicas import AgentPool
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import (
     LimitRangeInfo,
@@ -24,14 +23,17 @@ from berth.schemas.policy import (
     ResourceQuotaInfo,
 )
 
+from berth.kube.replicas import AgentPool
+
 ANNOTATION_ARRIVAL = "sim.berth.io/arrival-seconds"
 """Pod annotation: when the pod is created, in simulated seconds from the start (default 0)."""
 ANNOTATION_RUN = "sim.berth.io/run-seconds"
 """Pod annotation: how long the pod runs once bound before it is deleted (default: forever)."""
 
 
-PolicyObject = Union[NamespaceInfo, PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo,
-                     PodDisruptionBudgetInfo]
+PolicyObject = Union[
+    NamespaceInfo, PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo, PodDisruptionBudgetInfo
+]
 _POLICY_KINDS: dict[type, tuple[str, str]] = {
     NamespaceInfo: ("Namespace", "namespace_info"),
     PodGroupInfo: ("PodGroup", "pod_group"),

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from hashlib import sha256
 
-from berth.core.engine import Outcome, Placement
 from berth.schemas import NodeInfo, PodInfo
+
+from berth.core.engine import Outcome, Placement
 
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
@@ -69,14 +70,21 @@ class FakeEngine:
                     chosen.append((name, pod))
                     break
             else:
-                return Outcome(message=f"0/{len(self.nodes)} nodes are available: "
-                                       f"{len(self.nodes)} Insufficient resources.")
+                return Outcome(
+                    message=f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} Insufficient resources."
+                )
         for name, pod in chosen:
             self.pods[pod.uid] = (name, pod)
         return Outcome(placements=tuple(Placement(pod=p, node=n) for n, p in chosen))
 
-    def schedule(self, pod: PodInfo, *, preempt: bool = True, profile: str | None = None,
-                 extra_scores: Sequence[tuple[str, int]] = ()) -> Outcome:
+    def schedule(
+        self,
+        pod: PodInfo,
+        *,
+        preempt: bool = True,
+        profile: str | None = None,
+        extra_scores: Sequence[tuple[str, int]] = (),
+    ) -> Outcome:
         if extra_scores:
             self.calls.append(f"scored {pod.uid} {list(extra_scores)}")
         return self._place_all([pod])

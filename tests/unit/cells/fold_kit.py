@@ -10,18 +10,32 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from berth.schemas import InputPosition, NodeInfo, OwnerReference, PodInfo, PodRouted
+from berth.schemas.samples import T0
+
 from berth.cells.context import CellContext
 from berth.cells.nodes import NodeBook, observe_node
 from berth.cells.queue import QueueState
 from berth.cells.records import Recorder
 from berth.core.config import default_document
 from berth.core.engine import Engine
-from berth.schemas import InputPosition, NodeInfo, OwnerReference, PodInfo, PodRouted
-from berth.schemas.samples import T0
 from tests.unit.core.builders import node, pod
 
-__all__ = ["CONFIG_HASH", "SCHEDULER", "T0", "at", "context", "engine", "node", "pending", "pod", "position",
-           "replica", "routed", "small_node"]
+__all__ = [
+    "CONFIG_HASH",
+    "SCHEDULER",
+    "T0",
+    "at",
+    "context",
+    "engine",
+    "node",
+    "pending",
+    "pod",
+    "position",
+    "replica",
+    "routed",
+    "small_node",
+]
 
 SCHEDULER = "berth"
 CONFIG_HASH = "c" * 64
@@ -41,12 +55,17 @@ def engine() -> Engine:
     return Engine(default_document())
 
 
-def small_node(name: str, *, cpu: int = 4000, spot: bool = False, unschedulable: bool = False,
-               price: float | None = None) -> NodeInfo:
+def small_node(
+    name: str, *, cpu: int = 4000, spot: bool = False, unschedulable: bool = False, price: float | None = None
+) -> NodeInfo:
     """A CPU-only node; ``spot`` sets both the capacity type and Karpenter's label, which is what
     the pools' capacity classes select on."""
-    info = node(name, cpu=cpu, unschedulable=unschedulable,
-                labels={"karpenter.sh/capacity-type": "spot" if spot else "on-demand"})
+    info = node(
+        name,
+        cpu=cpu,
+        unschedulable=unschedulable,
+        labels={"karpenter.sh/capacity-type": "spot" if spot else "on-demand"},
+    )
     return info.model_copy(update={"capacity_type": "spot" if spot else "on-demand", "price_per_hour": price})
 
 
@@ -55,15 +74,27 @@ def pending(name: str, *, cpu: int = 100, priority: int = 0, **fields: Any) -> P
     return pod(name, cpu=cpu, priority=priority, **fields)
 
 
-def replica(pool: str, index: int, *, namespace: str = "serving", node_name: str | None = None,
-            cpu: int = 1000, seconds: float = 0) -> PodInfo:
+def replica(
+    pool: str,
+    index: int,
+    *,
+    namespace: str = "serving",
+    node_name: str | None = None,
+    cpu: int = 1000,
+    seconds: float = 0,
+) -> PodInfo:
     """A replica of AgentPool ``namespace/pool`` (owner reference), bound when ``node_name``."""
-    return PodInfo(uid=f"uid-{pool}-{index}", namespace=namespace, name=f"{pool}-{index}", scheduler_name=SCHEDULER,
-                   requests={"cpu": cpu},
-                   owner=OwnerReference(api_version="berth.io/v1alpha1", kind="AgentPool", name=pool,
-                                        controller=True),
-                   node_name=node_name, phase="Running" if node_name else "Pending",
-                   creation_time=at(seconds + index))
+    return PodInfo(
+        uid=f"uid-{pool}-{index}",
+        namespace=namespace,
+        name=f"{pool}-{index}",
+        scheduler_name=SCHEDULER,
+        requests={"cpu": cpu},
+        owner=OwnerReference(api_version="berth.io/v1alpha1", kind="AgentPool", name=pool, controller=True),
+        node_name=node_name,
+        phase="Running" if node_name else "Pending",
+        creation_time=at(seconds + index),
+    )
 
 
 def routed(info: PodInfo, *, tried: tuple[int, ...] = (0,), cells: int = 2, hop: int = 0, **fields: Any) -> PodRouted:
@@ -77,5 +108,6 @@ def context(*nodes: NodeInfo, cell: int = 0, over: Engine | None = None) -> Cell
     book = NodeBook()
     for info in nodes:
         observe_node(book, real, info)
-    return CellContext(cell, real, Recorder(cell, real, CONFIG_HASH, CONFIG_HASH[:12]), book,
-                       QueueState(scheduler_name=SCHEDULER))
+    return CellContext(
+        cell, real, Recorder(cell, real, CONFIG_HASH, CONFIG_HASH[:12]), book, QueueState(scheduler_name=SCHEDULER)
+    )

@@ -4,14 +4,13 @@ an on-demand replica never lands on a GKE, EKS or AKS spot node, a spot replica 
 from __future__ import annotations
 
 import pytest
+from berth.schemas.cluster import NodeSelectorRequirement
 
 from berth.cells import CellConfig
 from berth.cells.pool_placement import constrained
 from berth.core.config import default_document
 from berth.core.engine import Engine
 from berth.kube.capacity import SPOT_LABELS, SpotLabel, with_spot_labels
-from berth.schemas.cluster import NodeSelectorRequirement
-
 from tests.unit.core.builders import node, pod
 
 PROVIDER_SPOT = {
@@ -49,7 +48,8 @@ def test_the_spot_class_keeps_the_pods_own_required_terms():
     assert len(with_zone) == 1 and len(with_zone[0].match_expressions) == len(SPOT_LABELS)
     spot_terms = constrained(base, "spot").affinity.node_affinity.required  # type: ignore[union-attr]
     assert [t.match_expressions for t in spot_terms] == [
-        (NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values),) for label in SPOT_LABELS]
+        (NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values),) for label in SPOT_LABELS
+    ]
 
 
 def test_a_configured_label_defines_spot_for_pool_replicas_and_travels_in_the_cell_config():

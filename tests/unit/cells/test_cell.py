@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from berth.cells import Cell, CellConfig, PoolPolicy
 from berth.schemas import (
     CommandResult,
     CordonNode,
@@ -21,6 +20,8 @@ from berth.schemas import (
     SpotInterruptionNotice,
 )
 from berth.schemas.samples import T0, h100_node
+
+from berth.cells import Cell, CellConfig, PoolPolicy
 
 from .fake_engine import FakeEngine
 
@@ -49,15 +50,22 @@ def node(name: str, gpus: int = 8, **update):
 def pod(name: str, gpus: int = 1, *, priority: int = 0, group: str | None = None, node_name=None, seconds=0):
     from berth.schemas import PodInfo
 
-    info = PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name="berth", priority=priority,
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, pod_group=group,
-                   node_name=node_name, creation_time=T0)
+    info = PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        priority=priority,
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        pod_group=group,
+        node_name=node_name,
+        creation_time=T0,
+    )
     return PodObserved(pod=info, observed_at=T0 + timedelta(seconds=seconds))
 
 
 def placements(decisions):
-    return [(p.name, p.node) for d in decisions for c in d.commands if isinstance(c, PlacePods)
-            for p in c.placements]
+    return [(p.name, p.node) for d in decisions for c in d.commands if isinstance(c, PlacePods) for p in c.placements]
 
 
 def test_pods_are_placed_and_nothing_is_allocated_twice_before_the_cluster_confirms():
@@ -85,10 +93,17 @@ def test_a_failed_binding_releases_the_assumption_and_the_pod_is_retried():
     feed(node("gpu-a", gpus=1))
     [placed] = feed(pod("p1"))
     command = placed.commands[-1]
-    retried = feed(CommandResult(command_id=command.command_id, decision_id=command.decision_id,
-                                 command_type=command.type, status="conflict", reason="node gone",
-                                 applied_at=T0))
-    assert f"remove uid-p1" in engine.calls
+    retried = feed(
+        CommandResult(
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            command_type=command.type,
+            status="conflict",
+            reason="node gone",
+            applied_at=T0,
+        )
+    )
+    assert "remove uid-p1" in engine.calls
     assert placements(retried) == [("p1", "gpu-a")]
     assert retried[0].record.decision_id != placed.record.decision_id
 
@@ -100,9 +115,16 @@ def test_a_conflict_arriving_after_the_bound_echo_does_not_release_the_real_bind
     [placed] = feed(pod("p1"))
     feed(pod("p1", node_name="gpu-a"))
     command = placed.commands[-1]
-    feed(CommandResult(command_id=command.command_id, decision_id=command.decision_id,
-                       command_type=command.type, status="conflict", reason="already bound",
-                       applied_at=T0))
+    feed(
+        CommandResult(
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            command_type=command.type,
+            status="conflict",
+            reason="already bound",
+            applied_at=T0,
+        )
+    )
     assert "uid-p1" in engine.pods and "remove uid-p1" not in engine.calls
 
 
@@ -133,8 +155,11 @@ def test_unchanged_unschedulable_verdicts_are_not_repeated_and_new_capacity_plac
 def test_gangs_wait_for_min_member_then_go_as_one_command():
     feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=8))
-    feed(PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=3),
-                        observed_at=T0))
+    feed(
+        PolicyObserved(
+            kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=3), observed_at=T0
+        )
+    )
     held = feed(pod("t0", gpus=2, group="train"))
     assert held[0].record.outcome == "held" and "1/3" in held[0].record.message
     assert feed(pod("t1", gpus=2, group="train"))[0].record.message.endswith("2/3 members pending or running")
@@ -148,8 +173,11 @@ def test_gangs_wait_for_min_member_then_go_as_one_command():
 def test_a_gang_that_cannot_fit_names_its_members_in_the_verdict():
     feed = Feed(Cell(0, CellConfig(), engine=FakeEngine()))
     feed(node("gpu-a", gpus=2))
-    feed(PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="wide", min_member=2),
-                        observed_at=T0))
+    feed(
+        PolicyObserved(
+            kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="wide", min_member=2), observed_at=T0
+        )
+    )
     feed(pod("w0", gpus=2, group="wide"))
     [decision] = feed(pod("w1", gpus=2, group="wide"))
     assert decision.record.outcome == "unschedulable" and decision.record.subject == "ml/wide"
@@ -171,15 +199,23 @@ def test_spot_notice_cordons_the_node_and_keeps_new_pods_off_it():
 
 
 def test_pools_scale_up_by_the_token_rule_and_down_to_the_stabilized_need_after_cooldown():
-    policy = PoolPolicy(tokens_per_second_per_replica=1000, ttft_slo_ms=2000, min_replicas=1,
-                        max_replicas=20, cooldown_s=300)
+    policy = PoolPolicy(
+        tokens_per_second_per_replica=1000, ttft_slo_ms=2000, min_replicas=1, max_replicas=20, cooldown_s=300
+    )
     feed = Feed(Cell(0, CellConfig(pools={"serving/llama": policy}), engine=FakeEngine()))
 
     def lag(tokens, rate, seconds, ready=2):
         ttft = tokens / rate * 1000 if rate else None
-        return PoolLagState(pool="llama", namespace="serving", tokens_in_queue=tokens, token_rate=rate,
-                            smoothed_token_rate=rate, expected_ttft_ms=ttft, ready_replicas=ready,
-                            updated_at=T0 + timedelta(seconds=seconds))
+        return PoolLagState(
+            pool="llama",
+            namespace="serving",
+            tokens_in_queue=tokens,
+            token_rate=rate,
+            smoothed_token_rate=rate,
+            expected_ttft_ms=ttft,
+            ready_replicas=ready,
+            updated_at=T0 + timedelta(seconds=seconds),
+        )
 
     [up] = feed(lag(30_000, 2000, 0))  # 15 s to first token; ceil(30000 / (1000 × 2)) = 15
     assert isinstance(up.commands[0], ScalePool) and up.commands[0].replicas == 15
@@ -195,8 +231,11 @@ def test_same_inputs_give_byte_identical_decisions():
         feed = Feed(Cell(3, CellConfig(), engine=FakeEngine()))
         for event in [node("gpu-a", gpus=2), pod("p1"), pod("p2", gpus=2), node("gpu-b"), pod("p3", gpus=8)]:
             feed(event)
-        return [json.dumps(d.record.model_dump(mode="json"), sort_keys=True)
-                + "".join(c.model_dump_json() for c in d.commands) for d in feed.decisions]
+        return [
+            json.dumps(d.record.model_dump(mode="json"), sort_keys=True)
+            + "".join(c.model_dump_json() for c in d.commands)
+            for d in feed.decisions
+        ]
 
     first, second = run(), run()
     assert first == second and len(first) == 4

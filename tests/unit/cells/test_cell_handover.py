@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth.cells import Cell, CellConfig
-from berth.cells.handovers import HANDOVER_RETRY_TICKS
 from berth.schemas import CellTick, HandOverPod, PlacePods, PodDeleted, PodObserved, PodRouted
 from berth.schemas.samples import T0
+
+from berth.cells import Cell, CellConfig
+from berth.cells.handovers import HANDOVER_RETRY_TICKS
 
 from .fake_engine import FakeEngine
 from .test_cell import Feed, node, placements, pod
@@ -16,8 +17,9 @@ CELLS = 2
 
 
 def routed(event: PodObserved, *, tried=(0,), hop=0, started=T0, at=None) -> PodRouted:
-    return PodRouted(pod=event.pod, tried=tried, cells=CELLS, hop=hop, round_started_at=started,
-                     observed_at=at or event.observed_at)
+    return PodRouted(
+        pod=event.pod, tried=tried, cells=CELLS, hop=hop, round_started_at=started, observed_at=at or event.observed_at
+    )
 
 
 def hand_overs(decisions):
@@ -35,7 +37,11 @@ def test_a_pod_with_untried_cells_is_handed_over_and_its_echoes_are_ignored():
     [command] = decision.commands
     assert isinstance(command, HandOverPod)
     assert (command.cell, command.pod_uid, command.hop, command.decision_id) == (
-        0, "uid-second", 3, decision.record.decision_id)
+        0,
+        "uid-second",
+        3,
+        decision.record.decision_id,
+    )
     assert feed.cell.pending_count == 1  # only "first", in flight; "second" is gone from here
     # An update the inventory routed here before it acted on the hand-over: not queued again.
     calls = len(engine.calls)
@@ -94,26 +100,31 @@ def test_pinned_pods_are_never_handed_over():
 
 def _core_pod(name: str, gpus: int, priority: int) -> PodObserved:
     event = pod(name, gpus=gpus, priority=priority)
-    tolerant = event.pod.model_validate({**event.pod.model_dump(),
-                                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
+    tolerant = event.pod.model_validate(
+        {**event.pod.model_dump(), "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    )
     return event.model_copy(update={"pod": tolerant})
 
 
 def test_a_cell_with_untried_cells_hands_over_instead_of_preempting():
     """kube-scheduler preempts only when no node of the cluster fits; a cell cannot know that
     while other cells are untried, so only the last cell of a round may preempt."""
-    from berth.schemas.samples import h100_node
     from berth.schemas import NodeObserved, PolicyObserved, PriorityClassInfo
+    from berth.schemas.samples import h100_node
 
     def cell_with_low_priority_pod():
         feed = Feed(Cell(0, CellConfig()))
         feed(NodeObserved(node=h100_node("gpu-a"), observed_at=T0))
-        feed(PolicyObserved(kind="PriorityClass", observed_at=T0,
-                            priority_class=PriorityClassInfo(name="high", value=1000)))
+        feed(
+            PolicyObserved(
+                kind="PriorityClass", observed_at=T0, priority_class=PriorityClassInfo(name="high", value=1000)
+            )
+        )
         [placed] = feed(_core_pod("low", 8, 0))
         [command] = placed.commands
-        low = _core_pod("low", 8, 0).pod.model_copy(update={"node_name": "gpu-a",
-                                                              "gpu_devices": command.placements[0].gpu_devices})
+        low = _core_pod("low", 8, 0).pod.model_copy(
+            update={"node_name": "gpu-a", "gpu_devices": command.placements[0].gpu_devices}
+        )
         feed(PodObserved(pod=low, observed_at=T0))
         return feed
 
@@ -148,6 +159,8 @@ def test_the_last_cell_counts_the_nodes_of_every_cell_of_the_round_in_its_messag
     assert verdict.record.outcome == "unschedulable"
     # The first cell's preemption found nothing to free on its 2 nodes: they count there too.
     assert command.rejected.preemption == {"Preemption is not helpful for scheduling": 2}
-    assert verdict.record.message == ("0/5 nodes are available: 5 Insufficient nvidia.com/gpu. no new claims to "
-                                      "deallocate, preemption: 0/5 nodes are available: 5 Preemption is not helpful "
-                                      "for scheduling.")
+    assert verdict.record.message == (
+        "0/5 nodes are available: 5 Insufficient nvidia.com/gpu. no new claims to "
+        "deallocate, preemption: 0/5 nodes are available: 5 Preemption is not helpful "
+        "for scheduling."
+    )

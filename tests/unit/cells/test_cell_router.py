@@ -10,13 +10,6 @@ from datetime import timedelta
 from functools import wraps
 
 import pytest
-
-from berth import cells
-from berth.cells import cell as cell_module
-from berth.cells import gangs, handovers, pool_scaling, queue, spot_drain
-from berth.cells.cell import HANDLERS
-from berth.cells.nodes import reserve, show
-from berth.cells.pools import parse_pools
 from berth.schemas import (
     CellTick,
     CommandResult,
@@ -36,15 +29,38 @@ from berth.schemas.policy import AgentPoolInfo, PodGroupInfo
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import DECISION_INPUTS, CellInput
 
+from berth import cells
+from berth.cells import cell as cell_module
+from berth.cells import gangs, handovers, pool_scaling, queue, spot_drain
+from berth.cells.cell import HANDLERS
+from berth.cells.nodes import reserve, show
+from berth.cells.pools import parse_pools
+
 from .fold_kit import T0, at, pending, position, replica, routed, small_node
 
 KEY = "serving/llama"
-POOLS = parse_pools({"pools": {KEY: {"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "maxReplicas": 8,
-                                     "scheduling": {"costOptimization": {"spotEnabled": True}}}}})
+POOLS = parse_pools(
+    {
+        "pools": {
+            KEY: {
+                "tokensPerSecondPerReplica": 1000,
+                "ttftSloMs": 2000,
+                "maxReplicas": 8,
+                "scheduling": {"costOptimization": {"spotEnabled": True}},
+            }
+        }
+    }
+)
 SPIED = {
     handovers: ("take_back", "is_given_up", "on_routed", "on_tick"),
-    queue: ("is_schedulable_here", "observe_pending", "observe_bound", "pod_deleted", "on_result",
-            "requeue_unschedulable"),
+    queue: (
+        "is_schedulable_here",
+        "observe_pending",
+        "observe_bound",
+        "pod_deleted",
+        "on_result",
+        "requeue_unschedulable",
+    ),
     gangs: ("member_bound", "member_deleted", "pod_group_observed", "pod_group_removed"),
     spot_drain: ("track_bound", "pod_gone", "on_spot", "advance_moves"),
     pool_scaling: ("on_agent_pool", "drop_agent_pool", "on_lag"),
@@ -94,6 +110,7 @@ def spied(monkeypatch) -> Callable[[cells.Cell], list[str]]:
             def logged(*args, **kwargs):
                 log.append(name)
                 return function(*args, **kwargs)
+
             return logged
 
         for module, names in SPIED.items():
@@ -120,8 +137,7 @@ def observed(info: PodInfo) -> PodObserved:
 
 
 def deleted(info: PodInfo) -> PodDeleted:
-    return PodDeleted(uid=info.uid, namespace=info.namespace, name=info.name, node_name=info.node_name,
-                      observed_at=T0)
+    return PodDeleted(uid=info.uid, namespace=info.namespace, name=info.name, node_name=info.node_name, observed_at=T0)
 
 
 POD = pending("p")
@@ -136,6 +152,7 @@ def given_up(event) -> Callable[[cells.Cell], object]:
     def setup(cell: cells.Cell):
         cell.handovers.handed_over[POD.uid] = 1
         return event
+
     return setup
 
 
@@ -144,21 +161,36 @@ def evicting(event) -> Callable[[cells.Cell], object]:
         cell.queue.evicting[POD.uid] = (BOUND, "cmd-1")
         reserve(cell.nodes, "n1", POD.uid)
         return event
+
     return setup
 
 
 def failed_placement(cell: cells.Cell):
     """A pod placed by the cell, then its binding fails."""
-    [placed] = [c for d in feed(cell, NodeObserved(node=small_node("n1"), observed_at=T0), observed(POD))
-                for c in d.commands if isinstance(c, PlacePods)]
-    return CommandResult(command_id=placed.command_id, decision_id=placed.decision_id,
-                         command_type=placed.type, status="failed", reason="gone", applied_at=T0)
+    [placed] = [
+        c
+        for d in feed(cell, NodeObserved(node=small_node("n1"), observed_at=T0), observed(POD))
+        for c in d.commands
+        if isinstance(c, PlacePods)
+    ]
+    return CommandResult(
+        command_id=placed.command_id,
+        decision_id=placed.decision_id,
+        command_type=placed.type,
+        status="failed",
+        reason="gone",
+        applied_at=T0,
+    )
 
 
 def spot_with_a_replica(cell: cells.Cell):
     """A pool replica on a spot node, room on an on-demand node: the notice opens a move."""
-    feed(cell, NodeObserved(node=small_node("spot-0", spot=True), observed_at=T0),
-         NodeObserved(node=small_node("od-0"), observed_at=T0), observed(replica("llama", 0, node_name="spot-0")))
+    feed(
+        cell,
+        NodeObserved(node=small_node("spot-0", spot=True), observed_at=T0),
+        NodeObserved(node=small_node("od-0"), observed_at=T0),
+        observed(replica("llama", 0, node_name="spot-0")),
+    )
     return SpotInterruptionNotice(node="spot-0", issued_at=at(10), deadline=at(130))
 
 
@@ -168,63 +200,139 @@ def tick_with_an_open_move(cell: cells.Cell):
     return CellTick(issued_at=at(11))
 
 
-POD_GROUP = PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ns", name="g", min_member=2),
-                           observed_at=T0)
-AGENT_POOL = PolicyObserved(kind="AgentPool", agent_pool=AgentPoolInfo(namespace="serving", name="llama",
-                                                                       spec={"maxReplicas": 3}), observed_at=T0)
-LAG = PoolLagState(pool="llama", namespace="serving", tokens_in_queue=10, token_rate=100.0, smoothed_token_rate=100.0,
-                   ready_replicas=1, updated_at=T0)
+POD_GROUP = PolicyObserved(
+    kind="PodGroup", pod_group=PodGroupInfo(namespace="ns", name="g", min_member=2), observed_at=T0
+)
+AGENT_POOL = PolicyObserved(
+    kind="AgentPool",
+    agent_pool=AgentPoolInfo(namespace="serving", name="llama", spec={"maxReplicas": 3}),
+    observed_at=T0,
+)
+LAG = PoolLagState(
+    pool="llama",
+    namespace="serving",
+    tokens_in_queue=10,
+    token_rate=100.0,
+    smoothed_token_rate=100.0,
+    ready_replicas=1,
+    updated_at=T0,
+)
 PENDING_HERE = ["queue.is_schedulable_here", "handovers.is_given_up", "queue.observe_pending"]
 REQUEUE = "queue.requeue_unschedulable"
 ROUND = "schedule_round"
 
 
-@pytest.mark.parametrize(("setup", "calls"), [
-    pytest.param(plain(NodeObserved(node=small_node("n1"), observed_at=T0)), ["observe_node", REQUEUE, ROUND],
-                 id="node-observed"),
-    pytest.param(plain(NodeRemoved(name="n1", observed_at=T0)), ["forget_node", ROUND], id="node-removed"),
-    pytest.param(plain(observed(POD)), [*PENDING_HERE, ROUND], id="pod-pending"),
-    pytest.param(plain(observed(POD.model_copy(update={"scheduler_name": "other"}))),
-                 ["queue.is_schedulable_here", ROUND], id="pod-of-another-scheduler"),
-    pytest.param(given_up(observed(POD)), ["queue.is_schedulable_here", "handovers.is_given_up", ROUND],
-                 id="pod-pending-given-up-is-ignored"),
-    pytest.param(plain(observed(BOUND)),
-                 ["handovers.take_back", "queue.observe_bound", "spot_drain.track_bound", "gangs.member_bound", ROUND],
-                 id="pod-bound"),
-    pytest.param(evicting(observed(BOUND)), ["handovers.take_back", "queue.observe_bound", ROUND],
-                 id="victim-still-bound-changes-nothing"),
-    pytest.param(plain(routed(POD)), ["handovers.take_back", *PENDING_HERE, "handovers.on_routed", ROUND],
-                 id="pod-routed"),
-    pytest.param(given_up(deleted(POD)), ["handovers.take_back", ROUND], id="deleted-after-hand-over-only-taken-back"),
-    pytest.param(plain(deleted(BOUND)),
-                 ["handovers.take_back", "spot_drain.pod_gone", "queue.pod_deleted", "gangs.member_deleted",
-                  "engine.remove_pod", REQUEUE, ROUND], id="pod-deleted"),
-    pytest.param(evicting(deleted(BOUND)),
-                 ["handovers.take_back", "spot_drain.pod_gone", "queue.pod_deleted", "release_reservations",
-                  "gangs.member_deleted", "engine.remove_pod", REQUEUE, ROUND], id="victim-deleted"),
-    pytest.param(plain(POD_GROUP), ["engine.upsert_policy", "gangs.pod_group_observed", REQUEUE, ROUND],
-                 id="pod-group-observed"),
-    pytest.param(plain(AGENT_POOL), ["pool_scaling.on_agent_pool", ROUND], id="agent-pool-observed"),
-    pytest.param(plain(PolicyRemoved(kind="PodGroup", namespace="ns", name="g", observed_at=T0)),
-                 ["engine.remove_policy", "gangs.pod_group_removed", REQUEUE, ROUND], id="pod-group-removed"),
-    pytest.param(plain(PolicyRemoved(kind="AgentPool", namespace="serving", name="llama", observed_at=T0)),
-                 ["pool_scaling.drop_agent_pool", ROUND], id="agent-pool-removed"),
-    pytest.param(plain(CommandResult(command_id="cmd-x", decision_id="d", command_type="x", status="failed",
-                                     applied_at=T0)),
-                 ["queue.on_result", "release_reservations", ROUND], id="result-of-nothing-in-flight"),
-    pytest.param(failed_placement, ["queue.on_result", "engine.remove_pod", "release_reservations", REQUEUE, ROUND],
-                 id="failed-placement-releases-capacity"),
-    pytest.param(plain(SpotInterruptionNotice(node="n9", issued_at=T0, deadline=T0 + timedelta(minutes=2))),
-                 ["spot_drain.on_spot", ROUND], id="spot-notice-unknown-node"),
-    pytest.param(spot_with_a_replica, ["spot_drain.on_spot", "spot_drain.advance_moves", ROUND],
-                 id="spot-notice-opens-a-move"),
-    pytest.param(plain(LAG), ["pool_scaling.on_lag", ROUND], id="lag-state"),
-    pytest.param(plain(CellTick(issued_at=T0)), ["handovers.on_tick", ROUND], id="tick"),
-    pytest.param(tick_with_an_open_move, ["handovers.on_tick", "spot_drain.advance_moves", ROUND],
-                 id="any-input-advances-open-moves"),
-    pytest.param(plain(next(e for e in one_of_each() if type(e).__name__ == "GpuTelemetry")), [ROUND],
-                 id="not-a-cell-input"),
-])
+@pytest.mark.parametrize(
+    ("setup", "calls"),
+    [
+        pytest.param(
+            plain(NodeObserved(node=small_node("n1"), observed_at=T0)),
+            ["observe_node", REQUEUE, ROUND],
+            id="node-observed",
+        ),
+        pytest.param(plain(NodeRemoved(name="n1", observed_at=T0)), ["forget_node", ROUND], id="node-removed"),
+        pytest.param(plain(observed(POD)), [*PENDING_HERE, ROUND], id="pod-pending"),
+        pytest.param(
+            plain(observed(POD.model_copy(update={"scheduler_name": "other"}))),
+            ["queue.is_schedulable_here", ROUND],
+            id="pod-of-another-scheduler",
+        ),
+        pytest.param(
+            given_up(observed(POD)),
+            ["queue.is_schedulable_here", "handovers.is_given_up", ROUND],
+            id="pod-pending-given-up-is-ignored",
+        ),
+        pytest.param(
+            plain(observed(BOUND)),
+            ["handovers.take_back", "queue.observe_bound", "spot_drain.track_bound", "gangs.member_bound", ROUND],
+            id="pod-bound",
+        ),
+        pytest.param(
+            evicting(observed(BOUND)),
+            ["handovers.take_back", "queue.observe_bound", ROUND],
+            id="victim-still-bound-changes-nothing",
+        ),
+        pytest.param(
+            plain(routed(POD)), ["handovers.take_back", *PENDING_HERE, "handovers.on_routed", ROUND], id="pod-routed"
+        ),
+        pytest.param(
+            given_up(deleted(POD)), ["handovers.take_back", ROUND], id="deleted-after-hand-over-only-taken-back"
+        ),
+        pytest.param(
+            plain(deleted(BOUND)),
+            [
+                "handovers.take_back",
+                "spot_drain.pod_gone",
+                "queue.pod_deleted",
+                "gangs.member_deleted",
+                "engine.remove_pod",
+                REQUEUE,
+                ROUND,
+            ],
+            id="pod-deleted",
+        ),
+        pytest.param(
+            evicting(deleted(BOUND)),
+            [
+                "handovers.take_back",
+                "spot_drain.pod_gone",
+                "queue.pod_deleted",
+                "release_reservations",
+                "gangs.member_deleted",
+                "engine.remove_pod",
+                REQUEUE,
+                ROUND,
+            ],
+            id="victim-deleted",
+        ),
+        pytest.param(
+            plain(POD_GROUP),
+            ["engine.upsert_policy", "gangs.pod_group_observed", REQUEUE, ROUND],
+            id="pod-group-observed",
+        ),
+        pytest.param(plain(AGENT_POOL), ["pool_scaling.on_agent_pool", ROUND], id="agent-pool-observed"),
+        pytest.param(
+            plain(PolicyRemoved(kind="PodGroup", namespace="ns", name="g", observed_at=T0)),
+            ["engine.remove_policy", "gangs.pod_group_removed", REQUEUE, ROUND],
+            id="pod-group-removed",
+        ),
+        pytest.param(
+            plain(PolicyRemoved(kind="AgentPool", namespace="serving", name="llama", observed_at=T0)),
+            ["pool_scaling.drop_agent_pool", ROUND],
+            id="agent-pool-removed",
+        ),
+        pytest.param(
+            plain(CommandResult(command_id="cmd-x", decision_id="d", command_type="x", status="failed", applied_at=T0)),
+            ["queue.on_result", "release_reservations", ROUND],
+            id="result-of-nothing-in-flight",
+        ),
+        pytest.param(
+            failed_placement,
+            ["queue.on_result", "engine.remove_pod", "release_reservations", REQUEUE, ROUND],
+            id="failed-placement-releases-capacity",
+        ),
+        pytest.param(
+            plain(SpotInterruptionNotice(node="n9", issued_at=T0, deadline=T0 + timedelta(minutes=2))),
+            ["spot_drain.on_spot", ROUND],
+            id="spot-notice-unknown-node",
+        ),
+        pytest.param(
+            spot_with_a_replica,
+            ["spot_drain.on_spot", "spot_drain.advance_moves", ROUND],
+            id="spot-notice-opens-a-move",
+        ),
+        pytest.param(plain(LAG), ["pool_scaling.on_lag", ROUND], id="lag-state"),
+        pytest.param(plain(CellTick(issued_at=T0)), ["handovers.on_tick", ROUND], id="tick"),
+        pytest.param(
+            tick_with_an_open_move,
+            ["handovers.on_tick", "spot_drain.advance_moves", ROUND],
+            id="any-input-advances-open-moves",
+        ),
+        pytest.param(
+            plain(next(e for e in one_of_each() if type(e).__name__ == "GpuTelemetry")), [ROUND], id="not-a-cell-input"
+        ),
+    ],
+)
 def test_router_calls_the_folds_in_order(spied, setup, calls):
     cell = new_cell()
     event = setup(cell)
@@ -248,19 +356,27 @@ def test_a_pod_deleted_after_its_hand_over_is_only_taken_back():
     assert cell.handle(deleted(POD), position(1)) == []
     assert cell.handovers.handed_over == {}
     assert (cell.queue.evicting, cell.nodes.reserving, cell.gangs.bound, cell.drain.pod_node, cell.pools.pod_pool) == (
-        {POD.uid: (BOUND, "cmd-1")}, {"n1": {POD.uid}}, {("ns", "g"): {POD.uid}}, {POD.uid: "n1"}, {POD.uid: KEY})
+        {POD.uid: (BOUND, "cmd-1")},
+        {"n1": {POD.uid}},
+        {("ns", "g"): {POD.uid}},
+        {POD.uid: "n1"},
+        {POD.uid: KEY},
+    )
     assert cell.engine.state.placed_pod(POD.uid) is not None
     assert cell.engine.state.node("n1").unschedulable
 
 
-@pytest.mark.parametrize(("kind", "event", "changed"), [
-    pytest.param(NodeObserved, NodeObserved(node=small_node("n1"), observed_at=T0), True, id="node-observed"),
-    pytest.param(NodeRemoved, NodeRemoved(name="n1", observed_at=T0), False, id="node-removed"),
-    pytest.param(PodObserved, observed(POD), False, id="pod-observed"),
-    pytest.param(PodDeleted, deleted(POD), True, id="pod-deleted"),
-    pytest.param(PolicyObserved, POD_GROUP, True, id="policy-observed"),
-    pytest.param(PolicyObserved, AGENT_POOL, False, id="agent-pool-observed"),
-    pytest.param(CellTick, CellTick(issued_at=T0), False, id="tick"),
-])
+@pytest.mark.parametrize(
+    ("kind", "event", "changed"),
+    [
+        pytest.param(NodeObserved, NodeObserved(node=small_node("n1"), observed_at=T0), True, id="node-observed"),
+        pytest.param(NodeRemoved, NodeRemoved(name="n1", observed_at=T0), False, id="node-removed"),
+        pytest.param(PodObserved, observed(POD), False, id="pod-observed"),
+        pytest.param(PodDeleted, deleted(POD), True, id="pod-deleted"),
+        pytest.param(PolicyObserved, POD_GROUP, True, id="policy-observed"),
+        pytest.param(PolicyObserved, AGENT_POOL, False, id="agent-pool-observed"),
+        pytest.param(CellTick, CellTick(issued_at=T0), False, id="tick"),
+    ],
+)
 def test_which_inputs_count_as_a_cluster_change(kind, event, changed):
     assert HANDLERS[kind](new_cell(), event, position(1), T0)[1] is changed

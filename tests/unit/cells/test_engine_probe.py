@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import random
 
+from berth.schemas import PodInfo
+from berth.schemas.samples import T0, h100_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.cells.pool_placement import constrained
 from berth.core.config import default_document
 from berth.core.engine import Engine
-from berth.schemas import PodInfo
-from berth.schemas.samples import T0, h100_node
 
 
 def _pods(seed: int, count: int) -> list[PodInfo]:
@@ -25,9 +25,18 @@ def _pods(seed: int, count: int) -> list[PodInfo]:
             requests["nvidia.com/gpu"] = rng.choice([1, 2, 4])
         elif kind == "share":
             fraction = rng.choice([250, 500])
-        pods.append(PodInfo(uid=f"u{seed}-{i}", namespace="ns", name=f"p{i}", scheduler_name="berth",
-                            requests=requests, gpu_fraction_milli=fraction, creation_time=T0,
-                            tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},)))
+        pods.append(
+            PodInfo(
+                uid=f"u{seed}-{i}",
+                namespace="ns",
+                name=f"p{i}",
+                scheduler_name="berth",
+                requests=requests,
+                gpu_fraction_milli=fraction,
+                creation_time=T0,
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+            )
+        )
     return pods
 
 
@@ -45,6 +54,7 @@ def test_probes_leave_the_snapshot_and_later_placements_unchanged(seed, count):
         assert probed.snapshot_hash() == before
         assert len(nodes) <= 5
         a, b = plain.schedule(pod), probed.schedule(pod)
-        assert [(p.node, p.gpu_devices, p.gpu_milli) for p in a.placements] == \
-               [(p.node, p.gpu_devices, p.gpu_milli) for p in b.placements]
+        assert [(p.node, p.gpu_devices, p.gpu_milli) for p in a.placements] == [
+            (p.node, p.gpu_devices, p.gpu_milli) for p in b.placements
+        ]
         assert plain.snapshot_hash() == probed.snapshot_hash()

@@ -9,13 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from berth.cells import Cell, CellConfig
-from berth.cells.foreign_nodes import ForeignNodes, observe, rejections
-from berth.core import messages
-from berth.core.config import default_document
-from berth.core.engine import Engine
-from berth.core.node_level import NODE_LEVEL_FILTERS, node_level_rejections
 from berth.schemas import (
     Affinity,
     ForeignNodeObserved,
@@ -33,6 +26,13 @@ from berth.schemas import (
 from berth.schemas.cells import CELL_LABEL, NODE_POOL_LABEL, stable_hash
 from berth.schemas.samples import T0
 from berth.services.inventory.fold import NodeInput, ToCell, fold_node_input, fold_pod_input, route_policy
+
+from berth.cells import Cell, CellConfig
+from berth.cells.foreign_nodes import ForeignNodes, observe, rejections
+from berth.core import messages
+from berth.core.config import default_document
+from berth.core.engine import Engine
+from berth.core.node_level import NODE_LEVEL_FILTERS, node_level_rejections
 from tests.unit.core.builders import expr, node, pod, taint, term, toleration
 
 POOL = {NODE_POOL_LABEL: "gpu"}
@@ -77,13 +77,24 @@ class Cluster:
         self._send(folded.outputs)
 
     def gang(self, name: str, min_member: int) -> None:
-        self._send(route_policy(PolicyObserved(kind="PodGroup", observed_at=T0, pod_group=PodGroupInfo(
-            namespace="default", name=name, min_member=min_member)), self.count))
+        self._send(
+            route_policy(
+                PolicyObserved(
+                    kind="PodGroup",
+                    observed_at=T0,
+                    pod_group=PodGroupInfo(namespace="default", name=name, min_member=min_member),
+                ),
+                self.count,
+            )
+        )
 
     def message(self, subject: str) -> str:
         """The latest unschedulable message about ``subject``."""
-        return [d.record.message for d in self.decisions
-                if d.record.subject == subject and d.record.outcome == "unschedulable"][-1]
+        return [
+            d.record.message
+            for d in self.decisions
+            if d.record.subject == subject and d.record.outcome == "unschedulable"
+        ][-1]
 
 
 def pool_cell(cells: int) -> int:
@@ -106,15 +117,19 @@ def build(cells: int, others: list[NodeInfo]) -> Cluster:
 def spread(cells: int) -> list[NodeInfo]:
     """A plain, a tainted and a cordoned node, in the cells other than the pool's (round robin)."""
     elsewhere = [c for c in range(cells) if c != pool_cell(cells)]
-    return [node("cpu-plain", labels=in_cell(elsewhere[0])),
-            node("cpu-tainted", labels=in_cell(elsewhere[1 % len(elsewhere)]), taints=[taint("dedicated")]),
-            node("cpu-cordoned", labels=in_cell(elsewhere[2 % len(elsewhere)]), unschedulable=True)]
+    return [
+        node("cpu-plain", labels=in_cell(elsewhere[0])),
+        node("cpu-tainted", labels=in_cell(elsewhere[1 % len(elsewhere)]), taints=[taint("dedicated")]),
+        node("cpu-cordoned", labels=in_cell(elsewhere[2 % len(elsewhere)]), unschedulable=True),
+    ]
 
 
-TOO_BIG_FOR_THE_POOL = ("0/5 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-                        "1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, 2 Insufficient cpu. "
-                        "no new claims to deallocate, preemption: 0/5 nodes are available: "
-                        "5 Preemption is not helpful for scheduling.")
+TOO_BIG_FOR_THE_POOL = (
+    "0/5 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+    "1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, 2 Insufficient cpu. "
+    "no new claims to deallocate, preemption: 0/5 nodes are available: "
+    "5 Preemption is not helpful for scheduling."
+)
 
 
 @pytest.mark.parametrize("cells", [2, 3])
@@ -131,26 +146,36 @@ def test_a_pool_pod_with_no_room_counts_every_node_of_the_cluster_as_one_cell_wo
 
 
 def test_foreign_nodes_count_under_their_first_failing_node_level_filter_as_kube_orders_them():
-    others = [node("cordoned-and-tainted", labels=in_cell(1 - pool_cell(2)), taints=[taint("dedicated")],
-                   unschedulable=True),
-              node("tainted-in-the-pool-label", labels={**in_cell(1 - pool_cell(2)), NODE_POOL_LABEL: "gpu"},
-                   taints=[taint("dedicated")])]
+    others = [
+        node("cordoned-and-tainted", labels=in_cell(1 - pool_cell(2)), taints=[taint("dedicated")], unschedulable=True),
+        node(
+            "tainted-in-the-pool-label",
+            labels={**in_cell(1 - pool_cell(2)), NODE_POOL_LABEL: "gpu"},
+            taints=[taint("dedicated")],
+        ),
+    ]
     tolerant = pod("tolerant", cpu=4000, node_selector=POOL, tolerations=(toleration("dedicated", "Exists"),))
     split, whole = build(2, others), build(1, others)
     for cluster in (split, whole):
         cluster.pod(pod("big", cpu=4000, node_selector=POOL))
         cluster.pod(tolerant)
-    assert split.message("default/big") == whole.message("default/big") == (
-        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, "
-        "2 Insufficient cpu. no new claims to deallocate, preemption: 0/4 nodes are available: "
-        "4 Preemption is not helpful for scheduling.")
+    assert (
+        split.message("default/big")
+        == whole.message("default/big")
+        == (
+            "0/4 nodes are available: 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, "
+            "2 Insufficient cpu. no new claims to deallocate, preemption: 0/4 nodes are available: "
+            "4 Preemption is not helpful for scheduling."
+        )
+    )
     # Tolerating the taint, the pod meets the next filter on the cordoned node and none on the other
     # (it carries the pool's label though its cell label keeps it out of the pool's cell): kube would
     # have tried it there, Berth did not.
     assert split.message("default/tolerant") == (
         "0/4 nodes are available: 1 node(s) were in another scheduling cell, 1 node(s) were unschedulable, "
         "2 Insufficient cpu. no new claims to deallocate, preemption: 0/4 nodes are available: "
-        "4 Preemption is not helpful for scheduling.")
+        "4 Preemption is not helpful for scheduling."
+    )
 
 
 def test_a_gang_member_pinned_by_its_group_counts_nodes_it_could_pass_in_berths_words():
@@ -184,7 +209,8 @@ def test_the_census_follows_cordons_removals_and_nodes_moving_into_the_cell():
     assert cluster.message("default/big") == (
         "0/6 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) were unschedulable, 3 Insufficient "
         "cpu. no new claims to deallocate, preemption: 0/6 nodes are available: 6 Preemption is not helpful for "
-        "scheduling.")
+        "scheduling."
+    )
     # The tainted node goes; the cordoned one moves into the pod's cell (counted once, as its own).
     cluster.node(node("cpu-tainted"), removed=True)
     cluster.node(node("cpu-cordoned", labels=in_cell(home), unschedulable=True))
@@ -193,7 +219,8 @@ def test_the_census_follows_cordons_removals_and_nodes_moving_into_the_cell():
     assert "cpu-cordoned" in cluster.cells[1 - home].ctx.foreign.cell_of
     cluster.node(node("gpu-3", cpu=1000, labels=POOL))
     assert cluster.message("default/big").startswith(
-        "0/6 nodes are available: 2 node(s) were unschedulable, 4 Insufficient cpu.")
+        "0/6 nodes are available: 2 node(s) were unschedulable, 4 Insufficient cpu."
+    )
 
 
 def test_a_status_only_change_of_a_foreign_node_sends_no_census():
@@ -212,7 +239,8 @@ def test_a_pod_that_never_preempts_keeps_its_preemption_wording():
     assert cluster.message("default/never") == (
         "0/5 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated "
         "taint(s), 1 node(s) were unschedulable, 2 Insufficient cpu. no new claims to deallocate, preemption: not "
-        "eligible due to preemptionPolicy=Never.")
+        "eligible due to preemptionPolicy=Never."
+    )
 
 
 def test_a_cell_without_nodes_speaks_for_the_others():
@@ -225,7 +253,8 @@ def test_a_cell_without_nodes_speaks_for_the_others():
     assert cluster.message("default/lost") == (
         "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated "
         "taint(s), 1 node(s) were unschedulable. no new claims to deallocate, preemption: 0/3 nodes are "
-        "available: 3 Preemption is not helpful for scheduling.")
+        "available: 3 Preemption is not helpful for scheduling."
+    )
 
 
 def test_a_pod_handed_from_cell_to_cell_is_counted_by_its_round_preemption_part_included():
@@ -233,13 +262,20 @@ def test_a_pod_handed_from_cell_to_cell_is_counted_by_its_round_preemption_part_
     for cluster in (split, whole):
         cluster.pod(pod("free", cpu=64000))
     assert [d.record.outcome for d in split.decisions if d.record.subject == "default/free"] == [
-        "handed-over", "unschedulable"]
+        "handed-over",
+        "unschedulable",
+    ]
     # The first cell found no node to free: what its preemption said of its nodes is carried on
     # (RejectedNodes.preemption), and the last cell's preemption part counts them too.
-    assert split.message("default/free") == whole.message("default/free") == (
-        "0/5 nodes are available: 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, "
-        "3 Insufficient cpu. no new claims to deallocate, preemption: 0/5 nodes are available: "
-        "5 Preemption is not helpful for scheduling.")
+    assert (
+        split.message("default/free")
+        == whole.message("default/free")
+        == (
+            "0/5 nodes are available: 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, "
+            "3 Insufficient cpu. no new claims to deallocate, preemption: 0/5 nodes are available: "
+            "5 Preemption is not helpful for scheduling."
+        )
+    )
 
 
 # --- the node-level filters alone --------------------------------------------------------------
@@ -248,28 +284,51 @@ def test_a_pod_handed_from_cell_to_cell_is_counted_by_its_round_preemption_part_
 def census_of(*infos: NodeInfo) -> ForeignNodes:
     census = ForeignNodes()
     for info in infos:
-        observe(census, ForeignNodeObserved(name=info.name, cell=1, labels=info.labels, taints=info.taints,
-                                            unschedulable=info.unschedulable, observed_at=T0))
+        observe(
+            census,
+            ForeignNodeObserved(
+                name=info.name,
+                cell=1,
+                labels=info.labels,
+                taints=info.taints,
+                unschedulable=info.unschedulable,
+                observed_at=T0,
+            ),
+        )
     return census
 
 
 def test_node_level_rejections_follow_the_profiles_filter_order_and_name_pins():
-    nodes = census_of(node("a", labels={"zone": "x"}, taints=[taint("t")], unschedulable=True),
-                      node("b", labels={"zone": "y"}, taints=[taint("t")]),
-                      node("c", labels={"zone": "y"}))
+    nodes = census_of(
+        node("a", labels={"zone": "x"}, taints=[taint("t")], unschedulable=True),
+        node("b", labels={"zone": "y"}, taints=[taint("t")]),
+        node("c", labels={"zone": "y"}),
+    )
     picky = pod("p", node_selector={"zone": "x"})
     assert node_level_rejections(nodes.state, picky, NODE_LEVEL_FILTERS) == (
-        {messages.NODE_UNSCHEDULABLE: 1, messages.UNTOLERATED_TAINT: 1, messages.NODE_AFFINITY_NOT_MATCH: 1}, 0)
+        {messages.NODE_UNSCHEDULABLE: 1, messages.UNTOLERATED_TAINT: 1, messages.NODE_AFFINITY_NOT_MATCH: 1},
+        0,
+    )
     reordered = ("NodeAffinity", "TaintToleration", "NodeUnschedulable")
     assert node_level_rejections(nodes.state, picky, reordered) == (
-        {messages.NODE_AFFINITY_NOT_MATCH: 2, messages.UNTOLERATED_TAINT: 1}, 0)
-    pinned = pod("q", affinity=Affinity(node_affinity=NodeAffinity(
-        required=(term(fields=[expr("metadata.name", "In", "c", "elsewhere")]),))))
+        {messages.NODE_AFFINITY_NOT_MATCH: 2, messages.UNTOLERATED_TAINT: 1},
+        0,
+    )
+    pinned = pod(
+        "q",
+        affinity=Affinity(
+            node_affinity=NodeAffinity(required=(term(fields=[expr("metadata.name", "In", "c", "elsewhere")]),))
+        ),
+    )
     assert node_level_rejections(nodes.state, pinned, NODE_LEVEL_FILTERS) == (
-        {messages.plugins_not_satisfied(["NodeAffinity"]): 2}, 1)
+        {messages.plugins_not_satisfied(["NodeAffinity"]): 2},
+        1,
+    )
     enforced = (term(expr("zone", "In", "y")),)
     assert node_level_rejections(nodes.state, pod("r"), ("NodeAffinity",), added_affinity=enforced) == (
-        {messages.NODE_AFFINITY_ENFORCED_NOT_MATCH: 1}, 2)
+        {messages.NODE_AFFINITY_ENFORCED_NOT_MATCH: 1},
+        2,
+    )
 
 
 def test_the_census_histogram_is_memoised_per_pod_shape_until_the_census_changes():
@@ -280,5 +339,3 @@ def test_the_census_histogram_is_memoised_per_pod_shape_until_the_census_changes
     assert rejections(census, engine, pod("p3")).reasons == {messages.IN_ANOTHER_CELL: 1}
     observe(census, ForeignNodeObserved(name="b", cell=1, observed_at=T0))
     assert rejections(census, engine, pod("p1", node_selector={"zone": "y"})).nodes == 2
-
-

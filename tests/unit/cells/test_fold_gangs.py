@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from berth.schemas import PolicyObserved
+from berth.schemas.policy import PodGroupInfo, PriorityClassInfo
 
 from berth.cells.gangs import (
     GangAttempt,
@@ -20,8 +22,6 @@ from berth.cells.queue import drop_from_active, observe_pending
 from berth.cells.records import CellDecision
 from berth.core.config import default_document
 from berth.core.engine import Engine, Outcome
-from berth.schemas import PolicyObserved
-from berth.schemas.policy import PodGroupInfo, PriorityClassInfo
 
 from .fold_kit import T0, context, pending, position, small_node
 
@@ -70,12 +70,18 @@ def attempt(ctx, state, offset: int = 50):
 # -- PodGroups ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("event", "known"), [
-    pytest.param(pod_group(3), {GROUP: 3}, id="pod-group"),
-    pytest.param(pod_group(2, namespace="other"), {("other", "g"): 2}, id="keyed-by-namespace"),
-    pytest.param(PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="g", value=1),
-                                observed_at=T0), {}, id="other-kind-ignored"),
-])
+@pytest.mark.parametrize(
+    ("event", "known"),
+    [
+        pytest.param(pod_group(3), {GROUP: 3}, id="pod-group"),
+        pytest.param(pod_group(2, namespace="other"), {("other", "g"): 2}, id="keyed-by-namespace"),
+        pytest.param(
+            PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="g", value=1), observed_at=T0),
+            {},
+            id="other-kind-ignored",
+        ),
+    ],
+)
 def test_pod_group_observed(event, known):
     state = GangState()
     pod_group_observed(state, event)
@@ -89,11 +95,14 @@ def test_pod_group_observed_again_replaces_min_member():
     assert state.min_member == {GROUP: 5}
 
 
-@pytest.mark.parametrize(("kind", "namespace", "name", "left"), [
-    pytest.param("PodGroup", "ns", "g", {}, id="removed"),
-    pytest.param("PodGroup", "ns", "other", {GROUP: 3}, id="another-group"),
-    pytest.param("PriorityClass", "ns", "g", {GROUP: 3}, id="another-kind"),
-])
+@pytest.mark.parametrize(
+    ("kind", "namespace", "name", "left"),
+    [
+        pytest.param("PodGroup", "ns", "g", {}, id="removed"),
+        pytest.param("PodGroup", "ns", "other", {GROUP: 3}, id="another-group"),
+        pytest.param("PriorityClass", "ns", "g", {GROUP: 3}, id="another-kind"),
+    ],
+)
 def test_pod_group_removed(kind, namespace, name, left):
     state = GangState()
     pod_group_observed(state, pod_group(3))
@@ -104,12 +113,15 @@ def test_pod_group_removed(kind, namespace, name, left):
 # -- bound members ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("pods", "bound"), [
-    pytest.param([member(1, node_name="n1")], {GROUP: {"m1"}}, id="member"),
-    pytest.param([member(1, node_name="n1"), member(1, node_name="n1")], {GROUP: {"m1"}}, id="counted-once"),
-    pytest.param([member(1, node_name="n1"), member(2, node_name="n2")], {GROUP: {"m1", "m2"}}, id="two"),
-    pytest.param([pending("solo", node_name="n1")], {}, id="not-a-gang-member"),
-])
+@pytest.mark.parametrize(
+    ("pods", "bound"),
+    [
+        pytest.param([member(1, node_name="n1")], {GROUP: {"m1"}}, id="member"),
+        pytest.param([member(1, node_name="n1"), member(1, node_name="n1")], {GROUP: {"m1"}}, id="counted-once"),
+        pytest.param([member(1, node_name="n1"), member(2, node_name="n2")], {GROUP: {"m1", "m2"}}, id="two"),
+        pytest.param([pending("solo", node_name="n1")], {}, id="not-a-gang-member"),
+    ],
+)
 def test_member_bound(pods, bound):
     state = GangState()
     for info in pods:
@@ -129,14 +141,16 @@ def test_member_deleted_discards_from_every_group():
 # -- try_gang -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("pending_members", "bound_members", "min_member", "message"), [
-    pytest.param(1, 0, None, 'pod group "ns/g" not found', id="group-unknown"),
-    pytest.param(1, 0, 3, "waiting for gang ns/g: 1/3 members pending or running", id="one-of-three"),
-    pytest.param(1, 1, 3, "waiting for gang ns/g: 2/3 members pending or running", id="bound-members-count"),
-    pytest.param(2, 0, 3, "waiting for gang ns/g: 2/3 members pending or running", id="two-of-three"),
-])
-def test_try_gang_holds_until_min_member_are_pending_or_running(pending_members, bound_members, min_member,
-                                                                  message):
+@pytest.mark.parametrize(
+    ("pending_members", "bound_members", "min_member", "message"),
+    [
+        pytest.param(1, 0, None, 'pod group "ns/g" not found', id="group-unknown"),
+        pytest.param(1, 0, 3, "waiting for gang ns/g: 1/3 members pending or running", id="one-of-three"),
+        pytest.param(1, 1, 3, "waiting for gang ns/g: 2/3 members pending or running", id="bound-members-count"),
+        pytest.param(2, 0, 3, "waiting for gang ns/g: 2/3 members pending or running", id="two-of-three"),
+    ],
+)
+def test_try_gang_holds_until_min_member_are_pending_or_running(pending_members, bound_members, min_member, message):
     ctx, state = gang_setup(pending_members, bound_members, min_member)
     held = attempt(ctx, state)
     assert isinstance(held, CellDecision)
@@ -165,12 +179,15 @@ def test_try_gang_without_members_records_nothing():
     assert attempt(ctx, state) is None
 
 
-@pytest.mark.parametrize(("pending_members", "bound_members", "min_member", "asked"), [
-    pytest.param(3, 0, 3, 3, id="all-pending"),
-    pytest.param(1, 2, 3, 1, id="bound-members-lower-the-ask"),
-    pytest.param(2, 1, 3, 2, id="some-bound"),
-    pytest.param(1, 5, 2, 1, id="at-least-one"),
-])
+@pytest.mark.parametrize(
+    ("pending_members", "bound_members", "min_member", "asked"),
+    [
+        pytest.param(3, 0, 3, 3, id="all-pending"),
+        pytest.param(1, 2, 3, 1, id="bound-members-lower-the-ask"),
+        pytest.param(2, 1, 3, 2, id="some-bound"),
+        pytest.param(1, 5, 2, 1, id="at-least-one"),
+    ],
+)
 def test_try_gang_places_the_members_with_min_member_less_bound(pending_members, bound_members, min_member, asked):
     ctx, state = gang_setup(pending_members, bound_members, min_member)
     snapshot = ctx.engine.snapshot_hash()
@@ -210,15 +227,17 @@ def test_try_gang_that_does_not_fit_is_an_unplaced_attempt():
 def test_a_member_left_out_of_a_placed_gang_is_tried_again_when_the_cluster_changes():
     """minMember 2 of three members, room for two: the third waits as unschedulable pods do and
     is placed once a node is added (it used to be neither active nor unschedulable, for good)."""
-    from berth.cells import Cell, CellConfig
     from berth.schemas import NodeObserved, PodObserved
+
+    from berth.cells import Cell, CellConfig
 
     cell = Cell(0, CellConfig())
     members = [pending(f"m{i}", cpu=1000, namespace="ns", pod_group="g") for i in range(3)]
-    inputs = [NodeObserved(node=small_node("n1", cpu=2000), observed_at=T0),
-              *(PodObserved(pod=member, observed_at=T0) for member in members),
-              PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ns", name="g", min_member=2),
-                             observed_at=T0)]
+    inputs = [
+        NodeObserved(node=small_node("n1", cpu=2000), observed_at=T0),
+        *(PodObserved(pod=member, observed_at=T0) for member in members),
+        PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ns", name="g", min_member=2), observed_at=T0),
+    ]
     decided = [d for offset, event in enumerate(inputs) for d in cell.handle(event, position(offset))]
     placed = [d for d in decided if d.record.outcome == "placed"]
     assert [d.record.pods for d in placed] == [("ns/m0", "ns/m1")]

@@ -5,6 +5,8 @@ the hand-over decision carries."""
 from __future__ import annotations
 
 import pytest
+from berth.schemas import HandOverPod
+from berth.schemas.scheduler import RejectedNodes
 
 from berth.cells.handovers import (
     HANDOVER_RETRY_TICKS,
@@ -19,8 +21,6 @@ from berth.cells.handovers import (
 )
 from berth.cells.queue import PendingPod, QueueState, observe_pending
 from berth.core.engine import Outcome
-from berth.schemas import HandOverPod
-from berth.schemas.scheduler import RejectedNodes
 
 from .fold_kit import SCHEDULER, T0, context, pending, position, routed, small_node
 
@@ -53,11 +53,14 @@ def active_uids(queue: QueueState) -> list[str]:
 # -- given up ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("handed_over", "uid", "taken", "left"), [
-    pytest.param({"p": 3}, "p", True, {}, id="given-up"),
-    pytest.param({"p": 3}, "q", False, {"p": 3}, id="another-pod"),
-    pytest.param({}, "p", False, {}, id="nothing-given-up"),
-])
+@pytest.mark.parametrize(
+    ("handed_over", "uid", "taken", "left"),
+    [
+        pytest.param({"p": 3}, "p", True, {}, id="given-up"),
+        pytest.param({"p": 3}, "q", False, {"p": 3}, id="another-pod"),
+        pytest.param({}, "p", False, {}, id="nothing-given-up"),
+    ],
+)
 def test_take_back(handed_over, uid, taken, left):
     state = HandOverState(handed_over=dict(handed_over))
     assert is_given_up(state, uid) is taken
@@ -68,10 +71,13 @@ def test_take_back(handed_over, uid, taken, left):
 # -- routed -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("parked_first", "active", "unschedulable"), [
-    pytest.param(False, ["p"], set(), id="first-try-keeps-its-place"),
-    pytest.param(True, ["p"], set(), id="back-for-a-new-round-is-tried-now"),
-])
+@pytest.mark.parametrize(
+    ("parked_first", "active", "unschedulable"),
+    [
+        pytest.param(False, ["p"], set(), id="first-try-keeps-its-place"),
+        pytest.param(True, ["p"], set(), id="back-for-a-new-round-is-tried-now"),
+    ],
+)
 def test_on_routed_remembers_the_round(parked_first, active, unschedulable):
     queue = queue_with("p")
     if parked_first:
@@ -91,13 +97,16 @@ def test_on_routed_of_a_pod_not_pending_here_changes_nothing():
 # -- ticks --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("round_", "ticks", "activated"), [
-    pytest.param(COMPLETE, 1, False, id="one-tick-too-soon"),
-    pytest.param(COMPLETE, HANDOVER_RETRY_TICKS - 1, False, id="one-tick-short"),
-    pytest.param(COMPLETE, HANDOVER_RETRY_TICKS, True, id="rested-enough"),
-    pytest.param(INCOMPLETE, HANDOVER_RETRY_TICKS + 3, False, id="round-incomplete"),
-    pytest.param(None, HANDOVER_RETRY_TICKS + 3, False, id="pinned-pod"),
-])
+@pytest.mark.parametrize(
+    ("round_", "ticks", "activated"),
+    [
+        pytest.param(COMPLETE, 1, False, id="one-tick-too-soon"),
+        pytest.param(COMPLETE, HANDOVER_RETRY_TICKS - 1, False, id="one-tick-short"),
+        pytest.param(COMPLETE, HANDOVER_RETRY_TICKS, True, id="rested-enough"),
+        pytest.param(INCOMPLETE, HANDOVER_RETRY_TICKS + 3, False, id="round-incomplete"),
+        pytest.param(None, HANDOVER_RETRY_TICKS + 3, False, id="pinned-pod"),
+    ],
+)
 def test_on_tick_tries_again_only_after_resting_the_retry_ticks(round_, ticks, activated):
     queue = queue_with("p")
     parked(queue, "p", round_)
@@ -122,20 +131,24 @@ def test_retry_ticks_is_two():
 # -- may hand over ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("round_", "ticks", "passes_on"), [
-    pytest.param(None, HANDOVER_RETRY_TICKS, False, id="routed-none"),
-    pytest.param({"tried": (0,), "cells": 1}, HANDOVER_RETRY_TICKS, False, id="one-cell"),
-    pytest.param(INCOMPLETE, 0, True, id="round-incomplete"),
-    pytest.param({"tried": (2, 0), "cells": 3}, 0, True, id="two-of-three-tried"),
-    pytest.param(COMPLETE, 0, False, id="round-complete-not-rested"),
-    pytest.param(COMPLETE, HANDOVER_RETRY_TICKS - 1, False, id="round-complete-rested-too-little"),
-    pytest.param(COMPLETE, HANDOVER_RETRY_TICKS, True, id="round-complete-rested"),
-    pytest.param({"tried": (0, 0), "cells": 2}, 0, True, id="same-cell-twice-is-not-a-round"),
-])
+@pytest.mark.parametrize(
+    ("round_", "ticks", "passes_on"),
+    [
+        pytest.param(None, HANDOVER_RETRY_TICKS, False, id="routed-none"),
+        pytest.param({"tried": (0,), "cells": 1}, HANDOVER_RETRY_TICKS, False, id="one-cell"),
+        pytest.param(INCOMPLETE, 0, True, id="round-incomplete"),
+        pytest.param({"tried": (2, 0), "cells": 3}, 0, True, id="two-of-three-tried"),
+        pytest.param(COMPLETE, 0, False, id="round-complete-not-rested"),
+        pytest.param(COMPLETE, HANDOVER_RETRY_TICKS - 1, False, id="round-complete-rested-too-little"),
+        pytest.param(COMPLETE, HANDOVER_RETRY_TICKS, True, id="round-complete-rested"),
+        pytest.param({"tried": (0, 0), "cells": 2}, 0, True, id="same-cell-twice-is-not-a-round"),
+    ],
+)
 def test_may_hand_over(round_, ticks, passes_on):
     info = pending("p")
-    entry = PendingPod(pod=info, sequence=0, ticks_rested=ticks,
-                       routed=routed(info, **round_) if round_ is not None else None)
+    entry = PendingPod(
+        pod=info, sequence=0, ticks_rested=ticks, routed=routed(info, **round_) if round_ is not None else None
+    )
     assert may_hand_over(entry) is passes_on
 
 
@@ -146,15 +159,22 @@ THIS_CELL = RejectedNodes(nodes=1, reasons={"Insufficient cpu": 1})
 BEFORE = RejectedNodes(nodes=2, reasons={"Insufficient memory": 2})
 
 
-@pytest.mark.parametrize(("round_", "here", "elsewhere", "rejected"), [
-    pytest.param(INCOMPLETE, THIS_CELL, BEFORE,
-                 RejectedNodes(nodes=3, reasons={"Insufficient cpu": 1, "Insufficient memory": 2}),
-                 id="mid-round-adds-the-cells-before"),
-    pytest.param(COMPLETE, THIS_CELL, BEFORE, THIS_CELL, id="new-round-starts-here"),
-    pytest.param(INCOMPLETE, None, BEFORE, BEFORE, id="nothing-counted-here"),
-    pytest.param(INCOMPLETE, THIS_CELL, None, THIS_CELL, id="first-cell-of-the-round"),
-    pytest.param(COMPLETE, None, BEFORE, None, id="nothing-at-all"),
-])
+@pytest.mark.parametrize(
+    ("round_", "here", "elsewhere", "rejected"),
+    [
+        pytest.param(
+            INCOMPLETE,
+            THIS_CELL,
+            BEFORE,
+            RejectedNodes(nodes=3, reasons={"Insufficient cpu": 1, "Insufficient memory": 2}),
+            id="mid-round-adds-the-cells-before",
+        ),
+        pytest.param(COMPLETE, THIS_CELL, BEFORE, THIS_CELL, id="new-round-starts-here"),
+        pytest.param(INCOMPLETE, None, BEFORE, BEFORE, id="nothing-counted-here"),
+        pytest.param(INCOMPLETE, THIS_CELL, None, THIS_CELL, id="first-cell-of-the-round"),
+        pytest.param(COMPLETE, None, BEFORE, None, id="nothing-at-all"),
+    ],
+)
 def test_hand_over_gives_the_pod_up(round_, here, elsewhere, rejected):
     ctx = context(small_node("n1", cpu=1000))
     queue = ctx.queue
@@ -162,41 +182,63 @@ def test_hand_over_gives_the_pod_up(round_, here, elsewhere, rejected):
     entry = queue.pending["p"]
     entry.routed = routed(entry.pod, hop=5, route_partition=3, elsewhere=elsewhere, **round_)
     state = HandOverState()
-    decision = hand_over(state, queue, ctx.recorder, entry, Outcome(message=FIT_ERROR, rejected=here),
-                         position(9), T0, "snap")
+    decision = hand_over(
+        state, queue, ctx.recorder, entry, Outcome(message=FIT_ERROR, rejected=here), position(9), T0, "snap"
+    )
     assert (state.handed_over, queue.pending, queue.active) == ({"p": 5}, {}, [])
     record = decision.record
     assert (record.outcome, record.subject, record.message, record.snapshot_hash) == (
-        "handed-over", "default/p", FIT_ERROR, "snap")
+        "handed-over",
+        "default/p",
+        FIT_ERROR,
+        "snap",
+    )
     [command] = decision.commands
     assert isinstance(command, HandOverPod)
     assert (command.decision_id, command.pod_uid, command.hop, command.route_partition, command.rejected) == (
-        record.decision_id, "p", 5, 3, rejected)
+        record.decision_id,
+        "p",
+        5,
+        3,
+        rejected,
+    )
 
 
 # -- counting the cells tried -------------------------------------------------------------------
 
 
-PREEMPTION = " no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+PREEMPTION = (
+    " no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+)
 
 
-@pytest.mark.parametrize(("routed_", "elsewhere", "here", "message", "rejected"), [
-    pytest.param(False, None, THIS_CELL, FIT_ERROR, THIS_CELL, id="pinned-pod"),
-    pytest.param(True, None, THIS_CELL, FIT_ERROR, THIS_CELL, id="no-cell-before"),
-    pytest.param(True, BEFORE, None, FIT_ERROR, None, id="nothing-counted-here"),
-    pytest.param(True, BEFORE, THIS_CELL, "0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient memory.",
-                 RejectedNodes(nodes=3, reasons={"Insufficient cpu": 1, "Insufficient memory": 2}),
-                 id="every-node-of-the-round"),
-    pytest.param(True, RejectedNodes(nodes=2, reasons={"Insufficient cpu": 2}), THIS_CELL,
-                 "0/3 nodes are available: 3 Insufficient cpu.",
-                 RejectedNodes(nodes=3, reasons={"Insufficient cpu": 3}),
-                 id="same-reason-summed"),
-])
+@pytest.mark.parametrize(
+    ("routed_", "elsewhere", "here", "message", "rejected"),
+    [
+        pytest.param(False, None, THIS_CELL, FIT_ERROR, THIS_CELL, id="pinned-pod"),
+        pytest.param(True, None, THIS_CELL, FIT_ERROR, THIS_CELL, id="no-cell-before"),
+        pytest.param(True, BEFORE, None, FIT_ERROR, None, id="nothing-counted-here"),
+        pytest.param(
+            True,
+            BEFORE,
+            THIS_CELL,
+            "0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient memory.",
+            RejectedNodes(nodes=3, reasons={"Insufficient cpu": 1, "Insufficient memory": 2}),
+            id="every-node-of-the-round",
+        ),
+        pytest.param(
+            True,
+            RejectedNodes(nodes=2, reasons={"Insufficient cpu": 2}),
+            THIS_CELL,
+            "0/3 nodes are available: 3 Insufficient cpu.",
+            RejectedNodes(nodes=3, reasons={"Insufficient cpu": 3}),
+            id="same-reason-summed",
+        ),
+    ],
+)
 def test_counting_cells_tried(routed_, elsewhere, here, message, rejected):
     info = pending("p")
-    entry = PendingPod(pod=info, sequence=0,
-                       routed=routed(info, elsewhere=elsewhere, **COMPLETE) if routed_ else None)
-    counted = counting_cells_tried(entry, Outcome(message=FIT_ERROR + PREEMPTION if here else FIT_ERROR,
-                                                  rejected=here))
+    entry = PendingPod(pod=info, sequence=0, routed=routed(info, elsewhere=elsewhere, **COMPLETE) if routed_ else None)
+    counted = counting_cells_tried(entry, Outcome(message=FIT_ERROR + PREEMPTION if here else FIT_ERROR, rejected=here))
     expected = message + PREEMPTION if here else message
     assert (counted.message, counted.rejected) == (expected, rejected)

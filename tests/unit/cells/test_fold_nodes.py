@@ -15,14 +15,17 @@ def engine_sees_unschedulable(real, name: str) -> bool | None:
     return None if info is None else info.unschedulable
 
 
-@pytest.mark.parametrize(("cordoned", "reserving", "observed_unschedulable", "shown_unschedulable"), [
-    pytest.param(False, False, False, False, id="plain"),
-    pytest.param(True, False, False, True, id="cordoned-by-the-cell"),
-    pytest.param(False, True, False, True, id="reserving-for-a-preemptor"),
-    pytest.param(True, True, False, True, id="both"),
-    pytest.param(False, False, True, True, id="cordoned-in-the-cluster"),
-    pytest.param(True, False, True, True, id="cordoned-twice"),
-])
+@pytest.mark.parametrize(
+    ("cordoned", "reserving", "observed_unschedulable", "shown_unschedulable"),
+    [
+        pytest.param(False, False, False, False, id="plain"),
+        pytest.param(True, False, False, True, id="cordoned-by-the-cell"),
+        pytest.param(False, True, False, True, id="reserving-for-a-preemptor"),
+        pytest.param(True, True, False, True, id="both"),
+        pytest.param(False, False, True, True, id="cordoned-in-the-cluster"),
+        pytest.param(True, False, True, True, id="cordoned-twice"),
+    ],
+)
 def test_effective(cordoned, reserving, observed_unschedulable, shown_unschedulable):
     book = NodeBook()
     if cordoned:
@@ -43,10 +46,13 @@ def test_effective_of_another_node_is_unchanged():
     assert effective(book, observed) is observed
 
 
-@pytest.mark.parametrize(("cordoned", "engine_unschedulable"), [
-    pytest.param(False, False, id="plain"),
-    pytest.param(True, True, id="cordoned-stays-unschedulable-over-a-stale-observation"),
-])
+@pytest.mark.parametrize(
+    ("cordoned", "engine_unschedulable"),
+    [
+        pytest.param(False, False, id="plain"),
+        pytest.param(True, True, id="cordoned-stays-unschedulable-over-a-stale-observation"),
+    ],
+)
 def test_observe_node_keeps_the_observation_and_shows_the_effective_node(cordoned, engine_unschedulable):
     real, book = engine(), NodeBook()
     if cordoned:
@@ -81,15 +87,19 @@ def test_reserve_collects_victims_per_node():
     assert book.reserving == {"n1": {"a", "b"}, "n2": {"c"}}
 
 
-@pytest.mark.parametrize(("gone", "reserving", "n1_unschedulable", "n2_unschedulable"), [
-    pytest.param(set(), {"n1": {"a", "b"}, "n2": {"c"}}, True, True, id="nobody-left"),
-    pytest.param({"a"}, {"n1": {"b"}, "n2": {"c"}}, True, True, id="one-victim-of-two-left"),
-    pytest.param({"a", "b"}, {"n2": {"c"}}, False, True, id="all-victims-of-n1-left"),
-    pytest.param({"a", "b", "c"}, {}, False, False, id="all-left"),
-    pytest.param({"zzz"}, {"n1": {"a", "b"}, "n2": {"c"}}, True, True, id="someone-else-left"),
-])
-def test_release_reservations_shows_a_node_again_once_its_victims_are_gone(gone, reserving, n1_unschedulable,
-                                                                            n2_unschedulable):
+@pytest.mark.parametrize(
+    ("gone", "reserving", "n1_unschedulable", "n2_unschedulable"),
+    [
+        pytest.param(set(), {"n1": {"a", "b"}, "n2": {"c"}}, True, True, id="nobody-left"),
+        pytest.param({"a"}, {"n1": {"b"}, "n2": {"c"}}, True, True, id="one-victim-of-two-left"),
+        pytest.param({"a", "b"}, {"n2": {"c"}}, False, True, id="all-victims-of-n1-left"),
+        pytest.param({"a", "b", "c"}, {}, False, False, id="all-left"),
+        pytest.param({"zzz"}, {"n1": {"a", "b"}, "n2": {"c"}}, True, True, id="someone-else-left"),
+    ],
+)
+def test_release_reservations_shows_a_node_again_once_its_victims_are_gone(
+    gone, reserving, n1_unschedulable, n2_unschedulable
+):
     real, book = engine(), NodeBook()
     for name, victims in (("n1", ("a", "b")), ("n2", ("c",))):
         for victim in victims:
@@ -99,7 +109,9 @@ def test_release_reservations_shows_a_node_again_once_its_victims_are_gone(gone,
     release_reservations(book, real, set(gone))
     assert book.reserving == reserving
     assert (engine_sees_unschedulable(real, "n1"), engine_sees_unschedulable(real, "n2")) == (
-        n1_unschedulable, n2_unschedulable)
+        n1_unschedulable,
+        n2_unschedulable,
+    )
 
 
 def test_a_released_node_still_cordoned_stays_unschedulable():

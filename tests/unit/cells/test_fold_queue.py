@@ -4,6 +4,7 @@ the unschedulable set, bound/pending observations, deletions and command results
 from __future__ import annotations
 
 import pytest
+from berth.schemas import CommandResult, OwnerReference, PlacePods, ScalePool
 
 from berth.cells.queue import (
     PendingPod,
@@ -19,7 +20,6 @@ from berth.cells.queue import (
     requeue_unschedulable,
     shape,
 )
-from berth.schemas import CommandResult, OwnerReference, PlacePods, ScalePool
 
 from .fold_kit import SCHEDULER, T0, engine, pending, position, small_node
 
@@ -42,14 +42,18 @@ def fed(*pods: tuple[str, int, int]) -> QueueState:
 # -- order -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("pods", "order"), [
-    pytest.param([("a", 0, 1), ("b", 0, 2), ("c", 0, 3)], ["a", "b", "c"], id="same-priority-by-arrival"),
-    pytest.param([("c", 0, 3), ("a", 0, 1), ("b", 0, 2)], ["a", "b", "c"], id="arrival-is-offset-not-feed-order"),
-    pytest.param([("low", 0, 1), ("high", 100, 2)], ["high", "low"], id="priority-beats-arrival"),
-    pytest.param([("a", 5, 1), ("b", 10, 9), ("c", 5, 0), ("d", -1, 0)], ["b", "c", "a", "d"],
-                 id="priority-then-arrival"),
-    pytest.param([("y", 0, 4), ("x", 0, 4)], ["x", "y"], id="tie-broken-by-uid"),
-])
+@pytest.mark.parametrize(
+    ("pods", "order"),
+    [
+        pytest.param([("a", 0, 1), ("b", 0, 2), ("c", 0, 3)], ["a", "b", "c"], id="same-priority-by-arrival"),
+        pytest.param([("c", 0, 3), ("a", 0, 1), ("b", 0, 2)], ["a", "b", "c"], id="arrival-is-offset-not-feed-order"),
+        pytest.param([("low", 0, 1), ("high", 100, 2)], ["high", "low"], id="priority-beats-arrival"),
+        pytest.param(
+            [("a", 5, 1), ("b", 10, 9), ("c", 5, 0), ("d", -1, 0)], ["b", "c", "a", "d"], id="priority-then-arrival"
+        ),
+        pytest.param([("y", 0, 4), ("x", 0, 4)], ["x", "y"], id="tie-broken-by-uid"),
+    ],
+)
 def test_active_is_ordered_by_priority_then_arrival_then_uid(pods, order):
     queue = fed(*pods)
     assert active_uids(queue) == order
@@ -57,12 +61,15 @@ def test_active_is_ordered_by_priority_then_arrival_then_uid(pods, order):
     assert [key for key, _ in queue.active] == [queue_key(queue.pending[uid]) for uid in order]
 
 
-@pytest.mark.parametrize(("setup", "uid", "active"), [
-    pytest.param("none", "a", ["a", "b"], id="already-active-is-idempotent"),
-    pytest.param("dropped", "a", ["a", "b"], id="back-at-its-place"),
-    pytest.param("in-flight", "a", ["b"], id="in-flight-stays-out"),
-    pytest.param("none", "ghost", ["a", "b"], id="unknown-uid-ignored"),
-])
+@pytest.mark.parametrize(
+    ("setup", "uid", "active"),
+    [
+        pytest.param("none", "a", ["a", "b"], id="already-active-is-idempotent"),
+        pytest.param("dropped", "a", ["a", "b"], id="back-at-its-place"),
+        pytest.param("in-flight", "a", ["b"], id="in-flight-stays-out"),
+        pytest.param("none", "ghost", ["a", "b"], id="unknown-uid-ignored"),
+    ],
+)
 def test_activate(setup, uid, active):
     queue = fed(("a", 0, 1), ("b", 0, 2))
     if setup in ("dropped", "in-flight"):
@@ -85,12 +92,15 @@ def test_forget_pod_drops_it_from_pending_active_and_unschedulable():
 # -- requeue on a cluster change --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("unschedulable", "in_flight", "active"), [
-    pytest.param(set(), set(), ["c"], id="nothing-waiting"),
-    pytest.param({"a", "b"}, set(), ["a", "b", "c"], id="all-back-in-queue-order"),
-    pytest.param({"b"}, set(), ["b", "c"], id="only-the-waiting-ones"),
-    pytest.param({"a", "b"}, {"a"}, ["b", "c"], id="in-flight-not-reactivated"),
-])
+@pytest.mark.parametrize(
+    ("unschedulable", "in_flight", "active"),
+    [
+        pytest.param(set(), set(), ["c"], id="nothing-waiting"),
+        pytest.param({"a", "b"}, set(), ["a", "b", "c"], id="all-back-in-queue-order"),
+        pytest.param({"b"}, set(), ["b", "c"], id="only-the-waiting-ones"),
+        pytest.param({"a", "b"}, {"a"}, ["b", "c"], id="in-flight-not-reactivated"),
+    ],
+)
 def test_requeue_unschedulable_sends_every_waiting_pod_back(unschedulable, in_flight, active):
     queue = fed(("a", 1, 1), ("b", 0, 2), ("c", 0, 3))
     queue.active = [item for item in queue.active if item[1] == "c"]  # a and b tried and parked
@@ -122,22 +132,28 @@ def test_observe_pending_ignores_a_late_echo_of_a_pod_already_placed():
     assert (queue.pending, queue.active) == ({}, [])
 
 
-@pytest.mark.parametrize(("changes", "here"), [
-    pytest.param({}, True, id="pending-for-berth"),
-    pytest.param({"scheduler_name": "default-scheduler"}, False, id="another-scheduler"),
-    pytest.param({"phase": "Running"}, False, id="not-pending"),
-    pytest.param({"uid": "bound-uid"}, False, id="known-bound"),
-])
+@pytest.mark.parametrize(
+    ("changes", "here"),
+    [
+        pytest.param({}, True, id="pending-for-berth"),
+        pytest.param({"scheduler_name": "default-scheduler"}, False, id="another-scheduler"),
+        pytest.param({"phase": "Running"}, False, id="not-pending"),
+        pytest.param({"uid": "bound-uid"}, False, id="known-bound"),
+    ],
+)
 def test_is_schedulable_here(changes, here):
     queue = QueueState(scheduler_name=SCHEDULER)
     queue.bound.add("bound-uid")
     assert is_schedulable_here(queue, pending("p").model_copy(update=changes)) is here
 
 
-@pytest.mark.parametrize(("evicting", "changed"), [
-    pytest.param(False, True, id="bound-holds-capacity"),
-    pytest.param(True, False, id="victim-on-its-way-out"),
-])
+@pytest.mark.parametrize(
+    ("evicting", "changed"),
+    [
+        pytest.param(False, True, id="bound-holds-capacity"),
+        pytest.param(True, False, id="victim-on-its-way-out"),
+    ],
+)
 def test_observe_bound(evicting, changed):
     real = engine()
     real.upsert_node(small_node("n1"))
@@ -148,14 +164,18 @@ def test_observe_bound(evicting, changed):
         queue.evicting["p"] = (bound, "cmd-9")
     assert observe_bound(queue, real, bound) is changed
     assert ("p" in queue.pending, "p" in queue.assumed, "p" in queue.bound) == (
-        (False, False, True) if changed else (True, True, False))
+        (False, False, True) if changed else (True, True, False)
+    )
     assert (real.state.placed_pod("p") is not None) is changed
 
 
-@pytest.mark.parametrize(("evicting", "victim"), [
-    pytest.param(False, False, id="plain-pod"),
-    pytest.param(True, True, id="preemption-victim"),
-])
+@pytest.mark.parametrize(
+    ("evicting", "victim"),
+    [
+        pytest.param(False, False, id="plain-pod"),
+        pytest.param(True, True, id="preemption-victim"),
+    ],
+)
 def test_pod_deleted(evicting, victim):
     queue = fed(("p", 0, 1))
     queue.bound.add("p")
@@ -187,18 +207,32 @@ def placed_in_flight(command_id: str = "cmd-1"):
 
 
 def result(status: str, *, command_id: str = "cmd-1", command_type: str = PLACE, reason: str = "node gone"):
-    return CommandResult(command_id=command_id, decision_id="dec-1", command_type=command_type, status=status,
-                         reason=reason, applied_at=T0)
+    return CommandResult(
+        command_id=command_id,
+        decision_id="dec-1",
+        command_type=command_type,
+        status=status,
+        reason=reason,
+        applied_at=T0,
+    )
 
 
-@pytest.mark.parametrize(("event", "released", "restored", "message"), [
-    pytest.param(result("failed"), True, {"v"}, "binding failed: node gone", id="failed"),
-    pytest.param(result("conflict", reason="pod already bound"), True, {"v"}, "binding failed: pod already bound",
-                 id="conflict"),
-    pytest.param(result("applied"), False, set(), None, id="applied-waits-for-the-bound-echo"),
-    pytest.param(result("failed", command_type=SCALE), False, set(), None, id="scale-pool-result"),
-    pytest.param(result("failed", command_id="cmd-other"), False, set(), None, id="unknown-command"),
-])
+@pytest.mark.parametrize(
+    ("event", "released", "restored", "message"),
+    [
+        pytest.param(result("failed"), True, {"v"}, "binding failed: node gone", id="failed"),
+        pytest.param(
+            result("conflict", reason="pod already bound"),
+            True,
+            {"v"},
+            "binding failed: pod already bound",
+            id="conflict",
+        ),
+        pytest.param(result("applied"), False, set(), None, id="applied-waits-for-the-bound-echo"),
+        pytest.param(result("failed", command_type=SCALE), False, set(), None, id="scale-pool-result"),
+        pytest.param(result("failed", command_id="cmd-other"), False, set(), None, id="unknown-command"),
+    ],
+)
 def test_on_result(event, released, restored, message):
     queue, real = placed_in_flight()
     assert on_result(queue, real, event) == (released, restored)
@@ -228,15 +262,18 @@ def test_on_result_forgets_the_command_whatever_came_of_it():
 BASE = pending("p", cpu=500, labels={"app": "x"})
 
 
-@pytest.mark.parametrize(("changes", "same"), [
-    pytest.param({"uid": "other", "name": "q"}, True, id="identity"),
-    pytest.param({"creation_time": T0.replace(year=2030)}, True, id="creation-time"),
-    pytest.param({"annotations": {"note": "x"}}, True, id="annotations"),
-    pytest.param({"owner": OwnerReference(kind="ReplicaSet", name="rs")}, True, id="owner"),
-    pytest.param({"requests": {"cpu": 501}}, False, id="requests"),
-    pytest.param({"labels": {"app": "y"}}, False, id="labels-matter-to-affinity"),
-    pytest.param({"priority": 7}, False, id="priority"),
-])
+@pytest.mark.parametrize(
+    ("changes", "same"),
+    [
+        pytest.param({"uid": "other", "name": "q"}, True, id="identity"),
+        pytest.param({"creation_time": T0.replace(year=2030)}, True, id="creation-time"),
+        pytest.param({"annotations": {"note": "x"}}, True, id="annotations"),
+        pytest.param({"owner": OwnerReference(kind="ReplicaSet", name="rs")}, True, id="owner"),
+        pytest.param({"requests": {"cpu": 501}}, False, id="requests"),
+        pytest.param({"labels": {"app": "y"}}, False, id="labels-matter-to-affinity"),
+        pytest.param({"priority": 7}, False, id="priority"),
+    ],
+)
 def test_shape_reads_what_scheduling_reads(changes, same):
     assert (shape(BASE.model_copy(update=changes)) == shape(BASE)) is same
 
@@ -244,4 +281,9 @@ def test_shape_reads_what_scheduling_reads(changes, same):
 def test_pending_pod_defaults():
     entry = PendingPod(pod=BASE, sequence=3)
     assert (entry.attempts, entry.in_flight, entry.routed, entry.ticks_rested, entry.last_message) == (
-        0, None, None, 0, None)
+        0,
+        None,
+        None,
+        0,
+        None,
+    )

@@ -12,13 +12,14 @@ import heapq
 import random
 from typing import Any
 
-from berth.cells import Cell, CellConfig
-from berth.cells.pools import parse_pools
 from berth.schemas import CommandResult, HandOverPod, InputPosition, PlacePods, PodDeleted, PodObserved
 from berth.schemas.samples import T0
 from berth_dev.cluster_sim.player import policy_observed
 from berth_dev.cluster_sim.state import ClusterState
 from berth_dev.workloads import from_documents, generated_documents, pool_policies
+
+from berth.cells import Cell, CellConfig
+from berth.cells.pools import parse_pools
 from services.inventory.fold import NodeInput, ToCell, ToNode, fold_node_input, fold_pod_input, route_policy
 
 CELLS = 2
@@ -47,15 +48,19 @@ class Pipeline:
         self._sequence = 0
         self.overcommits: list[tuple[str, str, str]] = []
         self.cluster.overcommit_listeners.append(
-            lambda record, problem: self.overcommits.append((record.pod.key, record.pod.node_name or "", problem)))
+            lambda record, problem: self.overcommits.append((record.pod.key, record.pod.node_name or "", problem))
+        )
 
     def _later(self, delay: int, action: tuple[Any, ...]) -> None:
         self._sequence += 1
         heapq.heappush(self._due, (self.step + delay, self._sequence, action))
 
     def _inventory(self, event: Any) -> None:
-        work: list[tuple[str, Any]] = [("pod", event) if isinstance(event, (PodObserved, PodDeleted, HandOverPod))
-                                       else ("node", NodeInput.of(event))]
+        work: list[tuple[str, Any]] = [
+            ("pod", event)
+            if isinstance(event, (PodObserved, PodDeleted, HandOverPod))
+            else ("node", NodeInput.of(event))
+        ]
         while work:
             stage, item = work.pop(0)
             if stage == "pod":
@@ -95,21 +100,31 @@ class Pipeline:
                 self._inventory(event)
         status = "applied"
         for placement in command.placements:
-            annotations = {"berth.io/gpu-devices": ",".join(map(str, placement.gpu_devices))} \
-                if placement.gpu_devices else {}
+            annotations = (
+                {"berth.io/gpu-devices": ",".join(map(str, placement.gpu_devices))} if placement.gpu_devices else {}
+            )
             if placement.gpu_milli is not None:
                 annotations["berth.io/gpu-milli"] = str(placement.gpu_milli)
-            result = self.cluster.bind(placement.namespace, placement.name, placement.node, T0,
-                                       uid=placement.pod_uid, annotations=annotations)
+            result = self.cluster.bind(
+                placement.namespace, placement.name, placement.node, T0, uid=placement.pod_uid, annotations=annotations
+            )
             for event in result.events:
                 self._inventory(event)
             if result.ok:
                 self._later(self.run_steps, ("finish", placement))
             else:
                 status = "conflict"
-        self._cell(command.cell, CommandResult(
-            command_id=command.command_id, decision_id=command.decision_id, command_type=command.type,
-            status=status, reason="" if status == "applied" else "not bound", applied_at=T0))
+        self._cell(
+            command.cell,
+            CommandResult(
+                command_id=command.command_id,
+                decision_id=command.decision_id,
+                command_type=command.type,
+                status=status,
+                reason="" if status == "applied" else "not bound",
+                applied_at=T0,
+            ),
+        )
 
     def _run_due(self) -> None:
         while self._due and self._due[0][0] <= self.step:

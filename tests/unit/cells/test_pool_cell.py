@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth import cells
-from berth.cells.pools import PoolPolicy, parse_pools
 from berth.schemas import (
     EvictPod,
     InputPosition,
@@ -23,6 +21,9 @@ from berth.schemas import (
 )
 from berth.schemas.policy import AgentPoolInfo
 from berth.schemas.samples import T0, h100_node
+
+from berth import cells
+from berth.cells.pools import PoolPolicy, parse_pools
 
 NS = "serving"
 
@@ -43,20 +44,33 @@ def node(name: str, *, spot: bool = False):
 
 
 def replica(pool: str, index: int, *, node_name: str | None = None, gpus: int = 4, seconds: float = 0):
-    info = PodInfo(uid=f"uid-{pool}-{index}", namespace=NS, name=f"{pool}-{index}", scheduler_name="berth",
-                   priority=100, requests={"cpu": 4000, "memory": 2**34, "nvidia.com/gpu": gpus},
-                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
-                   owner=OwnerReference(api_version="berth.io/v1alpha1", kind="AgentPool", name=pool,
-                                        controller=True),
-                   node_name=node_name, phase="Running" if node_name else "Pending",
-                   creation_time=T0 + timedelta(seconds=index))
+    info = PodInfo(
+        uid=f"uid-{pool}-{index}",
+        namespace=NS,
+        name=f"{pool}-{index}",
+        scheduler_name="berth",
+        priority=100,
+        requests={"cpu": 4000, "memory": 2**34, "nvidia.com/gpu": gpus},
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+        owner=OwnerReference(api_version="berth.io/v1alpha1", kind="AgentPool", name=pool, controller=True),
+        node_name=node_name,
+        phase="Running" if node_name else "Pending",
+        creation_time=T0 + timedelta(seconds=index),
+    )
     return PodObserved(pod=info, observed_at=T0 + timedelta(seconds=seconds))
 
 
 def lag(pool: str, tokens: int, rate: float, seconds: float, ready: int | None = None):
-    return PoolLagState(pool=pool, namespace=NS, tokens_in_queue=tokens, token_rate=rate, smoothed_token_rate=rate,
-                        expected_ttft_ms=tokens / rate * 1000 if rate else None, ready_replicas=ready,
-                        updated_at=T0 + timedelta(seconds=seconds))
+    return PoolLagState(
+        pool=pool,
+        namespace=NS,
+        tokens_in_queue=tokens,
+        token_rate=rate,
+        smoothed_token_rate=rate,
+        expected_ttft_ms=tokens / rate * 1000 if rate else None,
+        ready_replicas=ready,
+        updated_at=T0 + timedelta(seconds=seconds),
+    )
 
 
 def notice(node_name: str, seconds: float = 10, notice_s: float = 120):
@@ -76,14 +90,23 @@ def pools(**specs):
     return parse_pools({"pools": {f"{NS}/{name}": spec for name, spec in specs.items()}})
 
 
-LLAMA = {"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "maxReplicas": 8,
-         "scheduling": {"costOptimization": {"spotEnabled": True, "maxSpotPercent": 100}}}
+LLAMA = {
+    "tokensPerSecondPerReplica": 1000,
+    "ttftSloMs": 2000,
+    "maxReplicas": 8,
+    "scheduling": {"costOptimization": {"spotEnabled": True, "maxSpotPercent": 100}},
+}
 
 
 def test_spot_notice_surges_on_demand_replacements_then_evicts_and_gives_the_surge_back():
     cell = Cell(pools(llama=LLAMA))
-    for event in (node("spot-0", spot=True), node("spot-1", spot=True), node("od-0"),
-                  replica("llama", 0, node_name="spot-0"), replica("llama", 1, node_name="spot-1")):
+    for event in (
+        node("spot-0", spot=True),
+        node("spot-1", spot=True),
+        node("od-0"),
+        replica("llama", 0, node_name="spot-0"),
+        replica("llama", 1, node_name="spot-1"),
+    ):
         assert cell(event) == []
     at_notice = cell(notice("spot-0"))
     assert outcomes(at_notice) == [("cordoned", "spot-0"), ("scaled", "serving/llama")]
@@ -103,17 +126,38 @@ def test_spot_notice_surges_on_demand_replacements_then_evicts_and_gives_the_sur
     assert (evict.pod_uid, evict.node) == ("uid-llama-0", "spot-0")
     [give_back] = commands(bound, ScalePool)
     assert (give_back.previous_replicas, give_back.replicas) == (3, 2)
-    assert cell(PodDeleted(uid="uid-llama-0", namespace=NS, name="llama-0", node_name="spot-0",
-                           observed_at=T0 + timedelta(seconds=14))) == []
+    assert (
+        cell(
+            PodDeleted(
+                uid="uid-llama-0",
+                namespace=NS,
+                name="llama-0",
+                node_name="spot-0",
+                observed_at=T0 + timedelta(seconds=14),
+            )
+        )
+        == []
+    )
     assert cell.cell.drain.moves == {}
 
 
 def test_without_room_elsewhere_the_replicas_stay_until_the_reclaim_and_other_pods_are_drained():
     cell = Cell(pools(llama=LLAMA))
-    plain = PodInfo(uid="uid-batch", namespace="ml", name="batch", scheduler_name="berth", node_name="spot-0",
-                    phase="Running", requests={"cpu": 1000}, creation_time=T0)
-    for event in (node("spot-0", spot=True), replica("llama", 0, node_name="spot-0", gpus=8),
-                  PodObserved(pod=plain, observed_at=T0)):
+    plain = PodInfo(
+        uid="uid-batch",
+        namespace="ml",
+        name="batch",
+        scheduler_name="berth",
+        node_name="spot-0",
+        phase="Running",
+        requests={"cpu": 1000},
+        creation_time=T0,
+    )
+    for event in (
+        node("spot-0", spot=True),
+        replica("llama", 0, node_name="spot-0", gpus=8),
+        PodObserved(pod=plain, observed_at=T0),
+    ):
         cell(event)
     decisions = cell(notice("spot-0"))
     assert outcomes(decisions) == [("cordoned", "spot-0"), ("held", "serving/llama"), ("evicting", "ml/batch")]
@@ -123,11 +167,21 @@ def test_without_room_elsewhere_the_replicas_stay_until_the_reclaim_and_other_po
 
 
 def test_interruptions_past_the_threshold_suspend_spot_for_the_pool_until_a_quiet_window():
-    spec = {**LLAMA, "scheduling": {"costOptimization": {
-        "spotEnabled": True, "interruptionThreshold": {"count": 2, "window": "1h"}}}}
+    spec = {
+        **LLAMA,
+        "scheduling": {
+            "costOptimization": {"spotEnabled": True, "interruptionThreshold": {"count": 2, "window": "1h"}}
+        },
+    }
     cell = Cell(pools(llama=spec))
-    for event in (node("spot-0", spot=True), node("spot-1", spot=True), node("spot-2", spot=True), node("od-0"),
-                  replica("llama", 0, node_name="spot-0"), replica("llama", 1, node_name="spot-1")):
+    for event in (
+        node("spot-0", spot=True),
+        node("spot-1", spot=True),
+        node("spot-2", spot=True),
+        node("od-0"),
+        replica("llama", 0, node_name="spot-0"),
+        replica("llama", 1, node_name="spot-1"),
+    ):
         cell(event)
     assert ("spot-suspended", "serving/llama") not in outcomes(cell(notice("spot-0", seconds=10)))
     second = cell(notice("spot-1", seconds=20))
@@ -141,10 +195,20 @@ def test_interruptions_past_the_threshold_suspend_spot_for_the_pool_until_a_quie
 
 
 def test_scale_up_never_asks_for_more_than_fits_and_sends_the_rest_to_the_fallback_model():
-    big = {"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "maxReplicas": 10, "modelLoadSeconds": 0,
-           "scheduling": {"costOptimization": {"fallbackModel": "llama-8b"}}}
-    small = {"model": "llama-8b", "tokensPerSecondPerReplica": 4000, "ttftSloMs": 2000, "maxReplicas": 4,
-             "gpuRequirements": {"count": 1}}
+    big = {
+        "tokensPerSecondPerReplica": 1000,
+        "ttftSloMs": 2000,
+        "maxReplicas": 10,
+        "modelLoadSeconds": 0,
+        "scheduling": {"costOptimization": {"fallbackModel": "llama-8b"}},
+    }
+    small = {
+        "model": "llama-8b",
+        "tokensPerSecondPerReplica": 4000,
+        "ttftSloMs": 2000,
+        "maxReplicas": 4,
+        "gpuRequirements": {"count": 1},
+    }
     cell = Cell(pools(llama=big, **{"llama-small": small}))
     for event in (node("od-0"), replica("llama", 0, node_name="od-0")):
         cell(event)
@@ -165,10 +229,20 @@ def test_scale_up_never_asks_for_more_than_fits_and_sends_the_rest_to_the_fallba
 
 
 def test_the_cost_ceiling_stops_the_pool_and_the_fallback_model_takes_the_rest():
-    big = {"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "maxReplicas": 10, "modelLoadSeconds": 0,
-           "scheduling": {"costOptimization": {"fallbackModel": "llama-8b", "maxCostPerHour": 40}}}
-    small = {"model": "llama-8b", "tokensPerSecondPerReplica": 4000, "ttftSloMs": 2000, "maxReplicas": 4,
-             "gpuRequirements": {"count": 1}}
+    big = {
+        "tokensPerSecondPerReplica": 1000,
+        "ttftSloMs": 2000,
+        "maxReplicas": 10,
+        "modelLoadSeconds": 0,
+        "scheduling": {"costOptimization": {"fallbackModel": "llama-8b", "maxCostPerHour": 40}},
+    }
+    small = {
+        "model": "llama-8b",
+        "tokensPerSecondPerReplica": 4000,
+        "ttftSloMs": 2000,
+        "maxReplicas": 4,
+        "gpuRequirements": {"count": 1},
+    }
     cell = Cell(pools(llama=big, **{"llama-small": small}))
     for event in (node("od-0"), node("od-1"), replica("llama", 0, node_name="od-0")):
         cell(event)
@@ -184,15 +258,25 @@ def test_the_cost_ceiling_stops_the_pool_and_the_fallback_model_takes_the_rest()
 
 def test_an_agent_pool_from_the_cluster_adds_a_pool_and_a_bad_one_is_reported_once():
     cell = Cell()
-    spec = {"model": "m", "replicas": 1, "tokensPerSecondPerReplica": 1000, "ttftSloMs": 1000, "maxReplicas": 5,
-            "modelLoadSeconds": 0}
-    observed = PolicyObserved(kind="AgentPool", observed_at=T0,
-                              agent_pool=AgentPoolInfo(namespace=NS, name="chat", spec=spec))
+    spec = {
+        "model": "m",
+        "replicas": 1,
+        "tokensPerSecondPerReplica": 1000,
+        "ttftSloMs": 1000,
+        "maxReplicas": 5,
+        "modelLoadSeconds": 0,
+    }
+    observed = PolicyObserved(
+        kind="AgentPool", observed_at=T0, agent_pool=AgentPoolInfo(namespace=NS, name="chat", spec=spec)
+    )
     assert cell(observed) == []
     [scaled] = cell(lag("chat", 4000, 1000, 5))
     assert scaled.record.outcome == "scaled" and commands([scaled], ScalePool)[0].replicas == 4
-    bad = PolicyObserved(kind="AgentPool", observed_at=T0, agent_pool=AgentPoolInfo(
-        namespace=NS, name="chat", spec={**spec, "minReplicas": 9}))
+    bad = PolicyObserved(
+        kind="AgentPool",
+        observed_at=T0,
+        agent_pool=AgentPoolInfo(namespace=NS, name="chat", spec={**spec, "minReplicas": 9}),
+    )
     [held] = cell(bad)
     assert held.record.outcome == "held"
     assert "minReplicas (9) must not exceed maxReplicas (5)" in held.record.message
@@ -203,15 +287,22 @@ def test_pool_decisions_are_deterministic():
     def run():
         cell = Cell(pools(llama=LLAMA))
         out = []
-        for event in (node("spot-0", spot=True), node("od-0"), replica("llama", 0, node_name="spot-0"),
-                      lag("llama", 3000, 1000, 5), notice("spot-0"), replica("llama", 3, seconds=12),
-                      replica("llama", 3, node_name="od-0", seconds=13)):
+        for event in (
+            node("spot-0", spot=True),
+            node("od-0"),
+            replica("llama", 0, node_name="spot-0"),
+            lag("llama", 3000, 1000, 5),
+            notice("spot-0"),
+            replica("llama", 3, seconds=12),
+            replica("llama", 3, node_name="od-0", seconds=13),
+        ):
             out.extend(cell(event))
         return out
 
     first, second = run(), run()
-    assert [(d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in first] == \
-           [(d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in second]
+    assert [(d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in first] == [
+        (d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in second
+    ]
     assert [d.record.outcome for d in first] == ["scaled", "cordoned", "scaled", "placed", "evicting"]
     ids = [d.record.decision_id for d in first] + [c.command_id for d in first for c in d.commands]
     assert len(ids) == len(set(ids))

@@ -7,14 +7,24 @@ from berth.schemas import ScalePool
 
 from .test_pool_cell import Cell, commands, lag, node, pools, replica
 
-LLAMA = {"tokensPerSecondPerReplica": 1000, "ttftSloMs": 2000, "maxReplicas": 10, "modelLoadSeconds": 0,
-         "scheduling": {"costOptimization": {"maxCostPerHour": 40}}}
+LLAMA = {
+    "tokensPerSecondPerReplica": 1000,
+    "ttftSloMs": 2000,
+    "maxReplicas": 10,
+    "modelLoadSeconds": 0,
+    "scheduling": {"costOptimization": {"maxCostPerHour": 40}},
+}
 
 
 def test_a_pool_over_its_budget_is_scaled_down_with_the_reason():
     cell = Cell(pools(llama=LLAMA))
-    for event in (node("od-0"), node("od-1"), replica("llama", 0, node_name="od-0"),
-                  replica("llama", 1, node_name="od-0"), replica("llama", 2, node_name="od-1")):
+    for event in (
+        node("od-0"),
+        node("od-1"),
+        replica("llama", 0, node_name="od-0"),
+        replica("llama", 1, node_name="od-0"),
+        replica("llama", 2, node_name="od-1"),
+    ):
         cell(event)
     # Three 4-GPU replicas, each half of a 31.50/h node: 47.25/h > 40/h. A quiet queue.
     decisions = cell(lag("llama", 0, 500, 60, ready=3))

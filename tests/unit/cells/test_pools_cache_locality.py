@@ -4,9 +4,10 @@ DataLocality plugins score, so they prefer nodes with the model cached or near t
 
 from __future__ import annotations
 
-from berth.cells.pool_placement import with_preferences
 from berth.schemas import NodeObserved, PlacePods, PodInfo, PodObserved
 from berth.schemas.samples import T0, h100_node
+
+from berth.cells.pool_placement import with_preferences
 
 from .test_pool_cell import NS, Cell, commands, pools, replica
 
@@ -25,8 +26,9 @@ def placed(cell: Cell, event) -> tuple[str, dict[str, int]]:
     decisions = cell(event)
     [place] = commands(decisions, PlacePods)
     [record] = [d.record for d in decisions if d.record.outcome == "placed"]
-    scores = {v.node: {k: s for k, s in v.scores.items() if k in ("ModelCache", "DataLocality")}
-              for v in record.verdicts}
+    scores = {
+        v.node: {k: s for k, s in v.scores.items() if k in ("ModelCache", "DataLocality")} for v in record.verdicts
+    }
     return place.placements[0].node, scores
 
 
@@ -48,12 +50,18 @@ def test_a_cache_aware_pool_prefers_the_node_with_its_model_cached():
 
 
 def test_a_pool_with_data_locality_goes_next_to_its_vector_store():
-    store = PodInfo(uid="uid-store", namespace=NS, name="vectors-0", requests={"cpu": 1000}, node_name="b-gpu",
-                    creation_time=T0,
-                    phase="Running", tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
+    store = PodInfo(
+        uid="uid-store",
+        namespace=NS,
+        name="vectors-0",
+        requests={"cpu": 1000},
+        node_name="b-gpu",
+        creation_time=T0,
+        phase="Running",
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+    )
     cell = Cell(pools(llama={**BASE, "scheduling": {"dataLocality": {"vectorStoreAffinity": ["vectors-0"]}}}))
-    for event in (node("a-gpu"), node("b-gpu"), node("c-gpu", zone="zone-b"),
-                  PodObserved(pod=store, observed_at=T0)):
+    for event in (node("a-gpu"), node("b-gpu"), node("c-gpu", zone="zone-b"), PodObserved(pod=store, observed_at=T0)):
         cell(event)
     where, scores = placed(cell, replica("llama", 0))
     assert where == "b-gpu"

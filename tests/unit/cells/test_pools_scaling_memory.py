@@ -5,20 +5,34 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from berth.cells import Cell, CellConfig, PoolPolicy
 from berth.schemas import InputPosition, PoolLagState, ScalePool
 from berth.schemas.samples import T0
 
+from berth.cells import Cell, CellConfig, PoolPolicy
+
 from .fake_engine import FakeEngine
 
-POLICY = PoolPolicy(tokens_per_second_per_replica=1000, ttft_slo_ms=2000, min_replicas=1, max_replicas=40,
-                    cooldown_s=300, model_load_seconds=0)
+POLICY = PoolPolicy(
+    tokens_per_second_per_replica=1000,
+    ttft_slo_ms=2000,
+    min_replicas=1,
+    max_replicas=40,
+    cooldown_s=300,
+    model_load_seconds=0,
+)
 
 
 def lag(tokens: int, rate: float, seconds: float, ready: int = 2) -> PoolLagState:
-    return PoolLagState(pool="llama", namespace="serving", tokens_in_queue=tokens, token_rate=rate,
-                        smoothed_token_rate=rate, expected_ttft_ms=tokens / rate * 1000 if rate else None,
-                        ready_replicas=ready, updated_at=T0 + timedelta(seconds=seconds))
+    return PoolLagState(
+        pool="llama",
+        namespace="serving",
+        tokens_in_queue=tokens,
+        token_rate=rate,
+        smoothed_token_rate=rate,
+        expected_ttft_ms=tokens / rate * 1000 if rate else None,
+        ready_replicas=ready,
+        updated_at=T0 + timedelta(seconds=seconds),
+    )
 
 
 def run(states: list[PoolLagState]) -> list[tuple[int, int, str]]:

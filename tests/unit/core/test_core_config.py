@@ -19,14 +19,30 @@ def _load(body: str):
 
 def test_default_profile_follows_kube_order_and_weights() -> None:
     profile = default_config().profile("berth")
-    kube_filters = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity",
-                    "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity")
+    kube_filters = (
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+    )
     assert profile.points["filter"][: len(kube_filters)] == kube_filters
     assert profile.points["preFilter"][:4] == (
-        "NodeAffinity", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity")
-    kube_weights = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
-                    "PodTopologySpread": 2, "InterPodAffinity": 2,
-                    "NodeResourcesBalancedAllocation": 1}
+        "NodeAffinity",
+        "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+    )
+    kube_weights = {
+        "TaintToleration": 3,
+        "NodeAffinity": 2,
+        "NodeResourcesFit": 1,
+        "PodTopologySpread": 2,
+        "InterPodAffinity": 2,
+        "NodeResourcesBalancedAllocation": 1,
+    }
     assert {k: v for k, v in profile.weights.items() if k in kube_weights} == kube_weights
     # Berth's GPU, locality and preemption plugins come after kube's.
     assert "GpuDeviceFit" in profile.points["filter"] and "GpuDeviceFit" in profile.points["reserve"]
@@ -43,19 +59,22 @@ def test_document_without_profiles_gets_the_default_profile() -> None:
 
 
 def test_kube_api_version_and_ignored_kube_fields_are_accepted() -> None:
-    config = load_config(textwrap.dedent("""\
+    config = load_config(
+        textwrap.dedent("""\
         apiVersion: kubescheduler.config.k8s.io/v1
         kind: KubeSchedulerConfiguration
         parallelism: 16
         profiles:
           - schedulerName: berth
-        """))
+        """)
+    )
     assert config.hash == default_config().hash
 
 
 def test_percentage_of_nodes_to_score_is_resolved_per_profile() -> None:
     # Acted on (tests/unit/core/test_nodes_to_score.py): it changes the configuration's hash.
-    config = load_config(textwrap.dedent("""\
+    config = load_config(
+        textwrap.dedent("""\
         apiVersion: kubescheduler.config.k8s.io/v1
         kind: KubeSchedulerConfiguration
         percentageOfNodesToScore: 50
@@ -63,7 +82,8 @@ def test_percentage_of_nodes_to_score_is_resolved_per_profile() -> None:
           - schedulerName: berth
           - schedulerName: other
             percentageOfNodesToScore: 0
-        """))
+        """)
+    )
     assert [p.percentage_of_nodes_to_score for p in config.profiles] == [50, 0]
     assert config.hash != default_config().hash
 
@@ -125,51 +145,78 @@ def test_several_profiles_and_plugin_args() -> None:
         config.profile("nope")
 
 
-@pytest.mark.parametrize("body, message", [
-    ("""\
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            """\
      profiles:
        - plugins:
            score:
              enabled: [{name: NodeAffinity}, {name: NodeName}, {name: Foo}]
-     """, "profiles[0].plugins.score.enabled[2].name: unknown plugin 'Foo'; known: "),
-    ("""\
+     """,
+            "profiles[0].plugins.score.enabled[2].name: unknown plugin 'Foo'; known: ",
+        ),
+        (
+            """\
      profiles:
        - plugins:
            score:
              enabled: [{name: NodeName}]
-     """, "profiles[0].plugins.score.enabled[0].name: plugin 'NodeName' does not extend score"),
-    ("""\
+     """,
+            "profiles[0].plugins.score.enabled[0].name: plugin 'NodeName' does not extend score",
+        ),
+        (
+            """\
      profiles:
        - plugins:
            bind:
              enabled: [{name: DefaultBinder}]
-     """, "profiles[0].plugins.bind: extension point not supported"),
-    ("""\
+     """,
+            "profiles[0].plugins.bind: extension point not supported",
+        ),
+        (
+            """\
      profiles:
        - pluginConfig:
            - name: NodeResourcesFit
              args: {scoringStrategy: {type: Fancy}}
-     """, "profiles[0].pluginConfig[0].args.scoringStrategy.type: Input should be"),
-    ("""\
+     """,
+            "profiles[0].pluginConfig[0].args.scoringStrategy.type: Input should be",
+        ),
+        (
+            """\
      profiles:
        - plugins:
            score:
              enabled: [{name: TaintToleration, weight: 5000}]
-     """, "profiles[0].plugins.score.enabled[0].weight: must be between 0 and 1000"),
-    ("""\
+     """,
+            "profiles[0].plugins.score.enabled[0].weight: must be between 0 and 1000",
+        ),
+        (
+            """\
      profiles:
        - schedulerName: a
        - schedulerName: a
-     """, "profiles[1].schedulerName: duplicate profile 'a'"),
-    ("""\
+     """,
+            "profiles[1].schedulerName: duplicate profile 'a'",
+        ),
+        (
+            """\
      extenders: []
-     """, "extenders: scheduler extenders are not supported"),
-    ("""\
+     """,
+            "extenders: scheduler extenders are not supported",
+        ),
+        (
+            """\
      profiles:
        - schedulerName: berth
          plugns: {}
-     """, "profiles[0].plugns: Extra inputs are not permitted"),
-])
+     """,
+            "profiles[0].plugns: Extra inputs are not permitted",
+        ),
+    ],
+)
 def test_errors_name_the_path(body: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         _load(body)
@@ -200,23 +247,30 @@ def test_hash_is_over_the_resolved_configuration() -> None:
     assert len(explicit.hash) == 64 and explicit.canonical_json().startswith(b"{")
 
 
-@pytest.mark.parametrize(("legacy", "strategy"), [
-    ("NodeResourcesMostAllocated", "MostAllocated"),
-    ("NodeResourcesLeastAllocated", "LeastAllocated"),
-    ("RequestedToCapacityRatio", "RequestedToCapacityRatio"),
-])
+@pytest.mark.parametrize(
+    ("legacy", "strategy"),
+    [
+        ("NodeResourcesMostAllocated", "MostAllocated"),
+        ("NodeResourcesLeastAllocated", "LeastAllocated"),
+        ("RequestedToCapacityRatio", "RequestedToCapacityRatio"),
+    ],
+)
 def test_removed_kube_plugins_name_their_v1_34_equivalent(legacy: str, strategy: str) -> None:
     """kube-scheduler removed these in v1.23/1.24; the error says what replaced them, and what
     it says parses."""
-    document = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                "profiles": [{"schedulerName": "berth",
-                              "plugins": {"score": {"enabled": [{"name": legacy, "weight": 5}]}}}]}
+    document = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"schedulerName": "berth", "plugins": {"score": {"enabled": [{"name": legacy, "weight": 5}]}}}],
+    }
     with pytest.raises(ConfigError) as caught:
         parse_config(document)
     (error,) = caught.value.errors
-    assert error.startswith(f"profiles[0].plugins.score.enabled[0].name: plugin {legacy!r} was "
-                            "removed from kube-scheduler; its v1.34 equivalent is NodeResourcesFit "
-                            f"with pluginConfig args scoringStrategy: {{type: {strategy}")
+    assert error.startswith(
+        f"profiles[0].plugins.score.enabled[0].name: plugin {legacy!r} was "
+        "removed from kube-scheduler; its v1.34 equivalent is NodeResourcesFit "
+        f"with pluginConfig args scoringStrategy: {{type: {strategy}"
+    )
     args = yaml.safe_load(LEGACY_PLUGINS[legacy].split("pluginConfig args ", 1)[1])
     profile = document["profiles"][0]
     profile["plugins"]["score"]["enabled"][0]["name"] = "NodeResourcesFit"
@@ -227,8 +281,12 @@ def test_removed_kube_plugins_name_their_v1_34_equivalent(legacy: str, strategy:
 
 
 def test_other_removed_kube_plugins_are_named_too() -> None:
-    document = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                "profiles": [{"pluginConfig": [{"name": "SelectorSpread", "args": {}}]}]}
-    with pytest.raises(ConfigError, match="SelectorSpread' was removed from kube-scheduler; its "
-                                          "v1.34 equivalent is PodTopologySpread"):
+    document = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"pluginConfig": [{"name": "SelectorSpread", "args": {}}]}],
+    }
+    with pytest.raises(
+        ConfigError, match="SelectorSpread' was removed from kube-scheduler; its v1.34 equivalent is PodTopologySpread"
+    ):
         parse_config(document)

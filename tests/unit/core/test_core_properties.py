@@ -34,14 +34,27 @@ WEIGHTS = SCHEDULER.frameworks["berth"].weights
 nodes_strategy = st.lists(
     st.builds(
         lambda i, cpu, mem, gpus, zone, tainted, cordoned: node(
-            f"node-{i:02d}", cpu=cpu, memory=mem * GI, pods=6, gpu=gpus,
+            f"node-{i:02d}",
+            cpu=cpu,
+            memory=mem * GI,
+            pods=6,
+            gpu=gpus,
             labels={ZONE: zone} if zone else {},
             taints=(taint("dedicated", "gpu"),) if tainted else (),
-            unschedulable=cordoned),
-        st.integers(0, 99), st.sampled_from([1000, 2000, 4000]), st.sampled_from([2, 4, 8]),
-        st.sampled_from([0, 4, 8]), st.sampled_from((None, *ZONES)),
-        st.booleans(), st.integers(0, 9).map(lambda n: n == 0)),
-    min_size=1, max_size=8, unique_by=lambda n: n.name)
+            unschedulable=cordoned,
+        ),
+        st.integers(0, 99),
+        st.sampled_from([1000, 2000, 4000]),
+        st.sampled_from([2, 4, 8]),
+        st.sampled_from([0, 4, 8]),
+        st.sampled_from((None, *ZONES)),
+        st.booleans(),
+        st.integers(0, 9).map(lambda n: n == 0),
+    ),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda n: n.name,
+)
 
 
 @st.composite
@@ -50,8 +63,9 @@ def pods_strategy(draw):
     pods = []
     for i in range(count):
         app = draw(st.sampled_from(APPS))
-        kind = draw(st.sampled_from(["plain", "gpu", "selector", "anti", "affinity", "spread",
-                                     "soft-spread", "tolerant"]))
+        kind = draw(
+            st.sampled_from(["plain", "gpu", "selector", "anti", "affinity", "spread", "soft-spread", "tolerant"])
+        )
         fields: dict = {}
         requests = {}
         if kind == "gpu":
@@ -62,17 +76,23 @@ def pods_strategy(draw):
         elif kind == "anti":
             fields["affinity"] = pod_affinity(anti_required=[pod_term({"app": app}, HOST)])
         elif kind == "affinity":
-            fields["affinity"] = pod_affinity(preferred=[(draw(st.integers(1, 100)),
-                                                          pod_term({"app": app}, ZONE))])
+            fields["affinity"] = pod_affinity(preferred=[(draw(st.integers(1, 100)), pod_term({"app": app}, ZONE))])
         elif kind == "spread":
             fields["topology_spread_constraints"] = (spread(1, ZONE, {"app": app}),)
         elif kind == "soft-spread":
             fields["topology_spread_constraints"] = (spread(1, ZONE, {"app": app}, hard=False),)
         elif kind == "tolerant":
             fields["tolerations"] = (toleration(operator="Exists"),)
-        pods.append(pod(f"pod-{i:02d}", cpu=draw(st.sampled_from([0, 100, 500, 1500])),
-                        memory=draw(st.sampled_from([0, GI, 3 * GI])), labels={"app": app},
-                        requests=requests, **fields))
+        pods.append(
+            pod(
+                f"pod-{i:02d}",
+                cpu=draw(st.sampled_from([0, 100, 500, 1500])),
+                memory=draw(st.sampled_from([0, GI, 3 * GI])),
+                labels={"app": app},
+                requests=requests,
+                **fields,
+            )
+        )
     return pods
 
 
@@ -93,8 +113,11 @@ def _run(nodes, pods, *, node_order=None, seed_pods=()):
     return out, state
 
 
-PROPERTY_SETTINGS = settings(max_examples=int(__import__("os").environ.get("BERTH_CORE_EXAMPLES", "40")), deadline=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("BERTH_CORE_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @PROPERTY_SETTINGS
@@ -110,10 +133,13 @@ def test_same_inputs_give_byte_identical_decisions(nodes, pods) -> None:
 @given(nodes=nodes_strategy, pods=pods_strategy(), data=st.data())
 def test_node_and_pod_insertion_order_does_not_matter(nodes, pods, data) -> None:
     # Seed the cluster with the first pods' placements, in two different orders.
-    seeded, rest = pods[: len(pods) // 2], pods[len(pods) // 2:]
+    seeded, rest = pods[: len(pods) // 2], pods[len(pods) // 2 :]
     decisions, state = _run(nodes, seeded)
-    placements = [(p, state.placed_pod(p.uid).node_name, state.placed_pod(p.uid).gpu_devices)
-                  for p in seeded if state.placed_pod(p.uid) is not None]
+    placements = [
+        (p, state.placed_pod(p.uid).node_name, state.placed_pod(p.uid).gpu_devices)
+        for p in seeded
+        if state.placed_pod(p.uid) is not None
+    ]
     shuffled_nodes = data.draw(st.permutations(nodes))
     shuffled_seed = data.draw(st.permutations(placements))
     a, state_a = _run(nodes, rest, seed_pods=placements)
@@ -142,8 +168,7 @@ def test_scores_stay_within_bounds(nodes, pods) -> None:
 @given(nodes=nodes_strategy, pods=pods_strategy())
 def test_never_over_allocates(nodes, pods) -> None:
     # Copies of the pods, again and again, until nodes fill up.
-    copies = [p.model_copy(update={"uid": f"{p.uid}-{k}", "name": f"{p.name}-{k}"})
-              for k in range(4) for p in pods]
+    copies = [p.model_copy(update={"uid": f"{p.uid}-{k}", "name": f"{p.name}-{k}"}) for k in range(4) for p in pods]
     _, state = _run(nodes, copies)
     for name in state.node_names():
         slot = state.slot_of(name)

@@ -8,7 +8,6 @@ import json
 import numpy as np
 
 from berth.core.decision import Decision
-from berth.core.hashing import canonical_json
 from berth.core.framework import (
     CycleContext,
     FilterPlugin,
@@ -22,6 +21,7 @@ from berth.core.framework import (
     ScorePlugin,
     Status,
 )
+from berth.core.hashing import canonical_json
 from berth.core.registry import with_plugins
 from berth.core.scheduler import Scheduler
 
@@ -41,25 +41,31 @@ def test_places_on_the_best_scored_node_and_does_not_touch_the_state() -> None:
 
 
 def test_unschedulable_decision_carries_kube_message_and_compressed_verdicts() -> None:
-    state = state_of(*(node(f"t{i}", taints=(taint("dedicated", "gpu"),)) for i in range(2)),
-                     *(node(f"n{i}") for i in range(3)))
+    state = state_of(
+        *(node(f"t{i}", taints=(taint("dedicated", "gpu"),)) for i in range(2)), *(node(f"n{i}") for i in range(3))
+    )
     decision = default_scheduler().schedule(pod("p", requests={"nvidia.com/gpu": 1}), state)
     assert decision.status == "unschedulable"
     assert decision.message.startswith(
         "0/5 nodes are available: 2 node(s) had untolerated taint(s), "
-        "3 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: ")
+        "3 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: "
+    )
     groups = {g.reasons: (g.plugin, g.code, g.count) for g in decision.rejections}
     assert groups == {
         ("Insufficient nvidia.com/gpu",): ("NodeResourcesFit", "UnschedulableAndUnresolvable", 3),
-        ("node(s) had untolerated taint(s)",):
-            ("TaintToleration", "UnschedulableAndUnresolvable", 2)}
+        ("node(s) had untolerated taint(s)",): ("TaintToleration", "UnschedulableAndUnresolvable", 2),
+    }
     per_node = {name: group.plugin for name, group in decision.node_reasons(state.node_names())}
-    assert per_node == {"n0": "NodeResourcesFit", "n1": "NodeResourcesFit",
-                        "n2": "NodeResourcesFit", "t0": "TaintToleration", "t1": "TaintToleration"}
+    assert per_node == {
+        "n0": "NodeResourcesFit",
+        "n1": "NodeResourcesFit",
+        "n2": "NodeResourcesFit",
+        "t0": "TaintToleration",
+        "t1": "TaintToleration",
+    }
     # n0..n2, t0, t1 in name order; TaintToleration filters first, so its group is 0.
     assert decision.group_indices().tolist() == [1, 1, 1, 0, 0]
-    assert dict(decision.reason_counts()) == {"Insufficient nvidia.com/gpu": 3,
-                                              "node(s) had untolerated taint(s)": 2}
+    assert dict(decision.reason_counts()) == {"Insufficient nvidia.com/gpu": 3, "node(s) had untolerated taint(s)": 2}
 
 
 def test_decision_json_is_canonical_and_hashed() -> None:
@@ -94,8 +100,7 @@ def test_keep_top_scores_bounds_the_decision() -> None:
 
 
 def test_profile_chosen_by_scheduler_name_and_unknown_profile_is_an_error_value() -> None:
-    decision = default_scheduler().schedule(pod("p").model_copy(update={"scheduler_name": "x"}),
-                                            state_of(node("a")))
+    decision = default_scheduler().schedule(pod("p").model_copy(update={"scheduler_name": "x"}), state_of(node("a")))
     assert decision.status == "error" and "no profile 'x'" in decision.message
 
 
@@ -106,8 +111,11 @@ def test_empty_cluster_says_what_kube_scheduler_says() -> None:
     kube_only = profile({"multiPoint": ["NodeResourcesFit"]})
     assert kube_only.schedule(pod("p"), state_of()).message == "no nodes available to schedule pods"
     # One node, even a useless one, gives the FitError form.
-    assert default_scheduler().schedule(pod("p"), state_of(node("a", cpu=0))).message.startswith(
-        "0/1 nodes are available:")
+    assert (
+        default_scheduler()
+        .schedule(pod("p"), state_of(node("a", cpu=0)))
+        .message.startswith("0/1 nodes are available:")
+    )
 
 
 # --- extension points with test plugins -----------------------------------------------------------
@@ -118,8 +126,7 @@ class OnlyEven(FilterPlugin):
 
     def filter(self, cycle: CycleContext, nodes) -> FilterResult:
         names = cycle.state.names_of(nodes)
-        return FilterResult.from_mask(np.array([int(n[-1]) % 2 == 0 for n in names]),
-                                      Status.unschedulable("odd node"))
+        return FilterResult.from_mask(np.array([int(n[-1]) % 2 == 0 for n in names]), Status.unschedulable("odd node"))
 
 
 class Broken(FilterPlugin):
@@ -169,8 +176,9 @@ class Nominator(PostFilterPlugin):
 
     def post_filter(self, cycle, diagnosis) -> PostFilterResult:
         rejected = cycle.state.names_of(diagnosis.rejected(resolvable_only=True))
-        return PostFilterResult(Status.success(), nominated_node=rejected[0], victims=("v1",),
-                                message="preemption: it would fit")
+        return PostFilterResult(
+            Status.success(), nominated_node=rejected[0], victims=("v1",), message="preemption: it would fit"
+        )
 
 
 REGISTRY = with_plugins(OnlyEven, Broken, PreferLast, Devices, Gang, Nominator)
@@ -234,17 +242,24 @@ def test_find_feasible_on_a_subset_for_what_ifs() -> None:
 def test_scheduler_serves_several_profiles() -> None:
     from berth.core.config import parse_config
 
-    config = parse_config({"apiVersion": "berth.io/v1alpha1",
-                           "kind": "BerthSchedulerConfiguration",
-                           "profiles": [{"schedulerName": "berth"}, {"schedulerName": "other"}]})
+    config = parse_config(
+        {
+            "apiVersion": "berth.io/v1alpha1",
+            "kind": "BerthSchedulerConfiguration",
+            "profiles": [{"schedulerName": "berth"}, {"schedulerName": "other"}],
+        }
+    )
     scheduler = Scheduler(config)
     p = pod("p").model_copy(update={"scheduler_name": "other"})
     assert scheduler.schedule(p, state_of(node("a"))).profile == "other"
 
 
 def test_rejection_groups_do_not_depend_on_the_order_taints_were_first_seen() -> None:
-    nodes = [node("a", taints=(taint("x", "1"),)), node("b", taints=(taint("y", "2"),)),
-             node("c", taints=(taint("x", "1"),))]
+    nodes = [
+        node("a", taints=(taint("x", "1"),)),
+        node("b", taints=(taint("y", "2"),)),
+        node("c", taints=(taint("x", "1"),)),
+    ]
     forward, backward = state_of(*nodes), state_of(*reversed(nodes))
     scheduler = default_scheduler()
     first, second = scheduler.schedule(pod("p"), forward), scheduler.schedule(pod("p"), backward)
@@ -261,12 +276,18 @@ def test_node_groups_round_trip_with_many_groups() -> None:
     packed, width = pack_node_groups(codes, 300)
     assert width == 2
     groups = tuple(RejectionGroup("P", "Unschedulable", (f"r{i}",), 1) for i in range(300))
-    decision = Decision(pod_uid="u", pod="ns/p", profile="berth", status="unschedulable",
-                        nodes_total=5, rejections=groups, node_groups=packed,
-                        node_group_width=width)
+    decision = Decision(
+        pod_uid="u",
+        pod="ns/p",
+        profile="berth",
+        status="unschedulable",
+        nodes_total=5,
+        rejections=groups,
+        node_groups=packed,
+        node_group_width=width,
+    )
     assert decision.group_indices().tolist() == [-1, 0, 299, 5, -1]
-    assert [g and g.reasons for _, g in decision.node_reasons("abcde")] == [
-        None, ("r0",), ("r299",), ("r5",), None]
+    assert [g and g.reasons for _, g in decision.node_reasons("abcde")] == [None, ("r0",), ("r299",), ("r5",), None]
     assert pack_node_groups(np.array([-1, -1]), 0) == ("", 1)
 
 
@@ -281,8 +302,10 @@ def test_scores_outside_0_100_fail_the_attempt_like_kube() -> None:
     framework = profile({"score": [("OutOfRange", 1)]}, registry=with_plugins(OutOfRange))
     decision = framework.schedule(pod("p"), state_of(node("a")))
     assert decision.status == "error"
-    assert decision.message == ("OutOfRange: plugin 'OutOfRange' returns an invalid score 150, "
-                                "it should in the range of [0, 100] after normalizing")
+    assert decision.message == (
+        "OutOfRange: plugin 'OutOfRange' returns an invalid score 150, "
+        "it should in the range of [0, 100] after normalizing"
+    )
 
 
 class MemoOutOfRange(ScorePlugin):
@@ -306,8 +329,10 @@ def test_memoised_scores_out_of_range_fail_every_attempt_not_only_the_first() ->
     for name in ("p", "q"):
         decision = framework.schedule(pod(name), state)
         assert decision.status == "error"
-        assert decision.message == ("MemoOutOfRange: plugin 'MemoOutOfRange' returns an invalid "
-                                    "score 150, it should in the range of [0, 100] after normalizing")
+        assert decision.message == (
+            "MemoOutOfRange: plugin 'MemoOutOfRange' returns an invalid "
+            "score 150, it should in the range of [0, 100] after normalizing"
+        )
 
 
 def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
@@ -389,8 +414,7 @@ def test_prefilter_results_intersect_and_name_the_plugins() -> None:
     assert one.status == "placed" and one.node in ("n0", "n1")
     assert [g.reasons for g in one.rejections] == [("node(s) didn't satisfy plugin(s) [PinA]",)]
     both = _prefilter_framework("PinB", "PinA").schedule(pod("p"), state)
-    assert both.message == ("0/3 nodes are available: node(s) didn't satisfy plugin(s) "
-                            "[PinA PinB] simultaneously.")
+    assert both.message == ("0/3 nodes are available: node(s) didn't satisfy plugin(s) [PinA PinB] simultaneously.")
 
 
 def test_unschedulable_prefilter_still_runs_the_others() -> None:

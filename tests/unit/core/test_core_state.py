@@ -14,16 +14,14 @@ from .builders import GI, node, pod, selector, state_of, taint
 
 def _row(state: ClusterState, name: str) -> dict[str, int]:
     slot = state.slot_of(name)
-    return {r: int(state.requested[slot, state.resource_column(r)])
-            for r in state.resource_names}
+    return {r: int(state.requested[slot, state.resource_column(r)]) for r in state.resource_names}
 
 
 def test_assume_and_forget_account_requests() -> None:
     state = state_of(node("a"))
     p = pod("p", cpu=250, memory=GI, requests={"nvidia.com/gpu": 1})
     state.assume(p, "a", (3,))
-    assert _row(state, "a") == {"cpu": 250, "memory": GI, "ephemeral-storage": 0, "pods": 1,
-                                "nvidia.com/gpu": 1}
+    assert _row(state, "a") == {"cpu": 250, "memory": GI, "ephemeral-storage": 0, "pods": 1, "nvidia.com/gpu": 1}
     assert state.placed_pod(p.uid).gpu_devices == (3,)
     assert state.forget(p.uid)
     assert _row(state, "a")["cpu"] == 0 and _row(state, "a")["pods"] == 0
@@ -128,11 +126,14 @@ def test_placement_is_part_of_the_hash() -> None:
 
 
 def test_pods_matching_uses_namespace_and_labels() -> None:
-    state = state_of(node("a"), placed=[
-        (pod("w1", labels={"app": "web", "tier": "1"}), "a"),
-        (pod("w2", labels={"app": "web"}, namespace="other"), "a"),
-        (pod("d1", labels={"app": "db"}), "a"),
-    ])
+    state = state_of(
+        node("a"),
+        placed=[
+            (pod("w1", labels={"app": "web", "tier": "1"}), "a"),
+            (pod("w2", labels={"app": "web"}, namespace="other"), "a"),
+            (pod("d1", labels={"app": "db"}), "a"),
+        ],
+    )
     web = compile_selector(selector({"app": "web"}))
     assert [p.pod.name for p in state.pods_matching(["default"], web)] == ["w1"]
     assert [p.pod.name for p in state.pods_matching(None, web)] == ["w1", "w2"]
@@ -185,11 +186,14 @@ def test_extensions_are_replayed_on_attach_and_kept_current() -> None:
 
 
 def test_label_int_values_follow_go_parse_int() -> None:
-    state = state_of(node("a", labels={"n": "42"}), node("b", labels={"n": "-7"}),
-                     node("c", labels={"n": "4.2"}), node("d", labels={"n": " 1"}))
+    state = state_of(
+        node("a", labels={"n": "42"}),
+        node("b", labels={"n": "-7"}),
+        node("c", labels={"n": "4.2"}),
+        node("d", labels={"n": " 1"}),
+    )
     numbers, valid = state.label_int_values("n")
     codes = state.label_codes("n")
-    got = {name: (bool(valid[codes[state.slot_of(name)]]), int(numbers[codes[state.slot_of(name)]]))
-           for name in "abcd"}
+    got = {name: (bool(valid[codes[state.slot_of(name)]]), int(numbers[codes[state.slot_of(name)]])) for name in "abcd"}
     assert got == {"a": (True, 42), "b": (True, -7), "c": (False, 0), "d": (False, 0)}
     assert np.array_equal(state.label_codes("missing")[:4], np.zeros(4))

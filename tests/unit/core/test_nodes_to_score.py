@@ -15,19 +15,21 @@ from berth.core.scheduler import Framework, Scheduler
 from .builders import node, pod, state_of, taint
 
 
-@pytest.mark.parametrize(("percentage", "nodes", "expected"), [
-    (None, 5000, 5000),   # Berth's default: every node (kube's would be adaptive: 500)
-    (50, 99, 99),         # below minFeasibleNodesToFind: every node
-    (10, 150, 100),       # never fewer than 100
-    (0, 5000, 500),       # adaptive: 50 - 5000/125 = 10 %
-    (0, 1000, 420),       # adaptive: 50 - 8 = 42 %
-    (0, 100_000, 5000),   # adaptive floor: 5 %
-    (100, 5000, 5000),
-    (30, 1000, 300),
-    (1, 20_000, 200),
-])
-def test_nodes_to_find_is_kube_numFeasibleNodesToFind(percentage: int | None, nodes: int,
-                                                       expected: int) -> None:
+@pytest.mark.parametrize(
+    ("percentage", "nodes", "expected"),
+    [
+        (None, 5000, 5000),  # Berth's default: every node (kube's would be adaptive: 500)
+        (50, 99, 99),  # below minFeasibleNodesToFind: every node
+        (10, 150, 100),  # never fewer than 100
+        (0, 5000, 500),  # adaptive: 50 - 5000/125 = 10 %
+        (0, 1000, 420),  # adaptive: 50 - 8 = 42 %
+        (0, 100_000, 5000),  # adaptive floor: 5 %
+        (100, 5000, 5000),
+        (30, 1000, 300),
+        (1, 20_000, 200),
+    ],
+)
+def test_nodes_to_find_is_kube_numFeasibleNodesToFind(percentage: int | None, nodes: int, expected: int) -> None:
     assert nodes_to_find(percentage, nodes) == expected
 
 
@@ -70,7 +72,8 @@ def test_percentage_limits_the_feasible_nodes_and_picks_among_them() -> None:
 
 
 def test_profile_value_wins_over_the_top_level_one() -> None:
-    config = load_config(textwrap.dedent("""\
+    config = load_config(
+        textwrap.dedent("""\
         apiVersion: kubescheduler.config.k8s.io/v1
         kind: KubeSchedulerConfiguration
         percentageOfNodesToScore: 10
@@ -78,7 +81,8 @@ def test_profile_value_wins_over_the_top_level_one() -> None:
           - schedulerName: berth
           - schedulerName: wide
             percentageOfNodesToScore: 100
-        """))
+        """)
+    )
     scheduler = Scheduler(config)
     state = _cluster(1000)
     assert scheduler.schedule(pod("p"), state, "berth").feasible_nodes == 100
@@ -171,6 +175,16 @@ def test_pool_fast_scheduling_reads_max_nodes_to_score() -> None:
     # Today's AgentPool schema drops the block: no pool caps its cycles yet.
     from berth.cells.pools import PoolPolicy
 
-    assert max_nodes_to_score(PoolPolicy.model_validate(
-        {"model": "m", "ttftSloMs": 500, "tokensPerSecondPerReplica": 100,
-         "scheduling": {"fastScheduling": {"enabled": True, "maxNodesToScore": 50}}})) is None
+    assert (
+        max_nodes_to_score(
+            PoolPolicy.model_validate(
+                {
+                    "model": "m",
+                    "ttftSloMs": 500,
+                    "tokensPerSecondPerReplica": 100,
+                    "scheduling": {"fastScheduling": {"enabled": True, "maxNodesToScore": 50}},
+                }
+            )
+        )
+        is None
+    )

@@ -5,19 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import count
 
+from berth.schemas import PodInfo
+from berth.schemas.samples import T0, h100_node
 from prometheus_client import REGISTRY
 
 from berth.core.config import default_document
 from berth.core.engine import Engine
 from berth.metrics import SchedulingMetrics
-from berth.schemas import PodInfo
-from berth.schemas.samples import T0, h100_node
 
 
 def _pod(name: str, *, gpus: int, priority: int = 0) -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name="berth", priority=priority,
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, creation_time=T0,
-                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},))
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        priority=priority,
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        creation_time=T0,
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+    )
 
 
 @dataclass
@@ -73,14 +80,24 @@ def test_every_attempt_is_timed_per_pod_with_its_result_and_preemption_is_counte
     observer = Recorder()
     placed = _run(_engine(observer))
     assert [a[:3] for a in observer.attempts] == [
-        ("uid-a", "scheduled", "berth"), ("uid-b", "scheduled", "berth"),
-        ("uid-big", "unschedulable", "berth"), ("uid-urgent", "scheduled", "berth")]
+        ("uid-a", "scheduled", "berth"),
+        ("uid-b", "scheduled", "berth"),
+        ("uid-big", "unschedulable", "berth"),
+        ("uid-urgent", "scheduled", "berth"),
+    ]
     assert all(a[3] > 0 for a in observer.attempts)
     assert placed[3] and observer.victims == [1]
     assert observer.preemptions == 2  # big (no victim helps) and urgent
     points = {(p[0], p[1]) for p in observer.points}
-    assert {("PreFilter", "Success"), ("PreScore", "Success"), ("Score", "Success"), ("Reserve", "Success"),
-            ("Permit", "Success"), ("PostFilter", "Unschedulable"), ("PostFilter", "Success")} <= points
+    assert {
+        ("PreFilter", "Success"),
+        ("PreScore", "Success"),
+        ("Score", "Success"),
+        ("Reserve", "Success"),
+        ("Permit", "Success"),
+        ("PostFilter", "Unschedulable"),
+        ("PostFilter", "Success"),
+    } <= points
     assert ("NodeResourcesFit", "Filter", "Unschedulable") in observer.plugins
     assert ("DefaultPreemption", "PostFilter", "Success") in observer.plugins
 
@@ -114,7 +131,7 @@ def test_the_sli_runs_from_the_first_attempt_and_is_labelled_with_the_attempts()
     metrics.clock = lambda: next(now)
     before = _sample("scheduler_pod_scheduling_sli_duration_seconds_count", attempts="3")
     total = _sample("scheduler_pod_scheduling_sli_duration_seconds_sum", attempts="3")
-    metrics.attempt("uid-x", "unschedulable", "berth", 0.5)   # first attempt began at 9.5
+    metrics.attempt("uid-x", "unschedulable", "berth", 0.5)  # first attempt began at 9.5
     metrics.attempt("uid-x", "unschedulable", "berth", 0.5)
     metrics.attempt("uid-x", "scheduled", "berth", 0.5)
     assert _sample("scheduler_pod_scheduling_sli_duration_seconds_count", attempts="3") == before + 1

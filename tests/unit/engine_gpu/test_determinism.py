@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo, PodInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.core.config import default_config
 from berth.core.scheduler import Scheduler
 from berth.core.state import ClusterState
-from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo, PodInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _node(i: int) -> NodeInfo:
-    gpus = tuple(GpuDevice(index=d, numa_node=d // 4, memory_mib=40960,
-                           nvlink_peers=tuple(j for j in range(4 * (d // 4), 4 * (d // 4) + 4) if j != d),
-                           mig=(MigSlice(profile="1g.5gb", count=7),) if (i == 2 and d == 7) else ())
-                 for d in range(8))
+    gpus = tuple(
+        GpuDevice(
+            index=d,
+            numa_node=d // 4,
+            memory_mib=40960,
+            nvlink_peers=tuple(j for j in range(4 * (d // 4), 4 * (d // 4) + 4) if j != d),
+            mig=(MigSlice(profile="1g.5gb", count=7),) if (i == 2 and d == 7) else (),
+        )
+        for d in range(8)
+    )
     allocatable = {"cpu": 64000, "memory": 2**39, "pods": 110, "nvidia.com/gpu": 7 if i == 2 else 8}
     if i == 2:
         allocatable["nvidia.com/mig-1g.5gb"] = 7
@@ -27,21 +33,34 @@ def _node(i: int) -> NodeInfo:
 
 
 NODES = [_node(i) for i in range(4)]
-BOUND = [PodInfo(uid="b0", namespace="d", name="b0", node_name="n1", requests={"nvidia.com/gpu": 3},
-                 phase="Running", creation_time=T0),
-         PodInfo(uid="b1", namespace="d", name="b1", node_name="n0", gpu_fraction_milli=500, phase="Running",
-                 creation_time=T0)]
+BOUND = [
+    PodInfo(
+        uid="b0",
+        namespace="d",
+        name="b0",
+        node_name="n1",
+        requests={"nvidia.com/gpu": 3},
+        phase="Running",
+        creation_time=T0,
+    ),
+    PodInfo(
+        uid="b1", namespace="d", name="b1", node_name="n0", gpu_fraction_milli=500, phase="Running", creation_time=T0
+    ),
+]
 PENDING = [
     PodInfo(uid=f"p{i}", namespace="d", name=f"p{i}", creation_time=T0, **kw)  # type: ignore[arg-type]
-    for i, kw in enumerate([
-        {"requests": {"nvidia.com/gpu": 4}, "gpu_locality": "nvlink"},
-        {"gpu_fraction_milli": 250},
-        {"requests": {"nvidia.com/gpu": 2}, "gpu_locality": "same-socket"},
-        {"requests": {"nvidia.com/mig-1g.5gb": 2}},
-        {"gpu_fraction_milli": 500, "gpu_memory_mib": 10000},
-        {"requests": {"nvidia.com/gpu": 1}},
-        {"requests": {"nvidia.com/gpu": 8}},
-    ])]
+    for i, kw in enumerate(
+        [
+            {"requests": {"nvidia.com/gpu": 4}, "gpu_locality": "nvlink"},
+            {"gpu_fraction_milli": 250},
+            {"requests": {"nvidia.com/gpu": 2}, "gpu_locality": "same-socket"},
+            {"requests": {"nvidia.com/mig-1g.5gb": 2}},
+            {"gpu_fraction_milli": 500, "gpu_memory_mib": 10000},
+            {"requests": {"nvidia.com/gpu": 1}},
+            {"requests": {"nvidia.com/gpu": 8}},
+        ]
+    )
+]
 SCHEDULER = Scheduler(default_config())
 
 

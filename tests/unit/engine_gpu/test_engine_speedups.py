@@ -26,24 +26,35 @@ MODELS = ("A100", "H100", "L4")
 
 shape = st.one_of(
     st.tuples(st.integers(1, 64_000), st.just(0), st.just(0), st.just(frozenset())),
-    st.tuples(st.integers(0, 64_000), st.sampled_from((1, 2, 4, 8)), st.just(1000),
-              st.frozensets(st.sampled_from(MODELS), max_size=2)),
-    st.tuples(st.integers(0, 64_000), st.just(1), st.integers(1, 999),
-              st.frozensets(st.sampled_from(MODELS), max_size=2)),
+    st.tuples(
+        st.integers(0, 64_000),
+        st.sampled_from((1, 2, 4, 8)),
+        st.just(1000),
+        st.frozensets(st.sampled_from(MODELS), max_size=2),
+    ),
+    st.tuples(
+        st.integers(0, 64_000), st.just(1), st.integers(1, 999), st.frozensets(st.sampled_from(MODELS), max_size=2)
+    ),
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(shapes=st.lists(shape, min_size=1, max_size=12),
-       weights=st.lists(st.integers(1, 1000), min_size=12, max_size=12),
-       free=st.lists(st.integers(-200, 1300), max_size=8),
-       cpu=st.integers(-4000, 128_000),
-       model=st.sampled_from((None, *MODELS)),
-       measure=st.sampled_from((BERTH_MEASURE, FGD_MEASURE, Measure(0, 1), Measure(3, 7))))
+@given(
+    shapes=st.lists(shape, min_size=1, max_size=12),
+    weights=st.lists(st.integers(1, 1000), min_size=12, max_size=12),
+    free=st.lists(st.integers(-200, 1300), max_size=8),
+    cpu=st.integers(-4000, 128_000),
+    model=st.sampled_from((None, *MODELS)),
+    measure=st.sampled_from((BERTH_MEASURE, FGD_MEASURE, Measure(0, 1), Measure(3, 7))),
+)
 def test_plain_fragmentation_equals_the_batch(shapes, weights, free, cpu, model, measure) -> None:
-    workload = TargetWorkload(cpu_milli=[s[0] for s in shapes], num_gpu=[s[1] for s in shapes],
-                              gpu_milli=[s[2] for s in shapes], allowed_models=tuple(s[3] for s in shapes),
-                              weight=weights[: len(shapes)])
+    workload = TargetWorkload(
+        cpu_milli=[s[0] for s in shapes],
+        num_gpu=[s[1] for s in shapes],
+        gpu_milli=[s[2] for s in shapes],
+        allowed_models=tuple(s[3] for s in shapes),
+        weight=weights[: len(shapes)],
+    )
     width = max(len(free), 1)
     matrix = np.array([free + [0] * (width - len(free))], dtype=np.int64)
     batch = weighted_fragmentation_batch(matrix, [cpu], workload.model_access([model]), workload, measure)
@@ -55,8 +66,13 @@ def _keys(totals: list[int], ties: list[int]) -> np.ndarray:
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), size=st.integers(50, 3000), wanted=st.integers(1, 12),
-       spread=st.integers(1, 4), narrow_hash=st.booleans())
+@given(
+    data=st.data(),
+    size=st.integers(50, 3000),
+    wanted=st.integers(1, 12),
+    spread=st.integers(1, 4),
+    narrow_hash=st.booleans(),
+)
 def test_rank_cut_keeps_the_best_keys(data, size, wanted, spread, narrow_hash) -> None:
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     totals = (900 + rng.integers(0, spread, size)).tolist()

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from berth.core.gangs import place_gang
-from berth.core.preemption import Candidate, disruptions_allowed, pick_candidate, select_victims
 from berth.schemas.cluster import LabelSelector, PodInfo
 from berth.schemas.policy import PodDisruptionBudgetInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+from berth.core.gangs import place_gang
+from berth.core.preemption import Candidate, disruptions_allowed, pick_candidate, select_victims
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def pod(name: str, gpus: int = 1, priority: int = 0, *, labels: dict[str, str] | None = None,
-        node: str | None = None, age: int = 0) -> PodInfo:
-    return PodInfo(uid=name, namespace="default", name=name, priority=priority, labels=labels or {},
-                   requests={"nvidia.com/gpu": gpus}, node_name=node, phase="Running" if node else "Pending",
-                   creation_time=T0 - timedelta(minutes=age))
+def pod(
+    name: str,
+    gpus: int = 1,
+    priority: int = 0,
+    *,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    age: int = 0,
+) -> PodInfo:
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        priority=priority,
+        labels=labels or {},
+        requests={"nvidia.com/gpu": gpus},
+        node_name=node,
+        phase="Running" if node else "Pending",
+        creation_time=T0 - timedelta(minutes=age),
+    )
 
 
 @dataclass
@@ -61,8 +77,9 @@ def test_gang_that_does_not_fit_leaves_nothing_behind() -> None:
     result = place_gang(toy, [pod(f"w{i}", 2) for i in range(3)], 3, "default/train")
     assert not result.placed and toy.free == before
     assert result.messages["w2"].startswith("0/2 nodes are available")
-    assert result.messages["w0"] == ("pod group default/train did not fit as a whole: only 2 of minMember 3 "
-                                     "members fit at once, so none was placed")
+    assert result.messages["w0"] == (
+        "pod group default/train did not fit as a whole: only 2 of minMember 3 members fit at once, so none was placed"
+    )
     # every assumption was undone, newest first
     assert toy.log[-2:] == ["-w1@b", "-w0@a"]
 
@@ -92,12 +109,17 @@ def _fits_with(capacity: int, on_node: list[PodInfo], need: int):
     def fits(removed: frozenset[str]) -> bool:
         used = sum(p.whole_gpus for p in on_node if p.uid not in removed)
         return capacity - used >= need
+
     return fits
 
 
 def test_victims_are_lower_priority_only_and_minimal() -> None:
-    on_node = [pod("low-a", 2, 1, node="n", age=5), pod("low-b", 2, 1, node="n", age=1),
-               pod("same", 2, 10, node="n"), pod("high", 2, 100, node="n")]
+    on_node = [
+        pod("low-a", 2, 1, node="n", age=5),
+        pod("low-b", 2, 1, node="n", age=1),
+        pod("same", 2, 10, node="n"),
+        pod("high", 2, 100, node="n"),
+    ]
     preemptor = pod("urgent", 2, 10)
     found = select_victims(preemptor, "n", on_node, _fits_with(8, on_node, 2))
     assert isinstance(found, Candidate)
@@ -113,8 +135,9 @@ def test_no_victims_when_only_equal_or_higher_priority() -> None:
 def test_pdb_violating_pods_are_reprieved_first() -> None:
     db = {"app": "db"}
     on_node = [pod("db-0", 2, 1, labels=db, node="n"), pod("batch", 2, 1, node="n")]
-    pdb = PodDisruptionBudgetInfo(namespace="default", name="db", selector=LabelSelector(match_labels=db),
-                                  min_available=1)
+    pdb = PodDisruptionBudgetInfo(
+        namespace="default", name="db", selector=LabelSelector(match_labels=db), min_available=1
+    )
     allowed = disruptions_allowed([pdb], on_node)
     assert allowed == {("default", "db"): 0}
     found = select_victims(pod("urgent", 2, 5), "n", on_node, _fits_with(4, on_node, 2), [pdb], allowed)
@@ -123,11 +146,13 @@ def test_pdb_violating_pods_are_reprieved_first() -> None:
 
 def test_candidate_ranking_follows_kube_then_node_name() -> None:
     low, mid = pod("l", 1, 1, node="x"), pod("m", 1, 5, node="x")
-    ranked = pick_candidate([
-        Candidate("c", (mid,), 0),
-        Candidate("b", (low, low), 0),
-        Candidate("a", (low,), 1),
-        Candidate("d", (low,), 0),
-        Candidate("e", (low,), 0),
-    ])
+    ranked = pick_candidate(
+        [
+            Candidate("c", (mid,), 0),
+            Candidate("b", (low, low), 0),
+            Candidate("a", (low,), 1),
+            Candidate("d", (low,), 0),
+            Candidate("e", (low,), 0),
+        ]
+    )
     assert ranked is not None and ranked.node == "d"  # no PDB violation, lowest top priority, fewest, name

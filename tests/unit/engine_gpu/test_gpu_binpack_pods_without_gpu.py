@@ -3,16 +3,17 @@ first, and nothing at all in a cluster without GPUs (kube's scoring is left alon
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
+from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
 
 from berth.core.config import default_document
 from berth.core.engine import Engine
 from berth.core.framework import CycleContext
 from berth.core.plugins.gpu_devices import GpuBinPack, GpuBinPackArgs, GpuDeviceExtension
 from berth.core.state import ClusterState
-from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GIB = 2**30
 
 
@@ -20,16 +21,24 @@ def node(name: str, gpus: int, cpu: int = 32_000, memory: int = 128 * GIB) -> No
     allocatable = {"cpu": cpu, "memory": memory, "pods": 110}
     if gpus:
         allocatable["nvidia.com/gpu"] = gpus
-    return NodeInfo(name=name, allocatable=allocatable, capacity=allocatable,
-                    gpus=tuple(GpuDevice(index=i) for i in range(gpus)))
+    return NodeInfo(
+        name=name, allocatable=allocatable, capacity=allocatable, gpus=tuple(GpuDevice(index=i) for i in range(gpus))
+    )
 
 
 def pod(name: str, cpu: int, memory: int = 4 * GIB, gpus: int = 0, bound_to: str | None = None) -> PodInfo:
     requests = {"cpu": cpu, "memory": memory}
     if gpus:
         requests["nvidia.com/gpu"] = gpus
-    return PodInfo(uid=name, namespace="default", name=name, requests=requests, node_name=bound_to,
-                   phase="Running" if bound_to else "Pending", creation_time=T0)
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        requests=requests,
+        node_name=bound_to,
+        phase="Running" if bound_to else "Pending",
+        creation_time=T0,
+    )
 
 
 def state_of(*nodes: NodeInfo, bound: tuple[PodInfo, ...] = ()) -> ClusterState:
@@ -52,8 +61,7 @@ def scores(state: ClusterState, p: PodInfo, plugin: GpuBinPack | None = None) ->
 
 
 def test_pods_without_gpu_are_packed_onto_the_fullest_gpu_node() -> None:
-    state = state_of(node("busy", 8), node("idle", 8),
-                     bound=(pod("a", 16_000, 64 * GIB, bound_to="busy"),))
+    state = state_of(node("busy", 8), node("idle", 8), bound=(pod("a", 16_000, 64 * GIB, bound_to="busy"),))
     got = scores(state, pod("cpu", 8_000, 16 * GIB))
     assert got is not None
     # kube's MostAllocated over cpu and memory, after the pod: (24/32 + 80/128) / 2 and (8/32 + 16/128) / 2.

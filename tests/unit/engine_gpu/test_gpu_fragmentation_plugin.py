@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from berth.schemas.cluster import (
+    Affinity,
+    GpuDevice,
+    NodeAffinity,
+    NodeInfo,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodInfo,
+)
 
 from berth.core.config import parse_config
 from berth.core.framework import CycleContext
@@ -25,44 +34,51 @@ from berth.core.plugins.gpu_fragmentation import (
 )
 from berth.core.scheduler import Scheduler
 from berth.core.state import ClusterState
-from berth.schemas.cluster import (
-    Affinity,
-    GpuDevice,
-    NodeAffinity,
-    NodeInfo,
-    NodeSelectorRequirement,
-    NodeSelectorTerm,
-    PodInfo,
-)
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def node(name: str, gpus: int = 8, model: str = "A100", cpu: int = 64_000) -> NodeInfo:
-    return NodeInfo(name=name, labels={"nvidia.com/gpu.product": model},
-                    allocatable={"cpu": cpu, "memory": 2**40, "pods": 110, "nvidia.com/gpu": gpus},
-                    gpus=tuple(GpuDevice(index=i, model=model, memory_mib=40_960) for i in range(gpus)))
+    return NodeInfo(
+        name=name,
+        labels={"nvidia.com/gpu.product": model},
+        allocatable={"cpu": cpu, "memory": 2**40, "pods": 110, "nvidia.com/gpu": gpus},
+        gpus=tuple(GpuDevice(index=i, model=model, memory_mib=40_960) for i in range(gpus)),
+    )
 
 
-def pod(name: str, *, whole: int = 0, fraction: int | None = None, cpu: int = 1000,
-        models: tuple[str, ...] = ()) -> PodInfo:
+def pod(
+    name: str, *, whole: int = 0, fraction: int | None = None, cpu: int = 1000, models: tuple[str, ...] = ()
+) -> PodInfo:
     requests = {"cpu": cpu, **({"nvidia.com/gpu": whole} if whole else {})}
     affinity = None
     if models:
-        term = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(
-            key="nvidia.com/gpu.product", operator="In", values=models),))
+        term = NodeSelectorTerm(
+            match_expressions=(NodeSelectorRequirement(key="nvidia.com/gpu.product", operator="In", values=models),)
+        )
         affinity = Affinity(node_affinity=NodeAffinity(required=(term,)))
-    return PodInfo(uid=name, namespace="default", name=name, scheduler_name="berth", requests=requests,
-                   gpu_fraction_milli=fraction, affinity=affinity, creation_time=T0)
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        scheduler_name="berth",
+        requests=requests,
+        gpu_fraction_milli=fraction,
+        affinity=affinity,
+        creation_time=T0,
+    )
 
 
 def scheduler(weight: int = 10, **args: Any) -> Scheduler:
-    profile: dict[str, Any] = {"schedulerName": "berth", "plugins": {"multiPoint": {"enabled": [
-        {"name": "GpuFragmentation", "weight": weight}]}}}
+    profile: dict[str, Any] = {
+        "schedulerName": "berth",
+        "plugins": {"multiPoint": {"enabled": [{"name": "GpuFragmentation", "weight": weight}]}},
+    }
     if args:
         profile["pluginConfig"] = [{"name": "GpuFragmentation", "args": args}]
-    return Scheduler(parse_config({"apiVersion": "berth.io/v1alpha1", "kind": "BerthSchedulerConfiguration",
-                                   "profiles": [profile]}))
+    return Scheduler(
+        parse_config({"apiVersion": "berth.io/v1alpha1", "kind": "BerthSchedulerConfiguration", "profiles": [profile]})
+    )
 
 
 def state_with(sched: Scheduler, *nodes: NodeInfo) -> ClusterState:
@@ -88,16 +104,21 @@ def fresh_scores(plugin: GpuFragmentation, p: PodInfo, state: ClusterState, node
 
 
 def test_memoised_scores_equal_a_fresh_computation_while_pods_arrive() -> None:
-    sched = scheduler(min_learned_pods := 3, minLearnedPods=min_learned_pods)  # noqa: F841
+    sched = scheduler(min_learned_pods := 3, minLearnedPods=min_learned_pods)
     framework = sched.frameworks["berth"]
     plugin = framework.plugins["GpuFragmentation"]
-    state = state_with(sched, *(node(f"n{i}", gpus=(8, 4, 2)[i % 3], cpu=(64_000, 32_000, 16_000)[i % 3])
-                                for i in range(6)))
+    state = state_with(
+        sched, *(node(f"n{i}", gpus=(8, 4, 2)[i % 3], cpu=(64_000, 32_000, 16_000)[i % 3]) for i in range(6))
+    )
     rng = random.Random(5)
     for i in range(40):
         kind = rng.choice(("whole", "share", "cpu"))
-        p = pod(f"p{i}", whole=rng.choice((1, 2)) if kind == "whole" else 0,
-                fraction=rng.choice((250, 500)) if kind == "share" else None, cpu=rng.choice((1000, 4000)))
+        p = pod(
+            f"p{i}",
+            whole=rng.choice((1, 2)) if kind == "whole" else 0,
+            fraction=rng.choice((250, 500)) if kind == "share" else None,
+            cpu=rng.choice((1000, 4000)),
+        )
         cycle = CycleContext(p, state, "berth", framework)
         feasible = framework.find_feasible(p, state).feasible
         if feasible.size == 0:
@@ -149,10 +170,28 @@ def test_gpu_models_of_the_target_workload_are_honoured() -> None:
 
 
 def test_bucketed_counts_and_an_order_independent_learned_workload() -> None:
-    assert [bucket_count(c) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 17, 24, 100)] == \
-        [0, 1, 2, 3, 4, 4, 6, 6, 8, 8, 12, 16, 24, 96]
-    counts = {(1000, 1, 1000, frozenset()): 40, (1000, 1, 500, frozenset()): 30, (0, 0, 0, frozenset()): 1,
-              (2000, 2, 1000, frozenset()): 25}
+    assert [bucket_count(c) for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 17, 24, 100)] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        4,
+        6,
+        6,
+        8,
+        8,
+        12,
+        16,
+        24,
+        96,
+    ]
+    counts = {
+        (1000, 1, 1000, frozenset()): 40,
+        (1000, 1, 500, frozenset()): 30,
+        (0, 0, 0, frozenset()): 1,
+        (2000, 2, 1000, frozenset()): 25,
+    }
     shuffled = dict(sorted(counts.items(), key=lambda item: random.Random(1).random()))
     learned = learned_workload(counts, 0.95)
     assert learned == learned_workload(shuffled, 0.95)
@@ -225,9 +264,19 @@ def test_reserve_takes_the_device_fgd_chose() -> None:
     # choice) would strand 50 milli; on the idle device it strands nothing.
     shapes = [{"numGpu": 1, "gpuMilli": 300, "cpuMilli": 0, "weight": 1}]
     for weight, expected in ((10, (0,)), (None, (1,))):
-        sched = scheduler(learnFromCluster=False, targetWorkload=shapes) if weight else \
-            Scheduler(parse_config({"apiVersion": "berth.io/v1alpha1", "kind": "BerthSchedulerConfiguration",
-                                    "profiles": [{"schedulerName": "berth"}]}))
+        sched = (
+            scheduler(learnFromCluster=False, targetWorkload=shapes)
+            if weight
+            else Scheduler(
+                parse_config(
+                    {
+                        "apiVersion": "berth.io/v1alpha1",
+                        "kind": "BerthSchedulerConfiguration",
+                        "profiles": [{"schedulerName": "berth"}],
+                    }
+                )
+            )
+        )
         state = state_with(sched, node("a", gpus=2))
         state.assume(pod("x", fraction=700), "a", (1,), 700)
         decision = sched.schedule(pod("q", fraction=250), state, "berth")
@@ -245,9 +294,13 @@ def test_the_raw_score_is_score_placements_of_the_node_row() -> None:
     plugin.pre_score(cycle, state.order())
     raw = plugin.score(cycle, state.order())
     workload: TargetWorkload = plugin._configured
-    expected = score_placements(np.array([[1000, 1000, 500, 1000]]), np.array([2000]),
-                                np.ones((1, workload.size), dtype=bool),
-                                PodRequest(cpu_milli=1000, num_gpu=1, gpu_milli=1000), workload)
+    expected = score_placements(
+        np.array([[1000, 1000, 500, 1000]]),
+        np.array([2000]),
+        np.ones((1, workload.size), dtype=bool),
+        PodRequest(cpu_milli=1000, num_gpu=1, gpu_milli=1000),
+        workload,
+    )
     assert int(raw[0]) >> 6 == int(expected.increase[0])
 
 

@@ -2,34 +2,49 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-
-from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory, GpuRequest
 from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo, PodInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory, GpuRequest
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def dgx(name: str = "a", *, unhealthy: tuple[int, ...] = (), mig: dict[int, dict[str, int]] | None = None,
-        memory: int = 40960) -> NodeInfo:
+def dgx(
+    name: str = "a",
+    *,
+    unhealthy: tuple[int, ...] = (),
+    mig: dict[int, dict[str, int]] | None = None,
+    memory: int = 40960,
+) -> NodeInfo:
     """8 GPUs: two NVLink islands of 4 (0-3 on NUMA 0, 4-7 on NUMA 1)."""
     mig = mig or {}
-    return NodeInfo(name=name, gpus=tuple(
-        GpuDevice(index=i, numa_node=i // 4, memory_mib=memory, model="A100",
-                  nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i),
-                  healthy=i not in unhealthy,
-                  mig=tuple(MigSlice(profile=p, count=c) for p, c in sorted(mig.get(i, {}).items())))
-        for i in range(8)))
+    return NodeInfo(
+        name=name,
+        gpus=tuple(
+            GpuDevice(
+                index=i,
+                numa_node=i // 4,
+                memory_mib=memory,
+                model="A100",
+                nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i),
+                healthy=i not in unhealthy,
+                mig=tuple(MigSlice(profile=p, count=c) for p, c in sorted(mig.get(i, {}).items())),
+            )
+            for i in range(8)
+        ),
+    )
 
 
 def mesh(name: str = "m") -> NodeInfo:
     """4 GPUs, a ring 0-1-2-3-0 (no diagonals), all on NUMA 0 except 3."""
     ring = {0: (1, 3), 1: (0, 2), 2: (1, 3), 3: (0, 2)}
-    return NodeInfo(name=name, gpus=tuple(GpuDevice(index=i, numa_node=1 if i == 3 else 0, nvlink_peers=ring[i])
-                                          for i in range(4)))
+    return NodeInfo(
+        name=name, gpus=tuple(GpuDevice(index=i, numa_node=1 if i == 3 else 0, nvlink_peers=ring[i]) for i in range(4))
+    )
 
 
 def holding(inv: GpuInventory, row: int, *allocations: GpuAllocation) -> GpuInventory:
@@ -47,8 +62,7 @@ WHOLE = [
     ("any locality may span islands", dgx(), (0, 1, 4, 5), GpuRequest(whole=3), (2, 3, 6)),
     ("nvlink needs an all-linked set", dgx(), (0, 1, 4, 5), GpuRequest(whole=3, locality="nvlink"), None),
     ("nvlink finds the free island", dgx(), (0, 1), GpuRequest(whole=4, locality="nvlink"), (4, 5, 6, 7)),
-    ("same-socket stays on one NUMA node", dgx(), (0,), GpuRequest(whole=4, locality="same-socket"),
-     (4, 5, 6, 7)),
+    ("same-socket stays on one NUMA node", dgx(), (0,), GpuRequest(whole=4, locality="same-socket"), (4, 5, 6, 7)),
     ("same-socket cannot span", dgx(), (0, 4), GpuRequest(whole=4, locality="same-socket"), None),
     ("unhealthy devices are never used", dgx(unhealthy=(0, 1)), (), GpuRequest(whole=2), (2, 3)),
     ("MIG devices are not whole GPUs", dgx(mig={0: {"1g.5gb": 7}}), (), GpuRequest(whole=4), (4, 5, 6, 7)),
@@ -60,8 +74,9 @@ WHOLE = [
 
 
 @pytest.mark.parametrize(("node", "held", "request_", "expected"), [w[1:] for w in WHOLE], ids=[w[0] for w in WHOLE])
-def test_whole_gpu_choice(node: NodeInfo, held: tuple[int, ...], request_: GpuRequest,
-                          expected: tuple[int, ...] | None) -> None:
+def test_whole_gpu_choice(
+    node: NodeInfo, held: tuple[int, ...], request_: GpuRequest, expected: tuple[int, ...] | None
+) -> None:
     inv = GpuInventory.of([node])
     if held:
         inv.allocate(0, GpuAllocation(devices=held, milli=1000))
@@ -115,8 +130,11 @@ def test_mig_slices_fill_the_fullest_device_first() -> None:
 def test_allocate_and_release_are_inverse() -> None:
     inv = GpuInventory.of([dgx(mig={7: {"1g.5gb": 7}}), dgx("b")])
     before = inv.copy()
-    allocations = [(0, inv.choose(0, GpuRequest(whole=3))), (1, inv.choose(1, GpuRequest(milli=300))),
-                   (0, inv.choose(0, GpuRequest(mig=(("1g.5gb", 3),))))]
+    allocations = [
+        (0, inv.choose(0, GpuRequest(whole=3))),
+        (1, inv.choose(1, GpuRequest(milli=300))),
+        (0, inv.choose(0, GpuRequest(mig=(("1g.5gb", 3),)))),
+    ]
     for row, allocation in allocations:
         assert allocation is not None
         inv.allocate(row, allocation)
@@ -130,9 +148,15 @@ def test_allocate_and_release_are_inverse() -> None:
 
 
 def _pod(name: str, devices: tuple[int, ...] = (), **requests: int) -> PodInfo:
-    return PodInfo(uid=name, namespace="default", name=name, node_name="a", gpu_devices=devices,
-                   requests={k.replace("_", "/").replace("nvidia/", "nvidia.com/"): v for k, v in requests.items()},
-                   creation_time=T0)
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        node_name="a",
+        gpu_devices=devices,
+        requests={k.replace("_", "/").replace("nvidia/", "nvidia.com/"): v for k, v in requests.items()},
+        creation_time=T0,
+    )
 
 
 def test_bound_pods_use_recorded_devices_or_get_deterministic_ones() -> None:
@@ -181,11 +205,12 @@ def test_incremental_share_answers_match_a_fresh_computation() -> None:
                 held.append((row, allocation))
         for shape in shapes:
             fresh = inv.share_fits(shape)
-            expected = np.where(fresh.any(axis=1),
-                                np.argmin(np.where(fresh, inv.free_milli, 10**9), axis=1), -1)
+            expected = np.where(fresh.any(axis=1), np.argmin(np.where(fresh, inv.free_milli, 10**9), axis=1), -1)
             assert np.array_equal(inv.share_device(shape), expected), step
             best_col, best_free = inv.share_choice(shape)
-            assert np.array_equal(best_free, np.where(expected >= 0, inv.free_milli[np.arange(6), np.maximum(expected, 0)], 0))
+            assert np.array_equal(
+                best_free, np.where(expected >= 0, inv.free_milli[np.arange(6), np.maximum(expected, 0)], 0)
+            )
             assert np.array_equal(inv.filter(shape)[0], fresh.any(axis=1)), step
 
 
@@ -195,6 +220,7 @@ def test_a_recorded_mig_claim_replays_to_the_slices_that_were_chosen() -> None:
     request = GpuRequest(mig=(("1g.5gb", 3),))
     chosen = inv.choose(0, request)
     assert chosen == GpuAllocation(devices=(6, 7), mig=((6, "1g.5gb", 1), (7, "1g.5gb", 2)))
-    bound = PodInfo(uid="m", namespace="default", name="m", node_name="a", requests={"nvidia.com/mig-1g.5gb": 3},
-                    creation_time=T0)
+    bound = PodInfo(
+        uid="m", namespace="default", name="m", node_name="a", requests={"nvidia.com/mig-1g.5gb": 3}, creation_time=T0
+    )
     assert inv.allocation_of_bound(0, bound, chosen.devices) == chosen

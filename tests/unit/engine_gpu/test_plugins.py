@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from berth.schemas.cluster import GpuDevice, LabelSelector, NodeInfo, PodInfo
+from berth.schemas.policy import PodDisruptionBudgetInfo
 
-from berth.core.framework import Code, CycleContext, Diagnosis
 from berth.core import messages
+from berth.core.framework import Code, CycleContext, Diagnosis
 from berth.core.plugins.gpu_devices import (
     GpuBinPack,
     GpuDeviceExtension,
@@ -18,28 +20,55 @@ from berth.core.plugins.gpu_devices import (
 )
 from berth.core.plugins.preemption import PROBE, DefaultPreemption
 from berth.core.state import ClusterState
-from berth.schemas.cluster import GpuDevice, LabelSelector, NodeInfo, PodInfo
-from berth.schemas.policy import PodDisruptionBudgetInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def dgx(name: str, unhealthy: tuple[int, ...] = ()) -> NodeInfo:
-    return NodeInfo(name=name, allocatable={"cpu": 64_000}, gpus=tuple(
-        GpuDevice(index=i, numa_node=i // 4, memory_mib=40_960, healthy=i not in unhealthy,
-                  nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i))
-        for i in range(8)))
+    return NodeInfo(
+        name=name,
+        allocatable={"cpu": 64_000},
+        gpus=tuple(
+            GpuDevice(
+                index=i,
+                numa_node=i // 4,
+                memory_mib=40_960,
+                healthy=i not in unhealthy,
+                nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i),
+            )
+            for i in range(8)
+        ),
+    )
 
 
-def pod(name: str, gpus: int = 0, *, priority: int = 0, node: str | None = None, fraction: int | None = None,
-        locality: str = "any", devices: tuple[int, ...] = (), labels: dict[str, str] | None = None,
-        never: bool = False, age: int = 0) -> PodInfo:
-    return PodInfo(uid=name, namespace="default", name=name, priority=priority, node_name=node,
-                   requests={"nvidia.com/gpu": gpus} if gpus else {}, gpu_fraction_milli=fraction,
-                   gpu_locality=locality, gpu_devices=devices, labels=labels or {},
-                   phase="Running" if node else "Pending",
-                   preemption_policy="Never" if never else "PreemptLowerPriority",
-                   creation_time=T0 - timedelta(minutes=age))
+def pod(
+    name: str,
+    gpus: int = 0,
+    *,
+    priority: int = 0,
+    node: str | None = None,
+    fraction: int | None = None,
+    locality: str = "any",
+    devices: tuple[int, ...] = (),
+    labels: dict[str, str] | None = None,
+    never: bool = False,
+    age: int = 0,
+) -> PodInfo:
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        priority=priority,
+        node_name=node,
+        requests={"nvidia.com/gpu": gpus} if gpus else {},
+        gpu_fraction_milli=fraction,
+        gpu_locality=locality,
+        gpu_devices=devices,
+        labels=labels or {},
+        phase="Running" if node else "Pending",
+        preemption_policy="Never" if never else "PreemptLowerPriority",
+        creation_time=T0 - timedelta(minutes=age),
+    )
 
 
 def state_of(*nodes: NodeInfo, bound: tuple[PodInfo, ...] = ()) -> ClusterState:
@@ -66,10 +95,15 @@ def run_filter(state: ClusterState, p: PodInfo) -> dict[str, str | None]:
 
 
 def test_filter_reasons_per_node() -> None:
-    state = state_of(dgx("a", unhealthy=(5,)), dgx("b"),
-                     bound=(pod("nb", 2, node="a", devices=(0, 1)), pod("x", 6, node="b", devices=tuple(range(6)))))
+    state = state_of(
+        dgx("a", unhealthy=(5,)),
+        dgx("b"),
+        bound=(pod("nb", 2, node="a", devices=(0, 1)), pod("x", 6, node="b", devices=tuple(range(6)))),
+    )
     assert run_filter(state, pod("tp", 4, locality="nvlink")) == {
-        "a": messages.gpu_no_nvlink_set(4), "b": "Insufficient nvidia.com/gpu"}
+        "a": messages.gpu_no_nvlink_set(4),
+        "b": "Insufficient nvidia.com/gpu",
+    }
     assert run_filter(state, pod("tp", 4)) == {"a": None, "b": "Insufficient nvidia.com/gpu"}
     assert messages.gpu_no_nvlink_set(4) == "node(s) had no NVLink-connected set of 4 free GPUs"
 
@@ -122,8 +156,10 @@ class Probe:
         plugin = GpuDeviceFit()
         result = plugin.filter(cycle, nodes)
         passed = result.passed(len(nodes))
-        reasons = [() if ok else result.statuses[int(result.codes[i])].reasons  # type: ignore[index]
-                   for i, ok in enumerate(passed)]
+        reasons = [
+            () if ok else result.statuses[int(result.codes[i])].reasons  # type: ignore[index]
+            for i, ok in enumerate(passed)
+        ]
         return passed, reasons
 
 
@@ -132,7 +168,11 @@ def preempt(state: ClusterState, p: PodInfo, unresolvable: tuple[str, ...] = ())
     cycle.data[PROBE] = Probe()
     nodes = state.order()
     from berth.core.framework import Status
-    statuses = (Status.unschedulable("Insufficient nvidia.com/gpu"), Status.unresolvable("node(s) had untolerated taint {a: b}"))
+
+    statuses = (
+        Status.unschedulable("Insufficient nvidia.com/gpu"),
+        Status.unresolvable("node(s) had untolerated taint {a: b}"),
+    )
     codes = np.array([1 if name in unresolvable else 0 for name in state.names_of(nodes)], dtype=np.int32)
     diagnosis = Diagnosis(nodes=nodes, node_codes=codes, statuses=statuses)
     hash_before = state.snapshot_hash()
@@ -142,48 +182,72 @@ def preempt(state: ClusterState, p: PodInfo, unresolvable: tuple[str, ...] = ())
 
 
 def gpu_nodes() -> tuple[NodeInfo, NodeInfo]:
-    return (NodeInfo(name="gpu-1", gpus=tuple(GpuDevice(index=i) for i in range(4))),
-            NodeInfo(name="gpu-2", gpus=tuple(GpuDevice(index=i) for i in range(4))))
+    return (
+        NodeInfo(name="gpu-1", gpus=tuple(GpuDevice(index=i) for i in range(4))),
+        NodeInfo(name="gpu-2", gpus=tuple(GpuDevice(index=i) for i in range(4))),
+    )
 
 
 def test_preemption_avoids_pdb_violations_and_picks_lowest_priority() -> None:
     serving = {"app": "serving"}
-    state = state_of(*gpu_nodes(), bound=(
-        pod("batch-a", 2, priority=100, node="gpu-1", age=60), pod("batch-b", 2, priority=100, node="gpu-1"),
-        pod("serving-0", 2, priority=100, node="gpu-2", labels=serving), pod("batch-c", 2, priority=100, node="gpu-2")))
-    state.upsert_policy("PodDisruptionBudget", "default", "serving", PodDisruptionBudgetInfo(
-        namespace="default", name="serving", selector=LabelSelector(match_labels=serving), min_available=1))
+    state = state_of(
+        *gpu_nodes(),
+        bound=(
+            pod("batch-a", 2, priority=100, node="gpu-1", age=60),
+            pod("batch-b", 2, priority=100, node="gpu-1"),
+            pod("serving-0", 2, priority=100, node="gpu-2", labels=serving),
+            pod("batch-c", 2, priority=100, node="gpu-2"),
+        ),
+    )
+    state.upsert_policy(
+        "PodDisruptionBudget",
+        "default",
+        "serving",
+        PodDisruptionBudgetInfo(
+            namespace="default", name="serving", selector=LabelSelector(match_labels=serving), min_available=1
+        ),
+    )
     result = preempt(state, pod("urgent", 4, priority=1000))
     assert result.status.code is Code.SUCCESS
     assert (result.nominated_node, result.victims) == ("gpu-1", ("batch-a", "batch-b"))
 
 
 def test_preemption_takes_only_what_it_needs() -> None:
-    state = state_of(*gpu_nodes(), bound=(
-        pod("low", 2, priority=1, node="gpu-1"), pod("mid", 2, priority=50, node="gpu-1"),
-        pod("high", 4, priority=5000, node="gpu-2")))
+    state = state_of(
+        *gpu_nodes(),
+        bound=(
+            pod("low", 2, priority=1, node="gpu-1"),
+            pod("mid", 2, priority=50, node="gpu-1"),
+            pod("high", 4, priority=5000, node="gpu-2"),
+        ),
+    )
     result = preempt(state, pod("urgent", 2, priority=1000))
     assert (result.nominated_node, result.victims) == ("gpu-1", ("low",))
 
 
 def test_never_and_no_victims_messages_are_kubes() -> None:
-    state = state_of(*gpu_nodes(), bound=(pod("a", 4, priority=100, node="gpu-1"), pod("b", 4, priority=100, node="gpu-2")))
+    state = state_of(
+        *gpu_nodes(), bound=(pod("a", 4, priority=100, node="gpu-1"), pod("b", 4, priority=100, node="gpu-2"))
+    )
     never = preempt(state, pod("polite", 2, priority=1000, never=True))
     assert never.message == "preemption: not eligible due to preemptionPolicy=Never."
     peer = preempt(state, pod("peer", 2, priority=100))
     assert peer.message == "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     mixed = preempt(state, pod("peer", 2, priority=100), unresolvable=("gpu-2",))
-    assert mixed.message == ("preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
-                             "1 Preemption is not helpful for scheduling.")
+    assert mixed.message == (
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
+    )
 
 
-@pytest.mark.parametrize(("milli", "mib", "text"), [
-    (250, 0, "node(s) had no GPU device with 250 milli free"),
-    (250, 8192, "node(s) had no GPU device with 250 milli and 8192 MiB free"),
-    (0, 8192, "node(s) had no GPU device with 8192 MiB free"),
-])
+@pytest.mark.parametrize(
+    ("milli", "mib", "text"),
+    [
+        (250, 0, "node(s) had no GPU device with 250 milli free"),
+        (250, 8192, "node(s) had no GPU device with 250 milli and 8192 MiB free"),
+        (0, 8192, "node(s) had no GPU device with 8192 MiB free"),
+    ],
+)
 def test_share_messages_golden(milli: int, mib: int, text: str) -> None:
     assert messages.gpu_no_share(milli, mib) == text
     assert messages.gpu_no_socket_set(4) == "node(s) had no 4 free GPUs on one NUMA node"
-
-

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
 
 from berth.core.framework import CycleContext
 from berth.core.plugins.cache import DataLocality, ModelCache
@@ -13,9 +14,8 @@ from berth.core.plugins.carbon import CarbonIntensity
 from berth.core.plugins.cost import NodeCost, linear_preference
 from berth.core.plugins.gpu_devices import GpuAvailability, GpuDeviceExtension
 from berth.core.state import ClusterState
-from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def node(name: str, **fields: object) -> NodeInfo:
@@ -23,8 +23,7 @@ def node(name: str, **fields: object) -> NodeInfo:
 
 
 def pod(name: str = "p", node_name: str | None = None, **fields: object) -> PodInfo:
-    return PodInfo(uid=name, namespace="default", name=name, node_name=node_name, creation_time=T0,
-                   **fields)  # type: ignore[arg-type]
+    return PodInfo(uid=name, namespace="default", name=name, node_name=node_name, creation_time=T0, **fields)  # type: ignore[arg-type]
 
 
 def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodInfo, ...] = ()) -> dict[str, int | None]:
@@ -45,19 +44,27 @@ def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodIn
     return dict(zip(state.names_of(order), (int(v) for v in normalized)))
 
 
-@pytest.mark.parametrize(("values", "expected"), [
-    ([1.0, 2.0, 3.0], [100, 50, 0]),
-    ([5.0, 5.0], [100, 100]),
-    ([np.nan, 2.0], [0, 100]),
-    ([np.nan, np.nan], [0, 0]),
-])
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([1.0, 2.0, 3.0], [100, 50, 0]),
+        ([5.0, 5.0], [100, 100]),
+        ([np.nan, 2.0], [0, 100]),
+        ([np.nan, np.nan], [0, 0]),
+    ],
+)
 def test_linear_preference(values: list[float], expected: list[int]) -> None:
     assert list(linear_preference(np.array(values))) == expected
 
 
 def test_cost_prefers_cheaper_and_unpriced_spot() -> None:
-    nodes = [node("a", price_per_hour=32.0), node("b", price_per_hour=12.0, capacity_type="spot"),
-             node("c", price_per_hour=22.0), node("d", capacity_type="spot"), node("e")]
+    nodes = [
+        node("a", price_per_hour=32.0),
+        node("b", price_per_hour=12.0, capacity_type="spot"),
+        node("c", price_per_hour=22.0),
+        node("d", capacity_type="spot"),
+        node("e"),
+    ]
     assert scores(NodeCost(), nodes, pod()) == {"a": 0, "b": 100, "c": 50, "d": 50, "e": 0}
 
 
@@ -67,8 +74,11 @@ def test_carbon_prefers_cleaner_grids() -> None:
 
 
 def test_model_cache() -> None:
-    nodes = [node("a", labels={"berth.io/cached-models": "llama-3-8b, mistral-7b"}),
-             node("b", annotations={"berth.io/cached-models": "llama-3-70b"}), node("c")]
+    nodes = [
+        node("a", labels={"berth.io/cached-models": "llama-3-8b, mistral-7b"}),
+        node("b", annotations={"berth.io/cached-models": "llama-3-70b"}),
+        node("c"),
+    ]
     wants = pod(annotations={"berth.io/model": "llama-3-70b"})
     assert scores(ModelCache(), nodes, wants) == {"a": 0, "b": 100, "c": 0}
     assert scores(ModelCache(), nodes, pod()) == {"a": None, "b": None, "c": None}  # not scored

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from berth.schemas.policy import PriorityClassInfo
 
 from berth.kube.manifests import (
     ManifestError,
@@ -14,7 +15,6 @@ from berth.kube.manifests import (
     node_from_manifest,
     pod_from_manifest,
 )
-from berth.schemas.policy import PriorityClassInfo
 
 GiB = 2**30
 
@@ -27,18 +27,27 @@ def pod(name: str = "train-0", **spec: Any) -> dict[str, Any]:
 
 def gpu_node(name: str = "gpu-a", gpus: int = 8, **annotations: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "A100", "nvidia.com/gpu.memory": "40960",
-                                              "topology.kubernetes.io/zone": "z1"},
-                     "annotations": dict(annotations)},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": "A100",
+                "nvidia.com/gpu.memory": "40960",
+                "topology.kubernetes.io/zone": "z1",
+            },
+            "annotations": dict(annotations),
+        },
         "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}},
     }
 
 
 def test_effective_requests_take_the_larger_of_containers_and_init_plus_overhead() -> None:
     manifest = pod(
-        containers=[{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
-                    {"name": "b", "resources": {"requests": {"cpu": "500m"}}}],
+        containers=[
+            {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "500m"}}},
+        ],
         initContainers=[{"name": "init", "resources": {"requests": {"cpu": "3", "memory": "512Mi"}}}],
         overhead={"cpu": "100m"},
     )
@@ -48,8 +57,10 @@ def test_effective_requests_take_the_larger_of_containers_and_init_plus_overhead
 def test_sidecar_init_containers_add_to_the_main_containers() -> None:
     manifest = pod(
         containers=[{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
-        initContainers=[{"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
-                        {"name": "migrate", "resources": {"requests": {"cpu": "2"}}}],
+        initContainers=[
+            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "migrate", "resources": {"requests": {"cpu": "2"}}},
+        ],
     )
     # main phase: 1 + sidecar 1 = 2; init phase: migrate 2 + the sidecar already running 1 = 3.
     assert pod_from_manifest(manifest).pod.requests == {"cpu": 3000}
@@ -73,13 +84,21 @@ def test_berth_annotations_and_labels_reach_the_pod() -> None:
     manifest["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train"}
     manifest["metadata"]["annotations"] = {"berth.io/gpu-locality": "nvlink", "berth.io/gpu-devices": "3, 1"}
     info = pod_from_manifest(manifest).pod
-    assert (info.pod_group, info.gpu_locality, info.node_name, info.gpu_devices, info.priority, info.phase) == \
-        ("train", "nvlink", "gpu-a", (1, 3), 7, "Running")
+    assert (info.pod_group, info.gpu_locality, info.node_name, info.gpu_devices, info.priority, info.phase) == (
+        "train",
+        "nvlink",
+        "gpu-a",
+        (1, 3),
+        7,
+        "Running",
+    )
 
 
 def test_priority_comes_from_the_class_or_the_global_default() -> None:
-    classes = {"high": PriorityClassInfo(name="high", value=1000, preemption_policy="Never"),
-               "normal": PriorityClassInfo(name="normal", value=10, global_default=True)}
+    classes = {
+        "high": PriorityClassInfo(name="high", value=1000, preemption_policy="Never"),
+        "normal": PriorityClassInfo(name="normal", value=10, global_default=True),
+    }
     high = pod_from_manifest(pod(priorityClassName="high"), priority_classes=classes).pod
     default = pod_from_manifest(pod(), priority_classes=classes).pod
     assert (high.priority, high.preemption_policy) == (1000, "Never")
@@ -89,34 +108,62 @@ def test_priority_comes_from_the_class_or_the_global_default() -> None:
 def test_affinity_tolerations_and_spread_are_converted() -> None:
     manifest = pod(
         nodeSelector={"disk": "nvme"},
-        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]},
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 50, "preference": {"matchExpressions": [{"key": "spot", "operator": "Exists"}]}}]},
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "preference": {"matchExpressions": [{"key": "spot", "operator": "Exists"}]}}
+                ],
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            },
+        },
         tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
-        topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                    "whenUnsatisfiable": "DoNotSchedule",
-                                    "labelSelector": {"matchLabels": {"app": "x"}}}],
+        topologySpreadConstraints=[
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "x"}},
+            }
+        ],
     )
     info = pod_from_manifest(manifest).pod
     assert info.node_selector == {"disk": "nvme"}
     assert info.affinity and info.affinity.node_affinity and info.affinity.node_affinity.required
     assert info.affinity.node_affinity.required[0].match_expressions[0].values == ("a100",)
     assert info.affinity.node_affinity.preferred[0].weight == 50
-    assert info.affinity.pod_anti_affinity and info.affinity.pod_anti_affinity.required[0].topology_key == \
-        "kubernetes.io/hostname"
+    assert (
+        info.affinity.pod_anti_affinity
+        and info.affinity.pod_anti_affinity.required[0].topology_key == "kubernetes.io/hostname"
+    )
     assert info.tolerations[0].value == "gpu"
     assert info.topology_spread_constraints[0].max_skew == 1
 
 
 def test_gpu_node_with_topology_mig_price_and_spot() -> None:
-    topology = ('{"devices": [' + ",".join(
-        f'{{"index": {i}, "numa": {i // 4}, "nvlink": [{",".join(str(j) for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i)}]}}'
-        for i in range(8)) + "]}")
-    manifest = gpu_node(gpus=6, **{"berth.io/gpu-topology": topology, "berth.io/gpu-mig": '{"7": {"1g.5gb": 7}}',
-                                   "berth.io/price-per-hour": "32.77", "berth.io/carbon-intensity": "120"})
+    topology = (
+        '{"devices": ['
+        + ",".join(
+            f'{{"index": {i}, "numa": {i // 4}, "nvlink": [{",".join(str(j) for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i)}]}}'
+            for i in range(8)
+        )
+        + "]}"
+    )
+    manifest = gpu_node(
+        gpus=6,
+        **{
+            "berth.io/gpu-topology": topology,
+            "berth.io/gpu-mig": '{"7": {"1g.5gb": 7}}',
+            "berth.io/price-per-hour": "32.77",
+            "berth.io/carbon-intensity": "120",
+        },
+    )
     manifest["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
     topo = __import__("json").loads(topology)
     topo["devices"][6]["healthy"] = False
@@ -136,8 +183,11 @@ def test_mig_counts_without_layout_are_packed_onto_synthetic_devices() -> None:
     manifest["status"]["allocatable"]["nvidia.com/mig-1g.5gb"] = "1"
     warnings: list[str] = []
     node = node_from_manifest(manifest, warnings=warnings)
-    assert [(d.index, [(s.profile, s.count) for s in d.mig]) for d in node.gpus] == \
-        [(0, []), (1, []), (2, [("1g.5gb", 1), ("3g.20gb", 2)])]
+    assert [(d.index, [(s.profile, s.count) for s in d.mig]) for d in node.gpus] == [
+        (0, []),
+        (1, []),
+        (2, [("1g.5gb", 1), ("3g.20gb", 2)]),
+    ]
     assert warnings and "synthesised" in warnings[0]
 
 
@@ -156,38 +206,80 @@ def _set(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 POD_ERRORS = [
-    ("spec/containers/0/resources/requests/cpu", "2 cores",
-     "Pod default/train-0: spec.containers[0].resources.requests.cpu: '2 cores' is not a Kubernetes quantity"),
-    ("metadata/annotations", {"gpu-fraction": "1.5"},
-     "Pod default/train-0: metadata.annotations.gpu-fraction: '1.5' must be greater than 0 and at most 1"),
-    ("metadata/annotations", {"gpu-fraction": "0"},
-     "Pod default/train-0: metadata.annotations.gpu-fraction: '0' must be greater than 0 and at most 1"),
-    ("metadata/annotations", {"gpu-fraction": "0.2505"},
-     "Pod default/train-0: metadata.annotations.gpu-fraction: '0.2505' has more than milli precision"),
-    ("metadata/annotations", {"gpu-fraction": "half"},
-     "Pod default/train-0: metadata.annotations.gpu-fraction: 'half' is not a number"),
-    ("metadata/annotations", {"berth.io/gpu-locality": "rack"},
-     "Pod default/train-0: metadata.annotations.berth.io/gpu-locality: 'rack' must be one of"),
-    ("metadata/annotations", {"berth.io/gpu-devices": "0,x"},
-     "Pod default/train-0: metadata.annotations.berth.io/gpu-devices: '0,x' must be comma-separated"),
-    ("metadata/labels", {"gpu": True},
-     "Pod default/train-0: metadata.labels.gpu: must be a string (quote it), got True"),
-    ("spec/containers/0/resources/limits", {"nvidia.com/gpu": "0.5"},
-     "Pod default/train-0: spec.containers[0].resources.limits.nvidia.com/gpu: '0.5' must be an integer"),
-    ("spec/priorityClassName", "urgent",
-     "Pod default/train-0: spec.priorityClassName: no PriorityClass with name urgent was found"),
-    ("spec/tolerations", [{"key": "a", "operator": "Exists", "value": "b"}],
-     "Pod default/train-0: spec.tolerations[0]: a toleration with operator Exists must not have a value"),
-    ("spec/affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "gpu", "operator": "In"}]}]}}},
-     "Pod default/train-0: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
-     "nodeSelectorTerms[0].matchExpressions[0]: operator In needs at least one value"),
-    ("spec/containers", [],
-     "Pod default/train-0: spec.containers: must have at least one container"),
+    (
+        "spec/containers/0/resources/requests/cpu",
+        "2 cores",
+        "Pod default/train-0: spec.containers[0].resources.requests.cpu: '2 cores' is not a Kubernetes quantity",
+    ),
+    (
+        "metadata/annotations",
+        {"gpu-fraction": "1.5"},
+        "Pod default/train-0: metadata.annotations.gpu-fraction: '1.5' must be greater than 0 and at most 1",
+    ),
+    (
+        "metadata/annotations",
+        {"gpu-fraction": "0"},
+        "Pod default/train-0: metadata.annotations.gpu-fraction: '0' must be greater than 0 and at most 1",
+    ),
+    (
+        "metadata/annotations",
+        {"gpu-fraction": "0.2505"},
+        "Pod default/train-0: metadata.annotations.gpu-fraction: '0.2505' has more than milli precision",
+    ),
+    (
+        "metadata/annotations",
+        {"gpu-fraction": "half"},
+        "Pod default/train-0: metadata.annotations.gpu-fraction: 'half' is not a number",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-locality": "rack"},
+        "Pod default/train-0: metadata.annotations.berth.io/gpu-locality: 'rack' must be one of",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-devices": "0,x"},
+        "Pod default/train-0: metadata.annotations.berth.io/gpu-devices: '0,x' must be comma-separated",
+    ),
+    (
+        "metadata/labels",
+        {"gpu": True},
+        "Pod default/train-0: metadata.labels.gpu: must be a string (quote it), got True",
+    ),
+    (
+        "spec/containers/0/resources/limits",
+        {"nvidia.com/gpu": "0.5"},
+        "Pod default/train-0: spec.containers[0].resources.limits.nvidia.com/gpu: '0.5' must be an integer",
+    ),
+    (
+        "spec/priorityClassName",
+        "urgent",
+        "Pod default/train-0: spec.priorityClassName: no PriorityClass with name urgent was found",
+    ),
+    (
+        "spec/tolerations",
+        [{"key": "a", "operator": "Exists", "value": "b"}],
+        "Pod default/train-0: spec.tolerations[0]: a toleration with operator Exists must not have a value",
+    ),
+    (
+        "spec/affinity",
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In"}]}]
+                }
+            }
+        },
+        "Pod default/train-0: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        "nodeSelectorTerms[0].matchExpressions[0]: operator In needs at least one value",
+    ),
+    ("spec/containers", [], "Pod default/train-0: spec.containers: must have at least one container"),
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "expected"), POD_ERRORS, ids=[e[0] + str(i) for i, e in enumerate(POD_ERRORS)])
+@pytest.mark.parametrize(
+    ("path", "value", "expected"), POD_ERRORS, ids=[e[0] + str(i) for i, e in enumerate(POD_ERRORS)]
+)
 def test_pod_errors_name_the_object_and_field(path: str, value: Any, expected: str) -> None:
     with pytest.raises(ManifestError) as caught:
         load_documents([_set(pod(), path, value)])
@@ -202,22 +294,42 @@ def test_fraction_and_whole_gpu_request_are_exclusive() -> None:
 
 
 NODE_ERRORS = [
-    ("metadata/annotations", {"berth.io/gpu-topology": "{nope"},
-     "Node gpu-a: metadata.annotations.berth.io/gpu-topology: is not valid JSON"),
-    ("metadata/annotations", {"berth.io/gpu-topology": '{"devices": [{"index": 0, "numa": 0, "nvlink": [5]}]}'},
-     "Node gpu-a: metadata.annotations.berth.io/gpu-topology.devices[0].nvlink: peers [5] are not devices"),
-    ("metadata/annotations", {"berth.io/gpu-topology": '{"devices": [{"index": 0, "nvlinks": [1]}]}'},
-     "Node gpu-a: metadata.annotations.berth.io/gpu-topology.devices[0].nvlinks: unknown field"),
-    ("metadata/annotations", {"berth.io/gpu-mig": '{"0": {"7g.40gb": 2}}'},
-     "Node gpu-a: metadata.annotations.berth.io/gpu-mig.0: uses 14 compute slices; a GPU has 7"),
-    ("metadata/annotations", {"berth.io/price-per-hour": "cheap"},
-     "Node gpu-a: metadata.annotations.berth.io/price-per-hour: 'cheap' is not a number"),
-    ("metadata/labels/karpenter.sh~1capacity-type", "preemptible",
-     "Node gpu-a: metadata.labels.karpenter.sh/capacity-type: 'preemptible' must be spot, on-demand or reserved"),
-    ("status/allocatable/memory", "lots",
-     "Node gpu-a: status.allocatable.memory: 'lots' is not a Kubernetes quantity"),
-    ("spec/taints", [{"key": "dedicated", "value": "gpu", "effect": "NoPlease"}],
-     "Node gpu-a: spec.taints[0].effect: Input should be"),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-topology": "{nope"},
+        "Node gpu-a: metadata.annotations.berth.io/gpu-topology: is not valid JSON",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-topology": '{"devices": [{"index": 0, "numa": 0, "nvlink": [5]}]}'},
+        "Node gpu-a: metadata.annotations.berth.io/gpu-topology.devices[0].nvlink: peers [5] are not devices",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-topology": '{"devices": [{"index": 0, "nvlinks": [1]}]}'},
+        "Node gpu-a: metadata.annotations.berth.io/gpu-topology.devices[0].nvlinks: unknown field",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/gpu-mig": '{"0": {"7g.40gb": 2}}'},
+        "Node gpu-a: metadata.annotations.berth.io/gpu-mig.0: uses 14 compute slices; a GPU has 7",
+    ),
+    (
+        "metadata/annotations",
+        {"berth.io/price-per-hour": "cheap"},
+        "Node gpu-a: metadata.annotations.berth.io/price-per-hour: 'cheap' is not a number",
+    ),
+    (
+        "metadata/labels/karpenter.sh~1capacity-type",
+        "preemptible",
+        "Node gpu-a: metadata.labels.karpenter.sh/capacity-type: 'preemptible' must be spot, on-demand or reserved",
+    ),
+    ("status/allocatable/memory", "lots", "Node gpu-a: status.allocatable.memory: 'lots' is not a Kubernetes quantity"),
+    (
+        "spec/taints",
+        [{"key": "dedicated", "value": "gpu", "effect": "NoPlease"}],
+        "Node gpu-a: spec.taints[0].effect: Input should be",
+    ),
 ]
 
 
@@ -243,21 +355,55 @@ def test_document_level_errors() -> None:
 
 
 def test_v1_list_policy_objects_and_agent_pool_passthrough() -> None:
-    bundle = load_documents([{"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": {"team": "a"}}},
-        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-         "metadata": {"name": "train", "namespace": "ml"}, "spec": {"minMember": 4}},
-        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": "ml"},
-         "spec": {"hard": {"requests.nvidia.com/gpu": "8", "limits.memory": "1Ti"}, "scopes": ["NotTerminating"],
-                  "scopeSelector": {"matchExpressions": [
-                      {"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}]}}},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": "ml"},
-         "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "db"}}}},
-        {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "lr", "namespace": "ml"},
-         "spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}, "min": {"memory": "1Gi"}}]}},
-        {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "chat", "namespace": "ml"},
-         "spec": {"model": "llama"}},
-    ]}])
+    bundle = load_documents(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": {"team": "a"}}},
+                    {
+                        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                        "kind": "PodGroup",
+                        "metadata": {"name": "train", "namespace": "ml"},
+                        "spec": {"minMember": 4},
+                    },
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ResourceQuota",
+                        "metadata": {"name": "gpu", "namespace": "ml"},
+                        "spec": {
+                            "hard": {"requests.nvidia.com/gpu": "8", "limits.memory": "1Ti"},
+                            "scopes": ["NotTerminating"],
+                            "scopeSelector": {
+                                "matchExpressions": [
+                                    {"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}
+                                ]
+                            },
+                        },
+                    },
+                    {
+                        "apiVersion": "policy/v1",
+                        "kind": "PodDisruptionBudget",
+                        "metadata": {"name": "db", "namespace": "ml"},
+                        "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "db"}}},
+                    },
+                    {
+                        "apiVersion": "v1",
+                        "kind": "LimitRange",
+                        "metadata": {"name": "lr", "namespace": "ml"},
+                        "spec": {"limits": [{"type": "Container", "max": {"cpu": "4"}, "min": {"memory": "1Gi"}}]},
+                    },
+                    {
+                        "apiVersion": "berth.io/v1alpha1",
+                        "kind": "AgentPool",
+                        "metadata": {"name": "chat", "namespace": "ml"},
+                        "spec": {"model": "llama"},
+                    },
+                ],
+            }
+        ]
+    )
     assert bundle.namespaces[0].labels == {"kubernetes.io/metadata.name": "ml", "team": "a"}
     assert bundle.pod_groups[0].min_member == 4
     quota = bundle.resource_quotas[0]
@@ -272,12 +418,18 @@ def test_v1_list_policy_objects_and_agent_pool_passthrough() -> None:
 
 
 def test_limit_range_defaults_apply_per_container_before_summing() -> None:
-    bundle = load_documents([
-        {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "lr"},
-         "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m"}, "max": {"cpu": "2"}}]}},
-        pod(containers=[{"name": "a"}, {"name": "b", "resources": {"requests": {"cpu": "1"}}}]),
-        pod("big", containers=[{"name": "a", "resources": {"limits": {"cpu": "3"}}}]),
-    ])
+    bundle = load_documents(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": {"name": "lr"},
+                "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m"}, "max": {"cpu": "2"}}]},
+            },
+            pod(containers=[{"name": "a"}, {"name": "b", "resources": {"requests": {"cpu": "1"}}}]),
+            pod("big", containers=[{"name": "a", "resources": {"limits": {"cpu": "3"}}}]),
+        ]
+    )
     ok, big = bundle.pods
     assert ok.pod.requests == {"cpu": 1500} and ok.rejection is None
     assert big.rejection == 'pods "big" is forbidden: maximum cpu usage per Container is 2, but limit is 3'
@@ -294,7 +446,14 @@ def test_counts_are_filled_in_from_described_devices() -> None:
     manifest["metadata"]["labels"].pop("nvidia.com/gpu.memory")
     manifest["metadata"]["annotations"] = {
         "berth.io/gpu-topology": '{"devices": [{"index": 0}, {"index": 1, "healthy": false}, {"index": 2}]}',
-        "berth.io/gpu-mig": '{"2": {"1g.5gb": 3, "2g.10gb": 2}}'}
+        "berth.io/gpu-mig": '{"2": {"1g.5gb": 3, "2g.10gb": 2}}',
+    }
     node = node_from_manifest(manifest)
-    assert node.allocatable == {"cpu": 8000, "memory": 64 * GiB, "nvidia.com/gpu": 1,
-                                "nvidia.com/mig-1g.5gb": 3, "nvidia.com/mig-2g.10gb": 2, "pods": 110}
+    assert node.allocatable == {
+        "cpu": 8000,
+        "memory": 64 * GiB,
+        "nvidia.com/gpu": 1,
+        "nvidia.com/mig-1g.5gb": 3,
+        "nvidia.com/mig-2g.10gb": 2,
+        "pods": 110,
+    }

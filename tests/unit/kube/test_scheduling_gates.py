@@ -4,22 +4,29 @@ is removed, and reported by berth simulate as kube leaves them (SchedulingGated)
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from berth.services.ingest.translate import observe, watch_steps
 
 from berth.core import messages
 from berth.kube.manifests import ManifestError, pod_from_manifest
-from berth.services.ingest.translate import observe, watch_steps
 from berth.simulate import run as simulate
 
-AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _pod(name: str, gates: list[dict] | None = None, **spec) -> dict:
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "spec": {"schedulerName": "berth", "containers": [{"name": "c", "image": "x",
-                                                               "resources": {"requests": {"cpu": "1"}}}], **spec}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "schedulerName": "berth",
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+            **spec,
+        },
+    }
     if gates is not None:
         body["spec"]["schedulingGates"] = gates
     return body
@@ -44,8 +51,12 @@ def test_ingest_publishes_a_gated_pod_only_once_its_last_gate_is_gone():
 
 
 def test_simulate_leaves_a_gated_pod_unscheduled_with_kubes_condition_message():
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
+    }
     report = simulate([node, _pod("gated", [{"name": "x"}]), _pod("free")])
     out = {o.pod: o for o in report.outcomes}
     assert out["default/gated"].node is None and out["default/gated"].message == messages.SCHEDULING_GATED

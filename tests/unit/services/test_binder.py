@@ -6,7 +6,6 @@ import asyncio
 import base64
 
 import pytest
-
 from berth.schemas import CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
 from berth.schemas.samples import T0
 from berth.services.binder.applier import Binder, RetryPolicy
@@ -34,10 +33,18 @@ def cluster(*pods: str, nodes=("node-a", "node-b")) -> FakeCluster:
 
 
 def place(*members: tuple[str, str], command_id: str = "cmd-1", victims=(), cell: int = 0, uid=None) -> PlacePods:
-    return PlacePods(command_id=command_id, decision_id=f"dec-{command_id}", cell=cell, issued_at=T0,
-                     victims=victims, pod_group="g" if len(members) > 1 else None,
-                     placements=tuple(PodPlacement(pod_uid=uid or f"uid-{pod}", namespace="ml", name=pod,
-                                                   node=node, gpu_devices=(0,)) for pod, node in members))
+    return PlacePods(
+        command_id=command_id,
+        decision_id=f"dec-{command_id}",
+        cell=cell,
+        issued_at=T0,
+        victims=victims,
+        pod_group="g" if len(members) > 1 else None,
+        placements=tuple(
+            PodPlacement(pod_uid=uid or f"uid-{pod}", namespace="ml", name=pod, node=node, gpu_devices=(0,))
+            for pod, node in members
+        ),
+    )
 
 
 class RecordingOutputs:
@@ -87,11 +94,17 @@ async def test_duplicate_command_in_one_process_does_not_touch_the_cluster_again
     assert second == first and fake.count("bind") == 1
 
 
-@pytest.mark.parametrize("setup, reason", [
-    (lambda f: f.add_pod("ml", "p1", node="node-b"), "already assigned to node 'node-b'"),
-    (lambda f: f.add_pod("ml", "p1", uid="uid-other"), "UID in precondition: uid-p1, UID in object meta: uid-other"),
-    (lambda f: None, 'pods "p1" not found'),
-])
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (lambda f: f.add_pod("ml", "p1", node="node-b"), "already assigned to node 'node-b'"),
+        (
+            lambda f: f.add_pod("ml", "p1", uid="uid-other"),
+            "UID in precondition: uid-p1, UID in object meta: uid-other",
+        ),
+        (lambda f: None, 'pods "p1" not found'),
+    ],
+)
 async def test_bind_conflicts(setup, reason):
     fake = cluster()
     setup(fake)
@@ -118,8 +131,7 @@ async def test_retries_are_bounded_then_failed_and_dead_lettered():
     assert "gave up after 3 attempts: HTTP 503: apiserver overloaded" in verdict.result.reason
     assert [r.status for _, r in outputs.results] == ["failed"]
     [letter] = outputs.dead_letters
-    assert (letter.source_topic, letter.source_partition, letter.source_offset) == \
-        ("berth.scheduler.commands.v1", 2, 7)
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == ("berth.scheduler.commands.v1", 2, 7)
     assert base64.b64decode(letter.value_b64) == b'{"body": 1}' and letter.consumer == "binder"
     assert "place-pods failed: ml/p1: gave up after 3 attempts" in letter.reason
 
@@ -157,8 +169,12 @@ async def test_backoff_grows_exponentially():
 
     fake = cluster("p1")
     fake.fail("bind", [Outcome.retryable("503")] * 4)
-    b = Binder(fake, limiter=TokenBucket(0, 1), sleep=sleep,
-               retry=RetryPolicy(max_attempts=5, initial_backoff_s=0.1, max_backoff_s=0.3, jitter_s=0))
+    b = Binder(
+        fake,
+        limiter=TokenBucket(0, 1),
+        sleep=sleep,
+        retry=RetryPolicy(max_attempts=5, initial_backoff_s=0.1, max_backoff_s=0.3, jitter_s=0),
+    )
     assert (await b.apply(place(("p1", "node-a")))).result.status == "applied"
     assert waits == pytest.approx([0.1, 0.2, 0.3, 0.3])
 
@@ -197,8 +213,11 @@ async def test_victims_are_evicted_before_binding():
     fake.pods["ml/low"].node = "node-a"
     verdict = await binder(fake).apply(place(("high", "node-a"), victims=("ml/low", "ml/already-gone")))
     assert verdict.result.status == "applied"
-    assert "ml/low" not in fake.pods and fake.calls[:3] == [("nominate", "ml/high"), ("evict", "ml/low"),
-                                                           ("evict", "ml/already-gone")]
+    assert "ml/low" not in fake.pods and fake.calls[:3] == [
+        ("nominate", "ml/high"),
+        ("evict", "ml/low"),
+        ("evict", "ml/already-gone"),
+    ]
     assert fake.nominated == {"ml/high": "node-a"}
     assert fake.pods["ml/high"].node == "node-a"
 
@@ -217,8 +236,9 @@ async def test_evict_scale_and_cordon():
     fake.add_pod("ml", "p1", uid="uid-new")
     recreated = await binder(fake).apply(evict)
     assert recreated.result.status == "conflict" and "ml/p1" in fake.pods
-    scale = ScalePool(command_id="s", decision_id="d", issued_at=T0, pool="chat", namespace="serving",
-                      replicas=4, previous_replicas=1)
+    scale = ScalePool(
+        command_id="s", decision_id="d", issued_at=T0, pool="chat", namespace="serving", replicas=4, previous_replicas=1
+    )
     assert (await b.apply(scale)).result.status == "applied" and fake.pools["serving/chat"] == 4
     missing = scale.model_copy(update={"command_id": "s2", "pool": "nope"})
     assert (await b.apply(missing)).result.status == "conflict"
@@ -235,10 +255,16 @@ async def test_results_go_to_the_issuing_cell():
     fake = cluster("p1", "p2")
     outputs = RecordingOutputs()
     handler = CommandHandler(binder(fake), outputs)
-    await handler.handle_batch([(place(("p1", "node-a"), command_id="a", cell=1), source(1)),
-                                (place(("p2", "node-a"), command_id="b", cell=0), source(2))])
-    assert sorted((cell, r.command_id, r.status) for cell, r in outputs.results) == \
-        [(0, "b", "applied"), (1, "a", "applied")]
+    await handler.handle_batch(
+        [
+            (place(("p1", "node-a"), command_id="a", cell=1), source(1)),
+            (place(("p2", "node-a"), command_id="b", cell=0), source(2)),
+        ]
+    )
+    assert sorted((cell, r.command_id, r.status) for cell, r in outputs.results) == [
+        (0, "b", "applied"),
+        (1, "a", "applied"),
+    ]
     assert outputs.dead_letters == []
 
 
@@ -256,7 +282,8 @@ async def test_commands_for_the_same_pod_apply_in_log_order():
     evict = EvictPod(command_id="e", decision_id="d", issued_at=T0, pod_uid="uid-p1", namespace="ml", name="p1")
     outputs = RecordingOutputs()
     verdicts = await CommandHandler(binder(fake), outputs).handle_batch(
-        [(place(("p1", "node-a")), source(1)), (evict, source(2))])
+        [(place(("p1", "node-a")), source(1)), (evict, source(2))]
+    )
     assert [v.result.status for v in verdicts] == ["applied", "applied"]
     assert [op for op, _ in fake.calls] == ["bind", "evict"] and "ml/p1" not in fake.pods
 
@@ -271,7 +298,7 @@ async def test_token_bucket_allows_a_burst_then_paces_at_qps():
     waits = [bucket.reserve() for _ in range(3)]
     assert waits == pytest.approx([0.02, 0.04, 0.06])
     now[0] = 10.0  # refilled, but never beyond the burst
-    assert bucket.reserve() == 0.0 and bucket._tokens == pytest.approx(99)  # noqa: SLF001
+    assert bucket.reserve() == 0.0 and bucket._tokens == pytest.approx(99)
 
 
 async def test_every_request_takes_a_token_retries_included():

@@ -3,23 +3,31 @@ nomination before preemption, per-request metering, and unschedulable reports (d
 
 from __future__ import annotations
 
-from test_binder import NO_WAIT, _no_sleep, binder, cluster, place
-
 from berth.schemas import DecisionRecord, InputPosition
 from berth.schemas.samples import T0
 from berth.services.binder.applier import Binder
 from berth.services.binder.ports import Outcome
 from berth.services.binder.ratelimit import TokenBucket
 from berth.services.binder.unschedulable import UnschedulableReporter, latest_verdicts
+from test_binder import NO_WAIT, _no_sleep, binder, cluster, place
 
 MESSAGE = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 
 
 def verdict(subject: str, outcome: str = "unschedulable", message: str = MESSAGE, offset: int = 0) -> DecisionRecord:
-    return DecisionRecord(decision_id=f"d-{offset}", cell="cell-0", input=InputPosition(topic="t", partition=0,
-                                                                                          offset=offset),
-                          subject=subject, outcome=outcome, message=message if outcome == "unschedulable" else "",
-                          config_version="v", snapshot_hash="s", config_hash="c", decision_hash="h", event_time=T0)
+    return DecisionRecord(
+        decision_id=f"d-{offset}",
+        cell="cell-0",
+        input=InputPosition(topic="t", partition=0, offset=offset),
+        subject=subject,
+        outcome=outcome,
+        message=message if outcome == "unschedulable" else "",
+        config_version="v",
+        snapshot_hash="s",
+        config_hash="c",
+        decision_hash="h",
+        event_time=T0,
+    )
 
 
 # -- nomination -----------------------------------------------------------------------------------
@@ -83,9 +91,13 @@ async def test_a_backend_that_meters_its_requests_is_not_metered_again():
 
 
 def test_only_the_last_verdict_per_pod_counts():
-    records = [verdict("ml/a", message="first", offset=1), verdict("ml/b", offset=2),
-               verdict("ml/a", message="second", offset=3), verdict("ml/b", "placed", offset=4),
-               verdict("node-x", "cordoned", offset=5)]
+    records = [
+        verdict("ml/a", message="first", offset=1),
+        verdict("ml/b", offset=2),
+        verdict("ml/a", message="second", offset=3),
+        verdict("ml/b", "placed", offset=4),
+        verdict("node-x", "cordoned", offset=5),
+    ]
     assert latest_verdicts(records) == {"ml/a": "second", "ml/b": None}
 
 
@@ -128,7 +140,9 @@ async def test_gone_pods_and_gangs_are_counted_not_remembered():
     fake = cluster("p1")
     reporter = UnschedulableReporter(binder(fake))
     assert await reporter.handle_batch([verdict("ml/gang-of-four"), verdict("ml/p1", offset=1)]) == {
-        "ml/gang-of-four": "gone", "ml/p1": "reported"}
+        "ml/gang-of-four": "gone",
+        "ml/p1": "reported",
+    }
     fake.add_pod("ml", "gang-of-four")
     assert (await reporter.handle_batch([verdict("ml/gang-of-four", offset=2)]))["ml/gang-of-four"] == "reported"
 
@@ -137,7 +151,7 @@ async def test_the_lru_is_bounded():
     fake = cluster("a", "b", "c")
     reporter = UnschedulableReporter(binder(fake), remember=2)
     await reporter.handle_batch([verdict("ml/a"), verdict("ml/b", offset=1), verdict("ml/c", offset=2)])
-    assert list(reporter._reported) == ["ml/b", "ml/c"]  # noqa: SLF001 - the bound is the point
+    assert list(reporter._reported) == ["ml/b", "ml/c"]
 
 
 async def test_a_transient_failure_is_retried_then_counted_failed_and_not_remembered():

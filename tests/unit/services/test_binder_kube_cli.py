@@ -22,18 +22,27 @@ def test_a_missing_kubeconfig_is_named():
 
 def test_an_unknown_context_says_how_to_fix_it(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "a",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}]}))
-    result = runner.invoke(app, ["binder", "run", "--backend", "kube", "--kubeconfig", str(kubeconfig),
-                                 "--context", "nope"])
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "a",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    result = runner.invoke(
+        app, ["binder", "run", "--backend", "kube", "--kubeconfig", str(kubeconfig), "--context", "nope"]
+    )
     assert result.exit_code == 2
     assert "cannot load a Kubernetes configuration" in output(result) and "--context" in output(result)
 
 
 def test_kube_options_are_refused_with_the_simulator():
-    result = runner.invoke(app, ["binder", "run", "--backend", "sim", "--sim-url", "http://127.0.0.1:1",
-                                 "--context", "a"])
+    result = runner.invoke(
+        app, ["binder", "run", "--backend", "sim", "--sim-url", "http://127.0.0.1:1", "--context", "a"]
+    )
     assert result.exit_code == 2 and "--kubeconfig and --context are for --backend kube" in output(result)

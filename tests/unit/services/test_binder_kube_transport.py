@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import socket
 
-from kubernetes.client import ApiClient, Configuration
-
 from berth.schemas import PodPlacement
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
 from berth.services.binder.ratelimit import TokenBucket
+from kubernetes.client import ApiClient, Configuration
 
 
 def closed_port() -> int:
@@ -24,9 +23,15 @@ async def test_an_apiserver_that_does_not_answer_is_a_transient_error():
     backend = KubeBackend(ApiClient(configuration), limiter=TokenBucket(0, 1), workers=2, timeout_s=2)
     target = PodPlacement(pod_uid="u", namespace="ml", name="p", node="n", gpu_devices=(0,))
     try:
-        outcomes = [await backend.bind(target), await backend.check_bind(target), await backend.evict("ml", "p", "u"),
-                    await backend.nominate(target), await backend.scale("ml", "pool", 2),
-                    await backend.cordon("n"), await backend.report_unschedulable("ml", "p", None, "0/1 nodes")]
+        outcomes = [
+            await backend.bind(target),
+            await backend.check_bind(target),
+            await backend.evict("ml", "p", "u"),
+            await backend.nominate(target),
+            await backend.scale("ml", "pool", 2),
+            await backend.cordon("n"),
+            await backend.report_unschedulable("ml", "p", None, "0/1 nodes"),
+        ]
     finally:
         await backend.close()
     assert [o.kind for o in outcomes] == [OutcomeKind.RETRYABLE] * 7

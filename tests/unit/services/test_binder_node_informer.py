@@ -9,9 +9,7 @@ import time
 from typing import Any
 
 import pytest
-
 from berth.services.binder.node_informer import Gone, NodeCache, NodeInformer, fold_event, watch_events
-
 
 # -- NodeCache -------------------------------------------------------------------------------------
 
@@ -58,8 +56,10 @@ def test_an_unknown_event_type_is_an_error():
 
 
 def _event(kind: str, name: str, version: str) -> dict[str, Any]:
-    return {"type": kind, "object": {"kind": "PartialObjectMetadata", "metadata": {"name": name,
-                                                                                  "resourceVersion": version}}}
+    return {
+        "type": kind,
+        "object": {"kind": "PartialObjectMetadata", "metadata": {"name": name, "resourceVersion": version}},
+    }
 
 
 def test_watch_lines_may_be_split_anywhere():
@@ -83,8 +83,9 @@ def test_an_error_event_410_means_gone_and_others_fail():
 
 
 class FakeResponse:
-    def __init__(self, body: bytes = b"", lines: list[dict[str, Any]] | None = None,
-                 hold: threading.Event | None = None) -> None:
+    def __init__(
+        self, body: bytes = b"", lines: list[dict[str, Any]] | None = None, hold: threading.Event | None = None
+    ) -> None:
         self.data = body
         self._lines = lines or []
         self._hold = hold
@@ -124,8 +125,11 @@ class FakeCore:
         if not kwargs.get("watch"):
             version = str(100 + len(self.calls))
             names = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
-            return FakeResponse(json.dumps({"items": [{"metadata": {"name": n}} for n in names],
-                                            "metadata": {"resourceVersion": version}}).encode())
+            return FakeResponse(
+                json.dumps(
+                    {"items": [{"metadata": {"name": n}} for n in names], "metadata": {"resourceVersion": version}}
+                ).encode()
+            )
         if self.watches:
             return FakeResponse(lines=self.watches.pop(0))
         return FakeResponse(hold=self.hold)

@@ -6,7 +6,6 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-
 from berth.schemas import PodInfo, PodPlacement
 from berth.schemas.samples import T0, h100_node
 from berth.services.binder.ports import OutcomeKind
@@ -22,8 +21,14 @@ RETRYABLE, PERMANENT = OutcomeKind.RETRYABLE, OutcomeKind.PERMANENT
 
 
 def pod(name: str, uid: str | None = None) -> PodInfo:
-    return PodInfo(uid=uid or f"uid-{name}", namespace="ml", name=name, scheduler_name="berth",
-                   requests={"nvidia.com/gpu": 1}, creation_time=T0)
+    return PodInfo(
+        uid=uid or f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        requests={"nvidia.com/gpu": 1},
+        creation_time=T0,
+    )
 
 
 def placement(name: str, node: str = "node-a", uid: str | None = None, devices=(0,)) -> PodPlacement:
@@ -56,11 +61,14 @@ async def test_bind_and_rebind(sim):
     assert len([e for e in sink.events if getattr(e, "pod", None) and e.pod.name == "p1"]) == 1
 
 
-@pytest.mark.parametrize("target, kind, words", [
-    (placement("p1", node="node-b"), CONFLICT, "already assigned to node 'node-a'"),
-    (placement("p1", uid="uid-stale"), CONFLICT, "UID in precondition: uid-stale"),
-    (placement("ghost"), CONFLICT, 'pods "ghost" not found'),
-])
+@pytest.mark.parametrize(
+    "target, kind, words",
+    [
+        (placement("p1", node="node-b"), CONFLICT, "already assigned to node 'node-a'"),
+        (placement("p1", uid="uid-stale"), CONFLICT, "UID in precondition: uid-stale"),
+        (placement("ghost"), CONFLICT, 'pods "ghost" not found'),
+    ],
+)
 async def test_bind_conflicts(sim, target, kind, words):
     backend, _, _ = sim
     assert (await backend.bind(placement("p1"))).kind is APPLIED
@@ -110,8 +118,9 @@ async def test_unreachable_and_server_errors_are_retryable():
     assert outcome.kind is RETRYABLE and "unreachable" in outcome.reason
 
     async def overloaded(_: web.Request) -> web.Response:
-        return web.json_response({"kind": "Status", "message": "etcdserver: request timed out", "code": 503},
-                                 status=503)
+        return web.json_response(
+            {"kind": "Status", "message": "etcdserver: request timed out", "code": 503}, status=503
+        )
 
     async def throttled(_: web.Request) -> web.Response:
         return web.Response(status=429, text="Too many requests")

@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 import pytest
-
-from berth.cells import Cell, CellConfig
-from berth.cells.pools import parse_pools
 from berth.schemas import InputPosition
 from berth.services.decision.snapshots import decode_cell, encode_cell
 from berth_dev.workloads import pool_policies
+
+from berth.cells import Cell, CellConfig
+from berth.cells.pools import parse_pools
 from tests.unit.cells.test_pipeline_never_overcommits import Pipeline
 
 
@@ -43,8 +43,12 @@ def _decided(cell: Cell, log: list[tuple[Any, InputPosition]]) -> list[str]:
     out = []
     for event, position in log:
         for decision in cell.handle(event, position):
-            out.append(json.dumps([decision.record.model_dump(mode="json"),
-                                   [c.model_dump(mode="json") for c in decision.commands]], sort_keys=True))
+            out.append(
+                json.dumps(
+                    [decision.record.model_dump(mode="json"), [c.model_dump(mode="json") for c in decision.commands]],
+                    sort_keys=True,
+                )
+            )
     return out
 
 

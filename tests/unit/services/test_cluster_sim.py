@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-
 from berth.schemas import (
     NodeObserved,
     NodeRemoved,
@@ -33,8 +32,15 @@ POOL = AgentPool("serving", "chat", {"replicas": 2, "gpuRequirements": {"count":
 def pending(name: str, gpus: int = 1, **extra):
     from berth.schemas import PodInfo
 
-    return PodInfo(uid=f"uid-{name}", namespace="ml", name=name, scheduler_name="berth",
-                   requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus}, creation_time=T0, **extra)
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name="berth",
+        requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": gpus},
+        creation_time=T0,
+        **extra,
+    )
 
 
 @pytest.fixture
@@ -88,19 +94,27 @@ async def test_binding_twice_is_a_conflict_and_publishes_nothing(api):
     again = await api.post(BIND, json=binding("node-a"))
     body = await again.json()
     assert again.status == 409 and body["reason"] == "Conflict"
-    assert body["message"] == ('Operation cannot be fulfilled on pods/binding "p1": pod p1 is already assigned '
-                               'to node "node-a"')
+    assert body["message"] == (
+        'Operation cannot be fulfilled on pods/binding "p1": pod p1 is already assigned to node "node-a"'
+    )
     assert len(api.sink.events) == 1
 
 
-@pytest.mark.parametrize("path, body, status, message", [
-    (BIND, binding("node-a", uid="uid-old"), 409, "Precondition failed: UID in precondition: uid-old, "
-                                                  "UID in object meta: uid-p1"),
-    ("/api/v1/namespaces/ml/pods/ghost/binding", binding("node-a"), 404, 'pods "ghost" not found'),
-    (BIND, binding("node-z"), 409, 'node "node-z" not found'),
-    (BIND, binding("node-a", devices="0,9"), 422, "has no GPU device(s) [9]"),
-    (BIND, {"kind": "Binding", "metadata": {}, "target": {}}, 422, "target.name: Required value"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, message",
+    [
+        (
+            BIND,
+            binding("node-a", uid="uid-old"),
+            409,
+            "Precondition failed: UID in precondition: uid-old, UID in object meta: uid-p1",
+        ),
+        ("/api/v1/namespaces/ml/pods/ghost/binding", binding("node-a"), 404, 'pods "ghost" not found'),
+        (BIND, binding("node-z"), 409, 'node "node-z" not found'),
+        (BIND, binding("node-a", devices="0,9"), 422, "has no GPU device(s) [9]"),
+        (BIND, {"kind": "Binding", "metadata": {}, "target": {}}, 422, "target.name: Required value"),
+    ],
+)
 async def test_binding_refusals(api, path, body, status, message):
     response = await api.post(path, json=body)
     assert response.status == status
@@ -110,8 +124,11 @@ async def test_binding_refusals(api, path, body, status, message):
 
 async def test_overcommitted_binds_are_counted(api, state):
     state.create_pod(pending("big", gpus=8), T0)
-    big = {"kind": "Binding", "metadata": {"uid": "uid-big", "annotations": {"berth.io/gpu-devices": "0,1,2,3,4,5,6,7"}},
-           "target": {"name": "node-a"}}
+    big = {
+        "kind": "Binding",
+        "metadata": {"uid": "uid-big", "annotations": {"berth.io/gpu-devices": "0,1,2,3,4,5,6,7"}},
+        "target": {"name": "node-a"},
+    }
     assert (await api.post("/api/v1/namespaces/ml/pods/big/binding", json=big)).status == 201
     assert state.counters.overcommitted_binds == 0
     assert (await api.post(BIND, json=binding("node-a", devices="7"))).status == 201
@@ -214,22 +231,41 @@ def test_gang_decisions_mark_every_pending_member():
 
 # --- the player ----------------------------------------------------------------------------------
 
-TIMELINE = {"apiVersion": "sim.berth.io/v1alpha1", "kind": "Timeline", "metadata": {"name": "t"},
-            "spec": {"spotNotices": [{"node": "n-1", "atSeconds": 5, "noticeSeconds": 30}],
-                     "queueLag": [{"pool": "chat", "namespace": "ml", "atSeconds": 1, "tokensInQueue": 500,
-                                   "tokenRate": 10}]}}
+TIMELINE = {
+    "apiVersion": "sim.berth.io/v1alpha1",
+    "kind": "Timeline",
+    "metadata": {"name": "t"},
+    "spec": {
+        "spotNotices": [{"node": "n-1", "atSeconds": 5, "noticeSeconds": 30}],
+        "queueLag": [{"pool": "chat", "namespace": "ml", "atSeconds": 1, "tokensInQueue": 500, "tokenRate": 10}],
+    },
+}
 
 
 def small_workload():
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n-{i}"},
-            "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}}}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n-{i}"},
+        "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}},
+    }
     nodes = [{**node, "metadata": {"name": f"n-{i}"}} for i in range(2)]
-    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-             "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 1}}
-    pool = {"apiVersion": "berth.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "chat", "namespace": "ml"},
-            "spec": {"replicas": 1, "gpuRequirements": {"count": 1}}}
-    pods = [pod_manifest("short", "ml", at_s=2, run_s=10, requests={"cpu": "1", "memory": "1Gi"}),
-            pod_manifest("first", "ml", at_s=0, requests={"cpu": "1", "memory": "1Gi"})]
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": "ml"},
+        "spec": {"minMember": 1},
+    }
+    pool = {
+        "apiVersion": "berth.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": "chat", "namespace": "ml"},
+        "spec": {"replicas": 1, "gpuRequirements": {"count": 1}},
+    }
+    pods = [
+        pod_manifest("short", "ml", at_s=2, run_s=10, requests={"cpu": "1", "memory": "1Gi"}),
+        pod_manifest("first", "ml", at_s=0, requests={"cpu": "1", "memory": "1Gi"}),
+    ]
     return from_documents([*nodes, group, pool, *pods, TIMELINE], name="small")
 
 
@@ -331,14 +367,28 @@ async def test_clock_maps_simulated_seconds_to_event_time():
 
 def test_cli_generate_writes_loadable_manifests_and_pools(tmp_path):
     import yaml
-    from typer.testing import CliRunner
-
     from berth_dev.cluster_sim.cli import app
     from berth_dev.workloads import load_workload
+    from typer.testing import CliRunner
 
     out, pools = tmp_path / "bench.yaml", tmp_path / "pools.yaml"
-    result = CliRunner().invoke(app, ["generate", "bench:3", "--out", str(out), "--nodes", "4", "--pods", "10",
-                                      "--rate", "5", "--pools-out", str(pools)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "bench:3",
+            "--out",
+            str(out),
+            "--nodes",
+            "4",
+            "--pods",
+            "10",
+            "--rate",
+            "5",
+            "--pools-out",
+            str(pools),
+        ],
+    )
     assert result.exit_code == 0, result.output
     workload = load_workload(out)
     assert len(workload.nodes) == 4 and len(workload.pods) == 10 and workload.pods[-1].at_s == pytest.approx(1.8)

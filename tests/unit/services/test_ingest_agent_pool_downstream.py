@@ -4,19 +4,22 @@ placement (the engine ignores the kind for now)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from berth.cells import Cell, CellConfig
 from berth.schemas import InputPosition
+from berth.schemas.cluster import NodeObserved
 from berth.schemas.policy import AgentPoolInfo, PolicyObserved, PolicyRemoved
 from berth.schemas.samples import h100_node
-from berth.schemas.cluster import NodeObserved
 from berth.services.inventory.fold import route_policy
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-POOL = PolicyObserved(kind="AgentPool", observed_at=T0,
-                      agent_pool=AgentPoolInfo(namespace="serving", name="llama",
-                                               spec={"replicas": 2, "ttftSloMs": 500}))
+from berth.cells import Cell, CellConfig
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+POOL = PolicyObserved(
+    kind="AgentPool",
+    observed_at=T0,
+    agent_pool=AgentPoolInfo(namespace="serving", name="llama", spec={"replicas": 2, "ttftSloMs": 500}),
+)
 GONE = PolicyRemoved(kind="AgentPool", namespace="serving", name="llama", observed_at=T0)
 
 
@@ -31,8 +34,7 @@ def test_a_decision_cell_takes_agent_pool_events_without_changing_its_snapshot()
     position = iter(range(100))
 
     def feed(event):
-        return cell.handle(event, InputPosition(topic="berth.scheduler.inputs.v1", partition=0,
-                                                offset=next(position)))
+        return cell.handle(event, InputPosition(topic="berth.scheduler.inputs.v1", partition=0, offset=next(position)))
 
     feed(NodeObserved(node=h100_node("gpu-1"), observed_at=T0))
     before = engine.snapshot_hash()

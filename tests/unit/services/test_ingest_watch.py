@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from berth.schemas.cluster import PodDeleted, PodObserved
 from berth.services.ingest.watch import Gone, ResourceWatcher, WatchError
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def line(kind: str, obj: dict) -> bytes:
@@ -21,8 +20,7 @@ def pod(name: str, rv: str, node: str | None = None) -> dict:
     spec = {"schedulerName": "berth", "containers": [{"name": "c", "image": "x"}]}
     if node:
         spec["nodeName"] = node
-    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": rv},
-            "spec": spec}
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": rv}, "spec": spec}
 
 
 @pytest.fixture
@@ -38,11 +36,13 @@ def watcher():
 
 
 async def test_a_batch_publishes_in_order_and_advances_the_resource_version(watcher):
-    ended = await watcher._handle([
-        line("ADDED", pod("a", "11")),
-        line("MODIFIED", pod("a", "12", node="n1")),
-        line("BOOKMARK", {"metadata": {"resourceVersion": "15"}}),
-    ])
+    ended = await watcher._handle(
+        [
+            line("ADDED", pod("a", "11")),
+            line("MODIFIED", pod("a", "12", node="n1")),
+            line("BOOKMARK", {"metadata": {"resourceVersion": "15"}}),
+        ]
+    )
     assert not ended
     assert [type(e) for e in watcher.published] == [PodObserved, PodObserved]
     assert watcher.published[1].pod.node_name == "n1"
@@ -53,8 +53,9 @@ async def test_a_batch_publishes_in_order_and_advances_the_resource_version(watc
 
 async def test_error_410_means_gone_after_publishing_what_came_before(watcher):
     with pytest.raises(Gone):
-        await watcher._handle([line("ADDED", pod("a", "11")),
-                               line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})])
+        await watcher._handle(
+            [line("ADDED", pod("a", "11")), line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})]
+        )
     assert len(watcher.published) == 1 and watcher.resource_version == "11"
     with pytest.raises(WatchError, match="500"):
         await watcher._handle([line("ERROR", {"kind": "Status", "code": 500, "message": "boom"})])

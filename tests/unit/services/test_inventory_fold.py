@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from berth.schemas import (
     ForeignNodeObserved,
     ForeignNodeRemoved,
@@ -48,7 +47,7 @@ from berth.services.inventory.fold import (
 )
 
 CELLS = 4
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def at(seconds: float) -> datetime:
@@ -57,20 +56,36 @@ def at(seconds: float) -> datetime:
 
 def node(name: str = "gpu-a", *, cell: int = 1, gpus: int = 4, **update: Any) -> NodeInfo:
     return NodeInfo(
-        name=name, labels={CELL_LABEL: str(cell)},
+        name=name,
+        labels={CELL_LABEL: str(cell)},
         allocatable={"cpu": 64000, "memory": 512 * 2**30, "nvidia.com/gpu": gpus},
         gpus=tuple(GpuDevice(index=i, model="H100", memory_mib=81920) for i in range(gpus)),
     ).model_copy(update=update)
 
 
-def pod(name: str, *, node_name: str | None = None, devices: tuple[int, ...] = (), milli: int | None = None,
-        whole: int = 0, scheduler: str = "berth", phase: str = "Pending", cell: int | None = None) -> PodInfo:
+def pod(
+    name: str,
+    *,
+    node_name: str | None = None,
+    devices: tuple[int, ...] = (),
+    milli: int | None = None,
+    whole: int = 0,
+    scheduler: str = "berth",
+    phase: str = "Pending",
+    cell: int | None = None,
+) -> PodInfo:
     requests = {"cpu": 1000}
     if whole:
         requests["nvidia.com/gpu"] = whole
     return PodInfo(
-        uid=f"uid-{name}", namespace="ml", name=name, scheduler_name=scheduler, requests=requests,
-        gpu_fraction_milli=milli, node_name=node_name, gpu_devices=devices,
+        uid=f"uid-{name}",
+        namespace="ml",
+        name=name,
+        scheduler_name=scheduler,
+        requests=requests,
+        gpu_fraction_milli=milli,
+        node_name=node_name,
+        gpu_devices=devices,
         phase=phase if not node_name or phase != "Pending" else "Running",
         node_selector={CELL_LABEL: str(cell)} if cell is not None else {},
         creation_time=T0,
@@ -87,9 +102,16 @@ def bound(p: PodInfo, t: float = 1, withdraw_from: int | None = None) -> NodeInp
 
 
 def telemetry(name: str, t: float, *unhealthy: int, devices: int = 4) -> NodeInput:
-    return NodeInput.of(GpuTelemetry(node=name, sampled_at=at(t), devices=tuple(
-        GpuDeviceSample(index=i, utilization_pct=50.0, memory_used_mib=1024, healthy=i not in unhealthy)
-        for i in range(devices))))
+    return NodeInput.of(
+        GpuTelemetry(
+            node=name,
+            sampled_at=at(t),
+            devices=tuple(
+                GpuDeviceSample(index=i, utilization_pct=50.0, memory_used_mib=1024, healthy=i not in unhealthy)
+                for i in range(devices)
+            ),
+        )
+    )
 
 
 def run(inputs: list[NodeInput], state: NodeState | None = None) -> tuple[NodeState, list[Any]]:
@@ -105,14 +127,20 @@ def run(inputs: list[NodeInput], state: NodeState | None = None) -> tuple[NodeSt
 
 def routed(outputs: list[Any]) -> list[tuple[int, str, str]]:
     """(cell, event type suffix, subject) of every ToCell output but the census, in order."""
-    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs
-            if isinstance(o, ToCell) and not isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))]
+    return [
+        (o.cell, o.event.type.split(".")[-2], o.event.subject)
+        for o in outputs
+        if isinstance(o, ToCell) and not isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))
+    ]
 
 
 def census(outputs: list[Any]) -> list[tuple[int, str, str]]:
     """(cell, event type suffix, subject) of the census sent to the other cells, in order."""
-    return [(o.cell, o.event.type.split(".")[-2], o.event.subject) for o in outputs
-            if isinstance(o, ToCell) and isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))]
+    return [
+        (o.cell, o.event.type.split(".")[-2], o.event.subject)
+        for o in outputs
+        if isinstance(o, ToCell) and isinstance(o.event, (ForeignNodeObserved, ForeignNodeRemoved))
+    ]
 
 
 def published(outputs: list[Any]) -> list[Any]:
@@ -131,11 +159,14 @@ def test_a_new_node_goes_to_its_cell_and_is_published():
     assert state.forwarded_cell == 2
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    pytest.param({}, [], id="same node again: nothing forwarded"),
-    pytest.param({"unschedulable": True}, [(2, "node-observed", "gpu-a")], id="cordoned"),
-    pytest.param({"taints": ()}, [], id="equal value"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param({}, [], id="same node again: nothing forwarded"),
+        pytest.param({"unschedulable": True}, [(2, "node-observed", "gpu-a")], id="cordoned"),
+        pytest.param({"taints": ()}, [], id="equal value"),
+    ],
+)
 def test_node_updates_are_forwarded_only_when_they_change_something(change, expected):
     state, _ = run([observed(node(cell=2))])
     _, outputs = run([observed(node(cell=2, **change), t=5)], state)
@@ -151,7 +182,7 @@ def test_a_node_that_changes_cell_moves_with_its_pods_and_spot_notice():
     assert routed(outputs) == [
         (1, "node-removed", "gpu-a"),
         (3, "node-observed", "gpu-a"),
-        (1, "pod-deleted", "ml/p1"),      # withdrawn from the old cell
+        (1, "pod-deleted", "ml/p1"),  # withdrawn from the old cell
         (3, "pod-observed", "ml/p1"),
         (3, "spot-interruption", "gpu-a"),
     ]
@@ -177,18 +208,33 @@ def test_removing_an_unknown_node_tells_nobody():
 # --- pods on nodes: GPU accounting ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("pods", "free"), [
-    pytest.param([], [1000, 1000, 1000, 1000], id="empty"),
-    pytest.param([pod("w", node_name="gpu-a", devices=(0, 1), whole=2)], [0, 0, 1000, 1000], id="two whole"),
-    pytest.param([pod("f", node_name="gpu-a", devices=(2,), milli=250)], [1000, 1000, 750, 1000], id="quarter"),
-    pytest.param([pod("f1", node_name="gpu-a", devices=(2,), milli=250),
-                  pod("f2", node_name="gpu-a", devices=(2,), milli=500)], [1000, 1000, 250, 1000], id="packed"),
-    pytest.param([pod("f", node_name="gpu-a", devices=(3,), milli=700),
-                  pod("w", node_name="gpu-a", devices=(3,), whole=1)], [1000, 1000, 1000, 0], id="overcommit→0"),
-    pytest.param([pod("f", node_name="gpu-a", milli=300)], [1000] * 4, id="share without device yet"),
-    pytest.param([pod("done", node_name="gpu-a", devices=(0,), whole=1, phase="Succeeded")], [1000] * 4,
-                 id="terminated holds nothing"),
-])
+@pytest.mark.parametrize(
+    ("pods", "free"),
+    [
+        pytest.param([], [1000, 1000, 1000, 1000], id="empty"),
+        pytest.param([pod("w", node_name="gpu-a", devices=(0, 1), whole=2)], [0, 0, 1000, 1000], id="two whole"),
+        pytest.param([pod("f", node_name="gpu-a", devices=(2,), milli=250)], [1000, 1000, 750, 1000], id="quarter"),
+        pytest.param(
+            [
+                pod("f1", node_name="gpu-a", devices=(2,), milli=250),
+                pod("f2", node_name="gpu-a", devices=(2,), milli=500),
+            ],
+            [1000, 1000, 250, 1000],
+            id="packed",
+        ),
+        pytest.param(
+            [pod("f", node_name="gpu-a", devices=(3,), milli=700), pod("w", node_name="gpu-a", devices=(3,), whole=1)],
+            [1000, 1000, 1000, 0],
+            id="overcommit→0",
+        ),
+        pytest.param([pod("f", node_name="gpu-a", milli=300)], [1000] * 4, id="share without device yet"),
+        pytest.param(
+            [pod("done", node_name="gpu-a", devices=(0,), whole=1, phase="Succeeded")],
+            [1000] * 4,
+            id="terminated holds nothing",
+        ),
+    ],
+)
 def test_free_milli_per_device(pods, free):
     state, _ = run([observed(node()), *[bound(p) for p in pods]])
     inventory = inventory_of(state, CELLS)
@@ -202,10 +248,13 @@ def test_bind_and_unbind_update_allocations_and_requests():
     assert routed(outputs)[1:] == [(1, "pod-observed", "ml/f"), (1, "pod-observed", "ml/w")]
     inventory = published(outputs)[-1]
     assert [(a.pod, a.gpu_devices, a.gpu_milli) for a in inventory.allocations] == [
-        ("ml/f", (1,), 250), ("ml/w", (2, 3), None)]
+        ("ml/f", (1,), 250),
+        ("ml/w", (2, 3), None),
+    ]
     assert inventory.requested == {"cpu": 2000, "nvidia.com/gpu": 2}
-    deleted = NodeInput(node="gpu-a", event=PodDeleted(uid="uid-w", namespace="ml", name="w",
-                                                       node_name="gpu-a", observed_at=at(30)))
+    deleted = NodeInput(
+        node="gpu-a", event=PodDeleted(uid="uid-w", namespace="ml", name="w", node_name="gpu-a", observed_at=at(30))
+    )
     state, outputs = run([deleted], state)
     assert routed(outputs) == [(1, "pod-deleted", "ml/w")]
     inventory = published(outputs)[-1]
@@ -219,8 +268,11 @@ def test_a_pod_bound_before_its_node_is_known_waits_in_its_own_cell_then_follows
     assert routed(outputs) == [(0, "pod-observed", "ml/early")]
     assert published(outputs) == []  # no node facts yet: nothing to publish
     _, outputs = run([observed(node(cell=2), t=5)], state)
-    assert routed(outputs) == [(2, "node-observed", "gpu-a"), (0, "pod-deleted", "ml/early"),
-                               (2, "pod-observed", "ml/early")]
+    assert routed(outputs) == [
+        (2, "node-observed", "gpu-a"),
+        (0, "pod-deleted", "ml/early"),
+        (2, "pod-observed", "ml/early"),
+    ]
     assert [d.free_milli for d in published(outputs)[0].devices] == [0, 1000, 1000, 1000]
 
 
@@ -235,8 +287,9 @@ def test_a_bound_pod_is_withdrawn_from_the_cell_that_had_it_pending():
 
 def test_deleting_a_pod_the_node_never_had_is_silent():
     state, _ = run([observed(node())])
-    gone = NodeInput(node="gpu-a", event=PodDeleted(uid="nope", namespace="ml", name="x", node_name="gpu-a",
-                                                    observed_at=at(3)))
+    gone = NodeInput(
+        node="gpu-a", event=PodDeleted(uid="nope", namespace="ml", name="x", node_name="gpu-a", observed_at=at(3))
+    )
     _, outputs = run([gone], state)
     assert outputs == []
 
@@ -347,12 +400,22 @@ def test_a_pending_pod_whose_cell_changes_is_withdrawn_from_the_old_one():
     moved = pod("p", cell=(route.cell + 1) % CELLS)
     folded = fold_pod_event(route, pod_event(moved), CELLS)
     assert [(o.cell, o.event.type.split(".")[-2]) for o in folded.outputs] == [
-        (route.cell, "pod-deleted"), ((route.cell + 1) % CELLS, "pod-observed")]
+        (route.cell, "pod-deleted"),
+        ((route.cell + 1) % CELLS, "pod-observed"),
+    ]
 
 
 def hand_over(route: PodRoute, t: float = 5, **update: Any) -> HandOverPod:
-    fields = {"command_id": f"c-{route.hop}", "decision_id": f"d-{route.hop}", "cell": route.cell,
-              "pod_uid": "uid-free", "namespace": "ml", "name": "free", "hop": route.hop, "issued_at": at(t)}
+    fields = {
+        "command_id": f"c-{route.hop}",
+        "decision_id": f"d-{route.hop}",
+        "cell": route.cell,
+        "pod_uid": "uid-free",
+        "namespace": "ml",
+        "name": "free",
+        "hop": route.hop,
+        "issued_at": at(t),
+    }
     return HandOverPod(**{**fields, **update})
 
 
@@ -361,9 +424,9 @@ def test_an_unpinned_pending_pod_opens_a_round_in_its_hashed_cell():
     folded = fold_pod_event(None, pod_event(free), CELLS)
     home = cell_of_pod(free, CELLS)
     [out] = folded.outputs
-    assert out.cell == home and out.event == PodRouted(pod=free, tried=(home,), cells=CELLS, hop=0,
-                                                        route_partition=0, round_started_at=at(0),
-                                                        observed_at=at(0))
+    assert out.cell == home and out.event == PodRouted(
+        pod=free, tried=(home,), cells=CELLS, hop=0, route_partition=0, round_started_at=at(0), observed_at=at(0)
+    )
     assert folded.state == PodRoute(cell=home, home=home, pod=free, tried=(home,), round_started_at=at(0))
     # With one cell there is nowhere to go: a plain observation, as before rounds existed.
     [single] = fold_pod_event(None, pod_event(free), 1).outputs
@@ -384,8 +447,12 @@ def test_hand_overs_walk_the_cells_in_order_then_start_a_new_round():
         assert routed.event.hop == step and routed.event.round_started_at == at(0)
         route = folded.state
         visited.append(route.cell)
-    assert sorted(visited) == list(range(CELLS)) and PodRouted(
-        pod=free, tried=route.tried, cells=CELLS, round_started_at=at(0), observed_at=at(0)).round_complete
+    assert (
+        sorted(visited) == list(range(CELLS))
+        and PodRouted(
+            pod=free, tried=route.tried, cells=CELLS, round_started_at=at(0), observed_at=at(0)
+        ).round_complete
+    )
     # Every cell tried: the last one hands it on for a new round that starts now.
     folded = fold_hand_over(route, hand_over(route, t=70), CELLS)
     routed = folded.outputs[1].event
@@ -416,11 +483,11 @@ def test_a_stale_hand_over_changes_nothing(stale):
     elif stale == "cell":
         request = request.model_copy(update={"cell": (route.cell + 1) % CELLS})
     elif stale == "bound":
-        route = fold_pod_event(route, pod_event(pod("free", node_name="gpu-a", devices=(0,), whole=1), 2),
-                               CELLS).state
+        route = fold_pod_event(route, pod_event(pod("free", node_name="gpu-a", devices=(0,), whole=1), 2), CELLS).state
     else:
-        route = fold_pod_event(route, PodDeleted(uid="uid-free", namespace="ml", name="free",
-                                                 observed_at=at(2)), CELLS).state
+        route = fold_pod_event(
+            route, PodDeleted(uid="uid-free", namespace="ml", name="free", observed_at=at(2)), CELLS
+        ).state
     folded = fold_hand_over(route, request, CELLS)
     assert folded.state == route and folded.outputs == ()
 
@@ -439,16 +506,19 @@ def test_a_round_keeps_the_pod_topic_partition_its_hand_overs_return_to():
 
 def test_every_policy_goes_everywhere_pod_groups_too():
     # A gang whose members select a node pool lives in the pool's cell, not the group's.
-    group = PolicyObserved(kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=8),
-                           observed_at=T0)
+    group = PolicyObserved(
+        kind="PodGroup", pod_group=PodGroupInfo(namespace="ml", name="train", min_member=8), observed_at=T0
+    )
     removed = PolicyRemoved(kind="PodGroup", namespace="ml", name="train", observed_at=T0)
     for event in (
         group,
         removed,
-        PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="high", value=1000),
-                       observed_at=T0),
-        PolicyObserved(kind="LimitRange", limit_range=LimitRangeInfo(
-            namespace="ml", name="lr", limits=(LimitRangeItem(),)), observed_at=T0),
+        PolicyObserved(kind="PriorityClass", priority_class=PriorityClassInfo(name="high", value=1000), observed_at=T0),
+        PolicyObserved(
+            kind="LimitRange",
+            limit_range=LimitRangeInfo(namespace="ml", name="lr", limits=(LimitRangeItem(),)),
+            observed_at=T0,
+        ),
         PolicyRemoved(kind="PriorityClass", name="high", observed_at=T0),
     ):
         assert [o.cell for o in route_policy(event, CELLS)] == [0, 1, 2, 3]
@@ -471,12 +541,16 @@ def test_node_state_and_inputs_round_trip_through_json():
 
 @pytest.fixture
 def service():
-    from berth.bus.streams import RecordingOutbox
     from berth.services.inventory.app import Layout, create_app
 
-    built = create_app(Layout(cells=CELLS, pod_partitions=4, node_partitions=4),
-                       app_options={"store": "memory://", "broker": "kafka://127.0.0.1:1"},
-                       outbox=RecordingOutbox(), app_id="berth-inventory-unit")
+    from berth.bus.streams import RecordingOutbox
+
+    built = create_app(
+        Layout(cells=CELLS, pod_partitions=4, node_partitions=4),
+        app_options={"store": "memory://", "broker": "kafka://127.0.0.1:1"},
+        outbox=RecordingOutbox(),
+        app_id="berth-inventory-unit",
+    )
     built.app.finalize()
     built.app.flow_control.resume()
     return built
@@ -507,7 +581,7 @@ async def put_on(agent, topic: str, event=None, *, raw: tuple[bytes, bytes] | No
 
 
 async def test_agents_route_a_bound_pod_through_the_node_stage(service):
-    from berth.schemas.topics import DECISION_INPUTS, DEAD_LETTER, INVENTORY_STATE
+    from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, INVENTORY_STATE
     from berth.services.inventory.app import NODE_INPUTS
 
     outbox = service.outbox
@@ -522,8 +596,12 @@ async def test_agents_route_a_bound_pod_through_the_node_stage(service):
         for item in handed_over:
             await put(stage, raw=(item.key, item.value))
     assert [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)] == [
-        (2, "node-observed"), (0, "foreign-node-observed"), (1, "foreign-node-observed"),
-        (3, "foreign-node-observed"), (2, "pod-observed")]
+        (2, "node-observed"),
+        (0, "foreign-node-observed"),
+        (1, "foreign-node-observed"),
+        (3, "foreign-node-observed"),
+        (2, "pod-observed"),
+    ]
     inventory = outbox.on(INVENTORY_STATE.name)[-1].event
     assert [d.free_milli for d in inventory.devices] == [1000, 500, 1000, 1000]
     [letter] = outbox.on(DEAD_LETTER.name)
@@ -543,19 +621,25 @@ async def test_agents_pass_a_handed_over_pod_to_the_next_cell(service):
         await put_on(pods, "berth.cluster.pods.v1", pod_event(free), partition=2)
         [opened] = outbox.on(DECISION_INPUTS.name)
         assert opened.event.route_partition == 2  # where the cell must send the pod back
-        await put_on(pods, "berth.scheduler.handovers.v1", hand_over(PodRoute(cell=home, hop=0), route_partition=2),
-                     partition=2)
+        await put_on(
+            pods, "berth.scheduler.handovers.v1", hand_over(PodRoute(cell=home, hop=0), route_partition=2), partition=2
+        )
     routed = [(p.partition, p.event.type.split(".")[-2]) for p in outbox.on(DECISION_INPUTS.name)]
     assert routed == [(home, "pod-routed"), (home, "pod-deleted"), ((home + 1) % CELLS, "pod-routed")]
     assert service.pod_routes.get("uid-free").cell == (home + 1) % CELLS
 
 
 def test_the_hand_over_topic_must_be_split_like_the_pod_topic():
-    from berth.bus.streams import StartupError
     from berth.services.inventory.app import Layout
 
-    counts = {"berth.scheduler.inputs.v1": 2, "berth.cluster.pods.v1": 4, "berth.scheduler.handovers.v1": 4,
-              "berth.cluster.nodes.v1": 4}
+    from berth.bus.streams import StartupError
+
+    counts = {
+        "berth.scheduler.inputs.v1": 2,
+        "berth.cluster.pods.v1": 4,
+        "berth.scheduler.handovers.v1": 4,
+        "berth.cluster.nodes.v1": 4,
+    }
     assert Layout.of(counts) == Layout(cells=2, pod_partitions=4, node_partitions=4)
     with pytest.raises(StartupError, match="must have as many"):
         Layout.of({**counts, "berth.scheduler.handovers.v1": 3})
@@ -567,20 +651,31 @@ def test_the_hand_over_topic_must_be_split_like_the_pod_topic():
 def test_every_other_cell_gets_a_new_nodes_census_after_its_own_cell_got_the_node():
     _, outputs = run([observed(node(cell=2, taints=(), unschedulable=False))])
     assert [(o.cell, o.event.type.split(".")[-2]) for o in outputs if isinstance(o, ToCell)] == [
-        (2, "node-observed"), (0, "foreign-node-observed"), (1, "foreign-node-observed"),
-        (3, "foreign-node-observed")]
+        (2, "node-observed"),
+        (0, "foreign-node-observed"),
+        (1, "foreign-node-observed"),
+        (3, "foreign-node-observed"),
+    ]
     sent = next(o.event for o in outputs if isinstance(o, ToCell) and o.cell == 0)
     assert (sent.name, sent.cell, sent.labels, sent.taints, sent.unschedulable) == (
-        "gpu-a", 2, {CELL_LABEL: "2"}, (), False)
+        "gpu-a",
+        2,
+        {CELL_LABEL: "2"},
+        (),
+        False,
+    )
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    pytest.param({"labels": {CELL_LABEL: "2", "team": "ml"}}, True, id="labelled"),
-    pytest.param({"taints": (Taint(key="dedicated", effect="NoSchedule"),)}, True, id="tainted"),
-    pytest.param({"unschedulable": True}, True, id="cordoned"),
-    pytest.param({"allocatable": {"cpu": 1000}}, False, id="capacity only"),
-    pytest.param({"annotations": {"x": "y"}}, False, id="annotation only"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param({"labels": {CELL_LABEL: "2", "team": "ml"}}, True, id="labelled"),
+        pytest.param({"taints": (Taint(key="dedicated", effect="NoSchedule"),)}, True, id="tainted"),
+        pytest.param({"unschedulable": True}, True, id="cordoned"),
+        pytest.param({"allocatable": {"cpu": 1000}}, False, id="capacity only"),
+        pytest.param({"annotations": {"x": "y"}}, False, id="annotation only"),
+    ],
+)
 def test_the_census_is_sent_again_only_when_labels_taints_or_the_cordon_change(change, expected):
     state, _ = run([observed(node(cell=2))])
     _, outputs = run([observed(node(cell=2, **change), t=5), telemetry("gpu-a", 6, 1)], state)

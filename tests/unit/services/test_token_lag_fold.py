@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from berth.schemas import QueueLagObserved
 from berth.services.token_lag.fold import (
     LagSettings,
-    PoolsFileError,
     PoolSettings,
+    PoolsFileError,
     expected_ttft_ms,
     fold_queue_lag,
     is_stalled,
@@ -20,16 +19,34 @@ from berth.services.token_lag.fold import (
     smoothing_factor,
 )
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
-SETTINGS = LagSettings(half_life_seconds=10, default_model_load_seconds=60, max_ttft_ms=600_000,
-                       pools={"serving/llama": PoolSettings(model_load_seconds=90)})
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SETTINGS = LagSettings(
+    half_life_seconds=10,
+    default_model_load_seconds=60,
+    max_ttft_ms=600_000,
+    pools={"serving/llama": PoolSettings(model_load_seconds=90)},
+)
 
 
-def observe(t: float, tokens: int, rate: float, *, sessions: int = 1, ready: int | None = 2,
-            pool: str = "llama", namespace: str = "serving") -> QueueLagObserved:
-    return QueueLagObserved(pool=pool, namespace=namespace, tokens_in_queue=tokens, token_rate=rate,
-                            active_sessions=sessions, ready_replicas=ready,
-                            observed_at=T0 + timedelta(seconds=t))
+def observe(
+    t: float,
+    tokens: int,
+    rate: float,
+    *,
+    sessions: int = 1,
+    ready: int | None = 2,
+    pool: str = "llama",
+    namespace: str = "serving",
+) -> QueueLagObserved:
+    return QueueLagObserved(
+        pool=pool,
+        namespace=namespace,
+        tokens_in_queue=tokens,
+        token_rate=rate,
+        active_sessions=sessions,
+        ready_replicas=ready,
+        observed_at=T0 + timedelta(seconds=t),
+    )
 
 
 def fold_all(*observations: QueueLagObserved):
@@ -39,9 +56,16 @@ def fold_all(*observations: QueueLagObserved):
     return state
 
 
-@pytest.mark.parametrize(("dt", "alpha"), [
-    (0, 0.0), (-5, 0.0), (10, 0.5), (20, 0.75), (5, 1 - 2 ** -0.5),
-])
+@pytest.mark.parametrize(
+    ("dt", "alpha"),
+    [
+        (0, 0.0),
+        (-5, 0.0),
+        (10, 0.5),
+        (20, 0.75),
+        (5, 1 - 2**-0.5),
+    ],
+)
 def test_smoothing_factor_is_a_half_life_in_event_time(dt, alpha):
     assert smoothing_factor(dt, 10) == pytest.approx(alpha)
 
@@ -70,19 +94,24 @@ def test_stale_observations_are_ignored_and_simultaneous_ones_update_counts_only
     assert fold_queue_lag(state, observe(10, 500, 200), SETTINGS) is None  # redelivered: not counted again
 
 
-@pytest.mark.parametrize(("tokens", "rate", "busy", "ready", "expected"), [
-    pytest.param(0, 0.0, False, 2, None, id="idle"),
-    pytest.param(0, 0.0, False, 0, None, id="idle, scaled to zero"),
-    pytest.param(0, 100.0, True, 2, 0.0, id="busy, empty queue"),
-    pytest.param(2000, 400.0, True, 2, 5000.0, id="queue / rate"),
-    pytest.param(2000, 400.0, True, 0, 5000.0 + 90_000, id="no replica ready: plus model load"),
-    pytest.param(2000, 400.0, True, None, 5000.0, id="replicas unknown: no load time"),
-    pytest.param(2000, 0.0, True, 2, 600_000.0, id="stalled: the cap"),
-    pytest.param(10**9, 1.0, True, 2, 600_000.0, id="capped"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "rate", "busy", "ready", "expected"),
+    [
+        pytest.param(0, 0.0, False, 2, None, id="idle"),
+        pytest.param(0, 0.0, False, 0, None, id="idle, scaled to zero"),
+        pytest.param(0, 100.0, True, 2, 0.0, id="busy, empty queue"),
+        pytest.param(2000, 400.0, True, 2, 5000.0, id="queue / rate"),
+        pytest.param(2000, 400.0, True, 0, 5000.0 + 90_000, id="no replica ready: plus model load"),
+        pytest.param(2000, 400.0, True, None, 5000.0, id="replicas unknown: no load time"),
+        pytest.param(2000, 0.0, True, 2, 600_000.0, id="stalled: the cap"),
+        pytest.param(10**9, 1.0, True, 2, 600_000.0, id="capped"),
+    ],
+)
 def test_expected_ttft(tokens, rate, busy, ready, expected):
-    assert expected_ttft_ms(tokens, rate, busy=busy, ready_replicas=ready, model_load_seconds=90,
-                            max_ttft_ms=600_000) == expected
+    assert (
+        expected_ttft_ms(tokens, rate, busy=busy, ready_replicas=ready, model_load_seconds=90, max_ttft_ms=600_000)
+        == expected
+    )
 
 
 def test_fold_uses_the_pools_model_load_time_and_the_default_for_others():
@@ -120,13 +149,16 @@ def test_pools_file(tmp_path: Path):
     assert load_lag_settings(None).model_load_seconds("a", "b") == 60
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("pools:\n  llama: {model_load_seconds: 1}\n", "NAMESPACE/NAME"),
-    ("pools:\n  a/b: {model_load_secs: 1}\n", "model_load_secs"),
-    ("pools:\n  a/b: {model_load_seconds: -1}\n", "greater than or equal"),
-    ("- not a mapping\n", "expected a mapping"),
-    ("pools: [\n", "expected"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pools:\n  llama: {model_load_seconds: 1}\n", "NAMESPACE/NAME"),
+        ("pools:\n  a/b: {model_load_secs: 1}\n", "model_load_secs"),
+        ("pools:\n  a/b: {model_load_seconds: -1}\n", "greater than or equal"),
+        ("- not a mapping\n", "expected a mapping"),
+        ("pools: [\n", "expected"),
+    ],
+)
 def test_bad_pools_files_say_what_is_wrong(tmp_path: Path, text, message):
     path = tmp_path / "pools.yaml"
     path.write_text(text)
@@ -138,16 +170,21 @@ def test_bad_pools_files_say_what_is_wrong(tmp_path: Path, text, message):
 
 
 async def test_agent_publishes_state_and_cell_input_and_dead_letters_garbage():
-    from berth.bus.streams import RecordingOutbox
-    from berth.schemas.envelope import encode
     from berth.schemas.cells import cell_of_pool
+    from berth.schemas.envelope import encode
     from berth.schemas.topics import DEAD_LETTER, DECISION_INPUTS, LAG_STATE
     from berth.services.token_lag.app import Layout, create_app
 
+    from berth.bus.streams import RecordingOutbox
+
     outbox = RecordingOutbox()
-    service = create_app(Layout(cells=4, queue_partitions=2), SETTINGS, outbox=outbox,
-                         app_options={"store": "memory://", "broker": "kafka://127.0.0.1:1"},
-                         app_id="berth-token-lag-unit")
+    service = create_app(
+        Layout(cells=4, queue_partitions=2),
+        SETTINGS,
+        outbox=outbox,
+        app_options={"store": "memory://", "broker": "kafka://127.0.0.1:1"},
+        app_id="berth-token-lag-unit",
+    )
     service.app.finalize()
     service.app.flow_control.resume()
     async with service.agent.test_context() as agent:
@@ -165,12 +202,20 @@ async def test_agent_publishes_state_and_cell_input_and_dead_letters_garbage():
 
 def test_the_pools_file_shared_with_the_decision_service_is_accepted(tmp_path):
     import yaml
-
-    from berth.cells.pools import parse_pools
     from berth.services.token_lag.fold import load_lag_settings
 
-    document = {"pools": {"serving/llama-70b": {"tokens_per_second_per_replica": 2500, "ttft_slo_ms": 2000,
-                                                "max_replicas": 8, "model_load_seconds": 90}}}
+    from berth.cells.pools import parse_pools
+
+    document = {
+        "pools": {
+            "serving/llama-70b": {
+                "tokens_per_second_per_replica": 2500,
+                "ttft_slo_ms": 2000,
+                "max_replicas": 8,
+                "model_load_seconds": 90,
+            }
+        }
+    }
     path = tmp_path / "pools.yaml"
     path.write_text(yaml.safe_dump(document))
     assert parse_pools(document)["serving/llama-70b"].model_load_seconds == 90

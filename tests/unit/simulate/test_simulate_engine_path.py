@@ -14,8 +14,7 @@ from tests.unit.core.builders import node, pod
 def test_session_and_decision_engine_place_pods_alike() -> None:
     rng = random.Random(8)
     nodes = [node(f"n{i}", cpu=rng.choice((2000, 4000))) for i in range(6)]
-    pods = [pod(f"p{i}", cpu=rng.choice((500, 1000, 1500)), priority=rng.choice((0, 0, 100)))
-            for i in range(40)]
+    pods = [pod(f"p{i}", cpu=rng.choice((500, 1000, 1500)), priority=rng.choice((0, 0, 100))) for i in range(40)]
     session = Session.of(nodes, [], config=None)
     engine = Engine(default_document())
     for n in nodes:

@@ -18,13 +18,17 @@ from berth.simulate import EXIT_INVALID, EXIT_NO_INPUT, load_sources, main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-NODE = ("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
-        "status: {allocatable: {cpu: '8', memory: 16Gi, nvidia.com/gpu: '2'}}\n")
+NODE = (
+    "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
+    "status: {allocatable: {cpu: '8', memory: 16Gi, nvidia.com/gpu: '2'}}\n"
+)
 
 
 def pod(name: str, gpus: int = 1) -> str:
-    return (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: c\n"
-            f"    resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}\n")
+    return (
+        f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: c\n"
+        f"    resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}\n"
+    )
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]], str]:
@@ -41,22 +45,33 @@ def test_files_positional_and_repeated_f_are_one_cluster(tmp_path: Path, capsys:
     (tmp_path / "nodes.yaml").write_text(NODE)
     (tmp_path / "a.yaml").write_text(pod("a"))
     (tmp_path / "b.yaml").write_text(pod("b"))
-    code, lines, err = run(capsys, str(tmp_path / "nodes.yaml"), "-f", str(tmp_path / "a.yaml"),
-                           "--filename", str(tmp_path / "b.yaml"))
+    code, lines, err = run(
+        capsys, str(tmp_path / "nodes.yaml"), "-f", str(tmp_path / "a.yaml"), "--filename", str(tmp_path / "b.yaml")
+    )
     assert code == 0, err
     # the pods of two files share the node of a third; queue order is input order
     assert [(line["pod"], line["node"], line["gpus"]) for line in lines[:-1]] == [
-        ("default/a", "n1", [0]), ("default/b", "n1", [1])]
+        ("default/a", "n1", [0]),
+        ("default/b", "n1", [1]),
+    ]
     assert lines[-1]["summary"]["placed"] == 2
 
 
-def test_a_directory_reads_its_manifests_sorted_and_recursive_with_R(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_directory_reads_its_manifests_sorted_and_recursive_with_R(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "0-nodes.yaml").write_text(NODE)
     (tmp_path / "2-later.yml").write_text(pod("later"))
-    (tmp_path / "1-first.json").write_text(json.dumps(
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first"},
-         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}))
+    (tmp_path / "1-first.json").write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "first"},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            }
+        )
+    )
     (tmp_path / "notes.txt").write_text("not a manifest: {")
     sub = tmp_path / "1-sub"
     sub.mkdir()
@@ -144,8 +159,10 @@ def test_invalid_object_names_its_file_and_document(tmp_path: Path, capsys: pyte
     pods_file.write_text(pod("ok") + "---\n" + pod("broken").replace("nvidia.com/gpu: 1", "cpu: 2 cores"))
     code, _, err = run(capsys, "-f", str(tmp_path / "nodes.yaml"), "-f", str(pods_file))
     assert code == EXIT_INVALID
-    assert (f"error: {pods_file}: document 2: Pod default/broken: spec.containers[0].resources.limits.cpu: "
-            "'2 cores' is not a Kubernetes quantity") in err
+    assert (
+        f"error: {pods_file}: document 2: Pod default/broken: spec.containers[0].resources.limits.cpu: "
+        "'2 cores' is not a Kubernetes quantity"
+    ) in err
     (tmp_path / "kindless.yaml").write_text("metadata: {name: x}\n")
     code, _, err = run(capsys, str(tmp_path / "nodes.yaml"), str(tmp_path / "kindless.yaml"))
     assert code == EXIT_INVALID and f"{tmp_path / 'kindless.yaml'}: document 1: kind: is required" in err
