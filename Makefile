@@ -34,24 +34,24 @@ test-integration: $(STAMP)  ## tests against real Kafka/Postgres started by the 
 	$(BIN)/pytest tests/integration
 
 bench-engine: $(STAMP)  ## placement engine throughput (SchedulingBasic shape and GPU mix)
-	$(BIN)/python -m bench.engine --case scheduling-basic
-	$(BIN)/python -m bench.engine --case gpu-mixed
+	$(BIN)/python -m bench.engine --case scheduling-basic --record
+	$(BIN)/python -m bench.engine --case gpu-mixed --record
 
 .PHONY: bench-kube-perf
 bench-kube-perf: $(STAMP)  ## kube-scheduler's scheduler_perf (built from the Go proxy, 10+ min first time) vs the engine, same shapes
-	$(BIN)/python -m bench.engine.kube_perf --repeat 3
+	$(BIN)/python -m bench.engine.kube_perf --repeat 3 --record
 
 bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/BestFit/Random
-	$(BIN)/python -m bench.gpu_trace
+	$(BIN)/python -m bench.gpu_trace --record
 
 bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision at rising load (5,000 nodes)
 	$(BIN)/python -m bench.pipeline
 
 bench-scaling: $(STAMP)  ## a simulated day of bursty chat traffic + spot notices: Berth vs KEDA-like vs Dynamo-like scaling
-	$(BIN)/python -m bench.scaling
+	$(BIN)/python -m bench.scaling --record
 
 bench-k8s: $(STAMP)  ## kube-scheduler vs Berth on a real kube-apiserver: 1,250 8-GPU nodes, 5,000 pods, same QPS
-	$(BIN)/python -m bench.k8s
+	$(BIN)/python -m bench.k8s --record
 
 schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 	$(BIN)/berth schemas export

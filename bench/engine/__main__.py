@@ -12,9 +12,13 @@ goes to stderr. Not a timed test: run it by hand or from CI's bench job.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from bench.results import RECORD_HELP, emit
+
+HEADLINE = ("nodes", "pods", "pods_per_s", "p50_us", "p99_us", "peak_rss_mib")
+"""The figures of a case worth a row in the results log (the JSON line has them all)."""
 
 
 def _scheduling_basic(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--init-pods", type=int, default=None, help="scheduling-basic: pods placed before timing (default 1000)"
     )
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args(argv)
     result = CASES[args.case](args)
     width = max(len(key) for key in result)
     print(f"bench.engine {args.case}")
     for key, value in result.items():
         print(f"  {key:<{width}}  {value}")
-    print(json.dumps(result, sort_keys=False))
+    headline = {key: result[key] for key in HEADLINE if key in result}
+    emit("bench.engine", result, headline={"case": args.case, **headline}, argv=args_in, record=args.record)
     return 0
 
 

@@ -45,6 +45,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.results import RECORD_HELP, emit
+
 #: The goal stated by issue 13 for Berth's core against kube's figure on the same machine.
 GOAL_RATIO = 3.0
 
@@ -412,7 +414,14 @@ def render_table(summary: dict[str, Any], workloads: Iterable[Workload] = WORKLO
     return table
 
 
-def main(*, repeat: int = 1, only: str | None = None, force_build: bool = False) -> int:
+def main(
+    *,
+    repeat: int = 1,
+    only: str | None = None,
+    force_build: bool = False,
+    record: bool = False,
+    argv: list[str] | None = None,
+) -> int:
     from berth_dev.devstack.gobuild import ensure_scheduler_perf_binaries
     from berth_dev.devstack.procs import DevStackError
 
@@ -440,7 +449,12 @@ def main(*, repeat: int = 1, only: str | None = None, force_build: bool = False)
     summary["cpus"] = os.cpu_count()
     summary["runs"] = repeat
     Console(file=sys.stdout, width=140).print(render_table(summary, workloads))
-    print(json.dumps(summary))
+    headline = {
+        f"{w.name} {side}": summary[key][w.name]["pods_per_s"]
+        for w in workloads
+        for side, key in (("kube", "kube_scheduler_perf"), ("berth", "berth_engine"))
+    }
+    emit("bench.engine", summary, headline=headline, argv=argv, record=record)
     failed = any(summary["kube_scheduler_perf"][w.name]["pods_per_s"] is None for w in workloads)
     return 1 if failed else 0
 
@@ -459,8 +473,15 @@ def cli(argv: list[str] | None = None) -> int:
         "--only", default=None, help="one workload: SchedulingBasic, SchedulingNodeAffinity (or its Berth case name)"
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the scheduler_perf test binaries")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args(argv)
-    return main(repeat=max(1, args.repeat), only=args.only, force_build=args.rebuild)
+    return main(
+        repeat=max(1, args.repeat),
+        only=args.only,
+        force_build=args.rebuild,
+        record=args.record,
+        argv=["--kube-perf", *(sys.argv[1:] if argv is None else argv)],
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ from bench.gpu_trace.protocol import DEMAND_PUBLISHED, PUBLISHED_ALLOCATION
 from bench.gpu_trace.runner import RunSummary, run_matrix
 from bench.gpu_trace.trace import NODE_LISTS, POD_LIST_DEFAULT, TRACE_DIR_ENV, default_data_dir
 from bench.gpu_trace.variants import VARIANTS
+from bench.results import RECORD_HELP, emit
 
 DEFAULT_POLICIES = ",".join(DEFAULT_POLICY_NAMES)
+
+HEADLINE_POLICIES = ("berth-engine", "fgd", "bestfit")
+"""Whose mean allocation at the demand makes the row of the results log (the JSON has every policy)."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -176,6 +180,7 @@ def main(
             "as it ends; `python -m bench.gpu_trace.plot` re-plots from such files"
         ),
     ] = None,
+    record: Annotated[bool, typer.Option("--record", help=RECORD_HELP)] = False,
 ) -> None:
     """Reproduce the ATC'23 FGD allocation figures and measure Berth's policy beside them."""
     policy_names = parse_policies(policies)
@@ -260,7 +265,13 @@ def main(
     )
     summary["elapsed_s"] = round(elapsed, 1)
     sys.stdout.flush()
-    print(json.dumps(summary), flush=True)
+    headline = {
+        f"{name} {policy} %": round(100 * figures["allocation"][policy], 2)
+        for name, figures in by_variant.items()
+        for policy in policy_names
+        if policy in HEADLINE_POLICIES
+    }
+    emit("bench.gpu_trace", summary, headline=headline, record=record)
 
 
 def cli() -> None:

@@ -56,6 +56,7 @@ from bench.k8s.workload import (
     stranded_gpus,
     throughput,
 )
+from bench.results import RECORD_HELP, emit
 
 console = Console(stderr=True, width=120)
 NAMESPACE = "bench"
@@ -561,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "--schedulers", default=",".join(SCHEDULERS), help="which to run, in order (default %(default)s)"
     )
     parser.add_argument("--keep-logs", type=Path, help="keep the schedulers' configuration and Berth's logs here")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.schedulers.split(",") if name.strip()]
     unknown = sorted(set(chosen) - set(SCHEDULERS))
@@ -596,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": round(time.monotonic() - started, 1),
         }
     )
-    print(json.dumps(summary), flush=True)
+    headline = {"qps": args.qps, **{key: summary[key] for key in HEADLINE if summary.get(key) is not None}}
+    emit("bench.k8s", summary, headline=headline, argv=argv, record=args.record)
     return 1 if summary["overcommitted_nodes"] else 0
 
 
@@ -609,6 +612,17 @@ SUMMARY_FIGURES: tuple[tuple[str, str], ...] = (
     ("settled_s", "settled_seconds"),
 )
 """(key suffix in the JSON line, :class:`RunResult` field), in the order the line gives them."""
+
+
+HEADLINE = (
+    "berth_bound",
+    "kube_scheduler_bound",
+    "berth_pods_per_s",
+    "kube_scheduler_pods_per_s",
+    "berth_gpu_allocation",
+    "kube_scheduler_gpu_allocation",
+)
+"""The figures of the JSON line worth a row in the results log."""
 
 
 def per_scheduler_figures(pods: int, results: dict[str, RunResult]) -> dict[str, Any]:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -32,6 +30,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench.results import RECORD_HELP, emit
 
 console = Console(stderr=True)
 NODES = 200
@@ -173,6 +173,7 @@ def main() -> None:
         default=50_000,
         help="the snapshot interval in inputs, as BERTH_SNAPSHOT_EVERY (default %(default)s)",
     )
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
     if args.events <= NODES or args.every <= 0:
         parser.error(f"--events must exceed {NODES} and --every must be positive")
@@ -194,8 +195,8 @@ def main() -> None:
         f"{summary['snapshot_offset']:,}, then {summary['tail_inputs']:,} inputs) in "
         f"{summary['from_snapshot_s']} s"
     )
-    print(json.dumps(summary))
-    sys.stdout.flush()
+    headline = {key: summary[key] for key in ("events", "from_log_s", "from_snapshot_s", "snapshot_bytes")}
+    emit("bench.recovery", summary, headline=headline, record=args.record)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Progress goes to stderr; a table and, as the very last line, one JSON object go 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import replace
@@ -19,11 +18,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bench.results import RECORD_HELP, emit, per_policy
+
 from .cluster import ClusterShape
 from .policies import PoolConfig
 from .runner import DEFAULT_POLICIES, POLICIES, result_document, run_policies, scenario
 from .sim import RunConfig, RunResult
 from .workload import TrafficShape
+
+HEADLINE = {"slo_violation_minutes": "SLO-min", "gpu_hours": "GPU-h"}
+"""The figures of each policy worth a row in the results log (the JSON line has them all)."""
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -142,6 +146,7 @@ def main(
         bool,
         typer.Option("--cache", help="Measure time-to-ready of new replicas with the cache-aware score on and off."),
     ] = False,
+    record: Annotated[bool, typer.Option("--record", help=RECORD_HELP)] = False,
 ) -> None:
     """Replay one seeded day (or a trace) under each policy; print a table and the JSON result line."""
     err = Console(stderr=True, markup=False, highlight=False)
@@ -166,6 +171,7 @@ def main(
             tokens_per_second_per_replica=tokens_per_second_per_replica,
             plot_dir=plot_dir,
             through_kafka=through_kafka,
+            record=record,
         )
         return
     if through_kafka:
@@ -198,11 +204,12 @@ def main(
         from .plots import plot_replicas, plot_ttft
 
         title = f"generated day, seed {seed}"
-        err.print(
-            f"[bench.scaling] wrote {plot_replicas(scene.workload, results, config.pool.tokens_per_second_per_replica, plot_dir / 'replicas.png', title)}"
-        )
+        per_replica = config.pool.tokens_per_second_per_replica
+        replicas_png = plot_replicas(scene.workload, results, per_replica, plot_dir / "replicas.png", title)
+        err.print(f"[bench.scaling] wrote {replicas_png}")
         err.print(f"[bench.scaling] wrote {plot_ttft(results, ttft_slo_ms / 1000, plot_dir / 'ttft.png', title)}")
-    print(json.dumps(result_document(results), sort_keys=False), flush=True)
+    document = result_document(results)
+    emit("bench.scaling", document, headline=per_policy(document["policies"], HEADLINE), record=record)
 
 
 def render_trace(console: Console, results: dict[str, RunResult], title: str) -> None:
@@ -250,6 +257,7 @@ def _trace_main(
     tokens_per_second_per_replica: float | None,
     plot_dir: Path | None,
     through_kafka: bool,
+    record: bool,
 ) -> None:
     from .trace import TraceError, load_trace
     from .trace_run import run_trace_policies, trace_document, trace_scenario
@@ -294,11 +302,12 @@ def _trace_main(
         from .plots import plot_replicas, plot_ttft
 
         short = f"{trace.name} x{scale:g}, speed {speed:g}"
-        err.print(
-            f"[bench.scaling] wrote {plot_replicas(scene.workload, results, setup.tokens_per_second_per_replica, plot_dir / 'replicas.png', short)}"
-        )
+        per_replica = setup.tokens_per_second_per_replica
+        replicas_png = plot_replicas(scene.workload, results, per_replica, plot_dir / "replicas.png", short)
+        err.print(f"[bench.scaling] wrote {replicas_png}")
         err.print(f"[bench.scaling] wrote {plot_ttft(results, ttft_slo_ms / 1000, plot_dir / 'ttft.png', short)}")
-    print(json.dumps(document, sort_keys=False), flush=True)
+    headline = per_policy(document["policies"], {**HEADLINE, "ttft_p99_s": "TTFT p99 s"})
+    emit("bench.scaling", document, headline=headline, record=record)
 
 
 if __name__ == "__main__":
