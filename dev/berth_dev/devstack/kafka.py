@@ -25,13 +25,15 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from berth_dev.devstack import procs
 from berth_dev.devstack.cache import KAFKA_VERSION, ensure_kafka_jars
 from berth_dev.devstack.procs import DevStackError
+from berth_dev.devstack.tls import TlsFiles
 
 T = TypeVar("T")
 
@@ -68,6 +70,85 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """A secured broker: clients connect over SASL_SSL (SCRAM-SHA-512, one of ``users``) on the
+    broker's main port, or over SSL (TLS, no SASL) on its ``tls_port``; the broker's certificate
+    comes from ``tls`` and clients trust ``tls.ca_cert``. The controller listener stays plain
+    (127.0.0.1 only, no client talks to it)."""
+
+    tls: TlsFiles
+    users: Mapping[str, str]
+    """SCRAM-SHA-512 credentials (user name → password), created when the storage is formatted."""
+
+    def client_settings(self, protocol: str = "SASL_SSL") -> dict[str, str]:
+        """``BERTH_KAFKA__*`` variables that connect a Berth process as the first user (the
+        bootstrap address is not among them: it differs per listener)."""
+        env = {"BERTH_KAFKA__SECURITY_PROTOCOL": protocol, "BERTH_KAFKA__SSL_CAFILE": str(self.tls.ca_cert)}
+        if protocol == "SASL_SSL":
+            user, password = next(iter(self.users.items()))
+            env |= {
+                "BERTH_KAFKA__SASL_MECHANISM": SCRAM_MECHANISM,
+                "BERTH_KAFKA__SASL_USERNAME": user,
+                "BERTH_KAFKA__SASL_PASSWORD": password,
+            }
+        return env
+
+    def client_options(self) -> dict[str, object]:
+        """aiokafka keyword arguments (beside ``bootstrap_servers``) for the SASL_SSL listener."""
+        from berth.settings import KafkaSettings
+
+        user, password = next(iter(self.users.items()))
+        settings = KafkaSettings(
+            security_protocol="SASL_SSL",
+            sasl_mechanism=SCRAM_MECHANISM,
+            sasl_username=user,
+            sasl_password=password,
+            ssl_cafile=self.tls.ca_cert,
+        )
+        options = settings.client_options()
+        del options["bootstrap_servers"], options["client_id"]
+        return options
+
+    def scram_arguments(self) -> list[str]:
+        """StorageTool's ``--add-scram`` arguments creating :attr:`users`."""
+        return [
+            arg
+            for user, password in self.users.items()
+            for arg in ("--add-scram", f'{SCRAM_MECHANISM}=[name={user},password="{password}"]')
+        ]
+
+    def redact(self, text: str) -> str:
+        """``text`` with every password of :attr:`users` replaced by ``***``."""
+        for password in self.users.values():
+            text = text.replace(password, "***")
+        return text
+
+
+def _security_properties(security: KafkaSecurity, port: int, tls_port: int, controller_port: int) -> dict[str, str]:
+    """The listeners and TLS/SASL settings of a secured broker; brokers talk to each other over
+    the SSL listener."""
+    tls = security.tls
+    return {
+        "listeners": f"SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{tls_port}",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "SSL",
+        "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tls.server_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca_cert),
+        "ssl.client.auth": "none",
+    }
+
+
 def server_properties(
     *,
     port: int,
@@ -76,6 +157,8 @@ def server_properties(
     node_id: int = 1,
     quorum_voters: str | None = None,
     cluster_size: int = 1,
+    security: KafkaSecurity | None = None,
+    tls_port: int | None = None,
 ) -> str:
     """A broker's configuration, on 127.0.0.1 only: every node is broker and controller.
 
@@ -83,6 +166,8 @@ def server_properties(
     ``cluster_size`` 3 (:class:`KafkaCluster`): ``quorum_voters`` names the three controllers;
     topics (the internal ones included) get 3 replicas and ``min.insync.replicas=2``, so an
     ``acks=all`` write survives the loss of any one broker and is refused, not lost, with two down.
+    ``security`` (with ``tls_port``): SASL_SSL on ``port`` and SSL on ``tls_port`` instead of
+    PLAINTEXT (:class:`KafkaSecurity`).
     """
     replication = min(3, cluster_size)
     min_insync = 2 if replication >= 3 else 1
@@ -113,6 +198,10 @@ def server_properties(
         "offsets.topic.num.partitions": "4",
         "transaction.state.log.num.partitions": "4",
     }
+    if security is not None:
+        if tls_port is None:
+            raise DevStackError("a secured broker needs a port for its SSL listener")
+        settings |= _security_properties(security, port, tls_port, controller_port)
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -164,10 +253,13 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def fetch_cluster_metadata(bootstrap_servers: str, *, timeout: float) -> dict[str, Any]:
+async def fetch_cluster_metadata(
+    bootstrap_servers: str, *, timeout: float, client_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Ask the cluster for its metadata with a real Kafka client (aiokafka's admin client).
 
     Returns ``describe_cluster()``'s answer (``brokers``, ``controller_id``, ``cluster_id``).
+    ``client_options``: aiokafka's security arguments for a secured broker.
     Raises whatever aiokafka raises when nobody answers within ``timeout`` seconds.
     """
     from aiokafka.admin import AIOKafkaAdminClient  # heavy import, only when used
@@ -176,6 +268,7 @@ async def fetch_cluster_metadata(bootstrap_servers: str, *, timeout: float) -> d
         bootstrap_servers=bootstrap_servers,
         request_timeout_ms=max(1000, int(timeout * 1000)),
         client_id="berth-devstack-probe",
+        **(client_options or {}),
     )
     try:
         await asyncio.wait_for(admin.start(), timeout)
@@ -184,11 +277,15 @@ async def fetch_cluster_metadata(bootstrap_servers: str, *, timeout: float) -> d
         await admin.close()
 
 
-def kafka_answers(bootstrap_servers: str, *, timeout: float = 5.0) -> bool:
+def kafka_answers(
+    bootstrap_servers: str, *, timeout: float = 5.0, client_options: Mapping[str, Any] | None = None
+) -> bool:
     """True if a broker at ``bootstrap_servers`` returns metadata listing at least one broker."""
     try:
         with _quiet_logger("aiokafka"):
-            metadata = _run_sync(fetch_cluster_metadata(bootstrap_servers, timeout=timeout))
+            metadata = _run_sync(
+                fetch_cluster_metadata(bootstrap_servers, timeout=timeout, client_options=client_options)
+            )
     except Exception:
         return False
     return bool(metadata.get("brokers"))
@@ -229,6 +326,7 @@ class KafkaProcess:
         controller_port: int | None = None,
         quorum_voters: str | None = None,
         cluster_size: int = 1,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.version = version
         self.heap_options = tuple(heap_options)
@@ -241,6 +339,9 @@ class KafkaProcess:
         self.cluster_id = cluster_id
         self.quorum_voters = quorum_voters
         self.cluster_size = cluster_size
+        self.security = security
+        self.tls_port: int | None = None
+        """The SSL listener's port of a secured broker (``port`` is then its SASL_SSL listener's)."""
         self.port: int | None = port
         self.controller_port: int | None = controller_port
         self.data_dir: Path | None = None
@@ -297,6 +398,8 @@ class KafkaProcess:
     def _launch(self, java: str, libs: Path, data_dir: Path) -> None:
         if self.port is None or self.controller_port is None:
             self.port, self.controller_port = procs.free_ports(2)
+        if self.security is not None and self.tls_port is None:
+            (self.tls_port,) = procs.free_ports(1)
         config = data_dir / "server.properties"
         config.write_text(
             server_properties(
@@ -306,6 +409,8 @@ class KafkaProcess:
                 node_id=self.node_id,
                 quorum_voters=self.quorum_voters,
                 cluster_size=self.cluster_size,
+                security=self.security,
+                tls_port=self.tls_port,
             )
         )
         (data_dir / "logs").mkdir()
@@ -315,25 +420,32 @@ class KafkaProcess:
         storage_tool_log4j.write_text(_STORAGE_TOOL_LOG4J)
         classpath = f"{libs}/*"
         common = [f"-Dkafka.logs.dir={data_dir / 'logs'}", "-Djava.awt.headless=true"]
-        procs.run_checked(
-            [
-                java,
-                *_SHORT_RUN_JVM_OPTIONS,
-                *common,
-                f"-Dlog4j.configuration=file:{storage_tool_log4j}",
-                "-cp",
-                classpath,
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                self.cluster_id or new_cluster_id(),
-                "-c",
-                str(config),
-            ],
-            what="format Kafka storage",
-            hint=f"Is the jar cache complete? Delete {libs.parent} to fetch it again.",
-            cwd=data_dir,
-        )
+        format_storage = [
+            java,
+            *_SHORT_RUN_JVM_OPTIONS,
+            *common,
+            f"-Dlog4j.configuration=file:{storage_tool_log4j}",
+            "-cp",
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id or new_cluster_id(),
+            "-c",
+            str(config),
+            *(self.security.scram_arguments() if self.security is not None else ()),
+        ]
+        try:
+            procs.run_checked(
+                format_storage,
+                what="format Kafka storage",
+                hint=f"Is the jar cache complete? Delete {libs.parent} to fetch it again.",
+                cwd=data_dir,
+            )
+        except DevStackError as exc:
+            if self.security is None:
+                raise
+            raise DevStackError(self.security.redact(str(exc))) from None  # the command line holds the passwords
         self._spawn(java, libs, data_dir)
 
     def _spawn(self, java: str, libs: Path, data_dir: Path) -> None:
@@ -404,7 +516,8 @@ class KafkaProcess:
             while True:
                 if not self.is_alive():
                     raise DevStackError(self._failure("the Kafka JVM exited during startup"))
-                if kafka_answers(self.bootstrap_servers, timeout=min(5.0, max(1.0, deadline - time.monotonic()))):
+                patience = min(5.0, max(1.0, deadline - time.monotonic()))
+                if kafka_answers(self.bootstrap_servers, timeout=patience, client_options=self._probe_options()):
                     return
                 if time.monotonic() >= deadline:
                     raise DevStackError(
@@ -436,7 +549,19 @@ class KafkaProcess:
 
     def is_answering(self, timeout: float = 5.0) -> bool:
         """True if the broker answers a metadata request now."""
-        return self.port is not None and kafka_answers(self.bootstrap_servers, timeout=timeout)
+        return self.port is not None and kafka_answers(
+            self.bootstrap_servers, timeout=timeout, client_options=self._probe_options()
+        )
+
+    def _probe_options(self) -> dict[str, Any] | None:
+        return self.security.client_options() if self.security is not None else None
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<tls_port>``: a secured broker's SSL (TLS without SASL) listener."""
+        if self.tls_port is None:
+            raise DevStackError("this broker has no SSL listener (not started, or not secured)")
+        return f"127.0.0.1:{self.tls_port}"
 
     def stop(self) -> None:
         """Shut the broker down and delete its directory. Safe to call at any time, repeatedly."""

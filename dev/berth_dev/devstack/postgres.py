@@ -22,6 +22,7 @@ from rich.console import Console
 
 from berth_dev.devstack import procs
 from berth_dev.devstack.procs import DevStackError, RunAs
+from berth_dev.devstack.tls import TlsFiles
 
 DEFAULT_PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_BIN_HINT = (
@@ -74,6 +75,15 @@ def server_account() -> RunAs | None:
     return RunAs.lookup("postgres")
 
 
+#: Client authentication of a server with TLS: over TCP only TLS connections, and those prove the
+#: password with SCRAM; the Unix socket (in the server's own directory) stays open to the
+#: server's administrator, for creating the role and database.
+TLS_PG_HBA = """\
+local all all trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+"""
+
+
 def sqlalchemy_url(*, user: str, password: str, host: str, port: int, database: str) -> str:
     return f"postgresql+psycopg://{user}:{password}@{host}:{port}/{database}"
 
@@ -92,6 +102,9 @@ class PostgresProcess:
       or raises :class:`DevStackError` (with the server log's tail) and leaves nothing behind.
     * Authentication is ``trust`` for local and 127.0.0.1 connections; the password in
       :attr:`url` is there so the URL looks like a real one, it is not checked.
+    * With ``tls``: ``ssl=on`` with the server certificate of ``tls``, and TCP connections must use
+      TLS and the role's password (SCRAM-SHA-256; see :data:`TLS_PG_HBA`); clients connect with
+      :meth:`client_settings` (``sslmode=verify-full`` against ``tls.ca_cert``).
     * The server has fsync off: data survives a clean stop but not a machine crash. Test use only.
     * ``detached`` and :meth:`stop` behave as for :class:`~berth_dev.devstack.kafka.KafkaProcess`;
       stopping uses ``pg_ctl stop -m fast``.
@@ -107,6 +120,7 @@ class PostgresProcess:
         startup_timeout: float = 60.0,
         stop_grace: float = 20.0,
         detached: bool = False,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.database = database
         self.user = user
@@ -115,6 +129,7 @@ class PostgresProcess:
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         self.detached = detached
+        self.tls = tls
         self.port: int | None = None
         self.base_dir: Path | None = None
         self.pid: int | None = None
@@ -138,7 +153,17 @@ class PostgresProcess:
         """libpq connection string for ``psycopg.connect`` (no SQLAlchemy driver prefix)."""
         if self.port is None:
             raise DevStackError("Postgres is not started: call start() first")
-        return f"host=127.0.0.1 port={self.port} dbname={self.database} user={self.user} password={self.password}"
+        conninfo = f"host=127.0.0.1 port={self.port} dbname={self.database} user={self.user} password={self.password}"
+        if self.tls is not None:
+            conninfo += f" sslmode=verify-full sslrootcert={self.tls.ca_cert}"
+        return conninfo
+
+    def client_settings(self) -> dict[str, str]:
+        """``BERTH_DATABASE__*`` TLS variables a Berth process needs beside :attr:`url` (none
+        without ``tls``)."""
+        if self.tls is None:
+            return {}
+        return {"BERTH_DATABASE__SSLMODE": "verify-full", "BERTH_DATABASE__SSLROOTCERT": str(self.tls.ca_cert)}
 
     @property
     def data_dir(self) -> Path | None:
@@ -201,8 +226,28 @@ class PostgresProcess:
             run_as=self._run_as,
             cwd=self.base_dir,
         )
+        if self.tls is not None:
+            self._install_tls(self.tls)
         (self.port,) = procs.free_ports(1)
         self._spawn()
+
+    def _install_tls(self, tls: TlsFiles) -> None:
+        """Copy the server certificate and key into the data directory (Postgres wants its key
+        owned by the server account, mode 0600), turn TLS on and allow only TLS over TCP."""
+        assert self.data_dir is not None
+        for source, name in ((tls.server_cert, "server.crt"), (tls.server_key, "server.key")):
+            target = self.data_dir / name
+            target.write_bytes(source.read_bytes())
+            target.chmod(0o600)
+            if self._run_as is not None:
+                self._run_as.chown(target)
+        (self.data_dir / "pg_hba.conf").write_text(TLS_PG_HBA)
+        self.server_settings |= {
+            "ssl": "on",
+            "ssl_cert_file": "server.crt",
+            "ssl_key_file": "server.key",
+            "password_encryption": "scram-sha-256",
+        }
 
     def _spawn(self) -> None:
         """Start the postmaster on the initialised cluster, on :attr:`port`."""
@@ -246,7 +291,8 @@ class PostgresProcess:
                     raise DevStackError(self._failure("the postmaster exited during startup"))
                 try:
                     with psycopg.connect(
-                        host="127.0.0.1",
+                        # A server with TLS trusts only its Unix socket without a password.
+                        host=str(self.base_dir) if self.tls is not None else "127.0.0.1",
                         port=self.port,
                         user="postgres",
                         dbname="postgres",
