@@ -16,8 +16,8 @@ equivalent of the informer cache sync kube-scheduler waits for before scheduling
 measured run: ``--pods`` pods (:mod:`bench.k8s.workload`) created as fast as 16 client threads
 can, while a watch notes when each pod gets its node (or is marked unschedulable). The run ends
 when every pod is bound, or when no pod was bound or marked for ``--settle`` seconds after the
-last one was created (the rest do not fit). Figures: pods bound; pods per second = bound / (last binding − first creation); GPU
-allocation = GPUs of bound pods / all GPUs; pods left unbound that are marked unschedulable
+last one was created (the rest do not fit). Figures: pods bound; pods per second = bound / (last binding − first
+creation); GPU allocation = GPUs of bound pods / all GPUs; pods left unbound that are marked unschedulable
 (``PodScheduled=False``) and the time until every pod was bound or so marked ("settled"); and, as
 checks, nodes whose pods ask for more GPUs than the node has (must be none).
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import threading
 import time
@@ -132,6 +133,10 @@ class RunResult:
     every pod's fate was visible on the apiserver (of the pods marked by the run's end)."""
     handed_over: int = 0
     """Hand-overs between Berth's decision cells during the run (0 for kube-scheduler)."""
+    bind_latency_p50_s: float | None = None
+    bind_latency_p99_s: float | None = None
+    """Create→bound per bound pod: from the apiserver's answer to the pod's creation to the watch
+    seeing it with a node (None when no pod was bound)."""
 
 
 # --- talking to the apiserver --------------------------------------------------------------------
@@ -318,10 +323,13 @@ def measure(
     created = 0
     created_lock = threading.Lock()
 
+    created_at: dict[str, float] = {}
+
     def create(body: dict[str, Any]) -> None:
         nonlocal created
         _create_pod(api, body)
         with created_lock:
+            created_at[body["metadata"]["name"]] = time.monotonic()
             created += 1
 
     started = time.monotonic()
@@ -392,7 +400,21 @@ def measure(
     result.settled_seconds = round(max(fates, default=started) - started, 2)
     smallest_pending = min((pod.gpus for pod in pods if pod.name not in bound_names), default=None)
     result.stranded_gpus = stranded_gpus(placements, nodes, GPUS_PER_NODE, smallest_pending)
+    result.bind_latency_p50_s, result.bind_latency_p99_s = bind_latencies(created_at, watch.bound_at)
     return result
+
+
+def bind_latencies(created_at: dict[str, float], bound_at: dict[str, float]) -> tuple[float | None, float | None]:
+    """p50 and p99 of create→bound over the pods with both times, in seconds (nearest rank). A
+    watch event can beat the creating thread's clock read by a hair: such a pod counts as 0."""
+    delays = sorted(max(0.0, bound_at[name] - created_at[name]) for name in bound_at if name in created_at)
+    if not delays:
+        return None, None
+
+    def rank(q: float) -> float:
+        return round(delays[min(len(delays) - 1, max(0, math.ceil(q * len(delays)) - 1))], 3)
+
+    return rank(0.50), rank(0.99)
 
 
 # --- the two schedulers --------------------------------------------------------------------------
@@ -546,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         "--settle",
         type=float,
         default=20.0,
-        help="seconds without a new binding or unschedulable mark after the last creation that end a run (default %(default)s)",
+        help="seconds without a new binding or unschedulable mark after the last creation that end a run "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--timeout", type=float, default=420.0, help="seconds a measured run may take (default %(default)s)"
@@ -610,6 +633,8 @@ SUMMARY_FIGURES: tuple[tuple[str, str], ...] = (
     ("stranded_gpus", "stranded_gpus"),
     ("marked_unschedulable", "marked_unschedulable"),
     ("settled_s", "settled_seconds"),
+    ("bind_latency_p50_s", "bind_latency_p50_s"),
+    ("bind_latency_p99_s", "bind_latency_p99_s"),
 )
 """(key suffix in the JSON line, :class:`RunResult` field), in the order the line gives them."""
 
@@ -621,6 +646,8 @@ HEADLINE = (
     "kube_scheduler_pods_per_s",
     "berth_gpu_allocation",
     "kube_scheduler_gpu_allocation",
+    "berth_bind_latency_p99_s",
+    "kube_scheduler_bind_latency_p99_s",
 )
 """The figures of the JSON line worth a row in the results log."""
 
@@ -648,6 +675,7 @@ def _print_table(results: dict[str, RunResult]) -> None:
         "creation s",
         "marked unschedulable",
         "settled s",
+        "create→bound p50 / p99 s",
         "overcommitted",
     ):
         table.add_column(column, justify="right" if column != "scheduler" else "left")
@@ -662,9 +690,16 @@ def _print_table(results: dict[str, RunResult]) -> None:
             f"{result.creation_seconds:.1f}",
             str(result.marked_unschedulable),
             f"{result.settled_seconds:.1f}",
+            _latency_cell(result),
             str(len(result.overcommitted_nodes)) + (" (timed out)" if result.timed_out else ""),
         )
     console.print(table)
+
+
+def _latency_cell(result: RunResult) -> str:
+    if result.bind_latency_p50_s is None or result.bind_latency_p99_s is None:
+        return "-"
+    return f"{result.bind_latency_p50_s:.2f} / {result.bind_latency_p99_s:.2f}"
 
 
 if __name__ == "__main__":

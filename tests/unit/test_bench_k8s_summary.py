@@ -27,7 +27,19 @@ def test_figures_side_by_side_and_none_for_a_scheduler_not_run():
     assert (line["berth_bound"], line["berth_gpu_allocation"], line["berth_settled_s"]) == (9, 0.9, 2.25)
     assert line["berth_marked_unschedulable"] == 1 and line["berth_stranded_gpus"] == 0
     assert all(line[key] is None for key in line if key.startswith("kube_scheduler_"))
-    assert len(line) == 1 + 2 * 6
+    assert len(line) == 1 + 2 * 8
+    assert line["berth_bind_latency_p99_s"] is None
+
+
+def test_bind_latencies_are_nearest_rank_over_the_bound_pods():
+    from bench.k8s.__main__ import bind_latencies
+
+    created = {f"p{i}": 10.0 + i for i in range(100)}
+    bound = {f"p{i}": 10.0 + i + (i + 1) / 100 for i in range(100)}  # delays 0.01 .. 1.00 s
+    bound["stray"] = 50.0  # not created by the run: ignored
+    assert bind_latencies(created, bound) == (0.5, 0.99)
+    assert bind_latencies(created, {}) == (None, None)
+    assert bind_latencies({"a": 5.0}, {"a": 4.9}) == (0.0, 0.0)
 
 
 def test_counter_total_sums_a_counter_over_its_labels_and_nothing_else():
