@@ -16,8 +16,9 @@ equivalent of the informer cache sync kube-scheduler waits for before scheduling
 measured run: ``--pods`` pods (:mod:`bench.k8s.workload`) created as fast as 16 client threads
 can, while a watch notes when each pod gets its node (or is marked unschedulable). The run ends
 when every pod is bound, or when no pod was bound or marked for ``--settle`` seconds after the
-last one was created (the rest do not fit). Figures: pods bound; pods per second = bound / (last binding − first
-creation); GPU allocation = GPUs of bound pods / all GPUs; pods left unbound that are marked unschedulable
+last one was created (the rest do not fit). Figures: pods bound; pods per second = bound /
+(last binding − first creation); create→bound latency p50/p99 per bound pod; GPU allocation =
+GPUs of bound pods / all GPUs; pods left unbound that are marked unschedulable
 (``PodScheduled=False``) and the time until every pod was bound or so marked ("settled"); and, as
 checks, nodes whose pods ask for more GPUs than the node has (must be none).
 
