@@ -33,13 +33,28 @@ Shape (every field optional; a pool is *scaled* only with ``tokensPerSecondPerRe
           maxCostPerHour: 120
           sloHeadroomMs: 500
           fallbackModel: llama-8b
-          interruptionThreshold: {count: 3, window: 1h}
+          fallbackTrigger: {costExceeded: true, sloAtRisk: false}
+          spotMaxInterruptions: 2      # per hour; or interruptionThreshold: {count: 3, window: 1h}
+          spotStrategy:
+            instanceTypes: [p4d.24xlarge, p3dn.24xlarge]
+            onInterruption: migrate-to-on-demand
+            maxSpotPercent: 80         # the same as costOptimization.maxSpotPercent
         carbonAware:
           maxCarbonIntensity: 200
           preferredRegions: [eu-north-1]
           timeShifting: {enabled: true, cleanEnergyHours: "09:00-17:00"}
-        cacheAware: {enabled: true, cacheHitWeight: 0.3}
+        cacheAware:
+          enabled: true
+          cacheHitWeight: 0.3
+          preloadStrategy:
+            nodes: {labelSelector: {matchLabels: {node-pool: gpu-primary}}}
+            minCachedReplicas: 2
         dataLocality: {vectorStoreAffinity: [weaviate-0], localityWeight: high}
+        fastScheduling: {enabled: true, maxNodesToScore: 50}
+      prewarmPercent: 10               # ready replicas beyond the need, in percent of it
+      queueConfig: {autoscaleOnLag: true, maxLagThreshold: 100}
+
+What each field does, and how the seed's fields map onto Berth's, is in ``docs/agentpool.md``.
 """
 
 from __future__ import annotations
@@ -51,7 +66,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .cluster import GpuLocality
+from .cluster import GpuLocality, LabelSelectorRequirement
 
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
 _HOURS = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])$")
@@ -116,11 +131,45 @@ class InterruptionThreshold(_Block):
         return duration_seconds(value)
 
 
+ON_INTERRUPTION_ACTIONS = ("migrate", "migrate-to-on-demand", "none")
+OnInterruption = Literal["migrate", "migrate-to-on-demand", "none"]
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+class SpotStrategy(_Block):
+    """How a pool uses spot nodes.
+
+    - ``instanceTypes``: spot replicas go only to spot nodes of these instance types (the node
+      label ``node.kubernetes.io/instance-type``), each new one to the listed type holding fewest
+      of the pool's spot replicas (ties: list order), so one reclaim wave of one type takes few;
+    - ``onInterruption``: what the pool does when one of its spot nodes gets a reclaim notice:
+      ``migrate`` surges replacements on on-demand nodes first, then spot within the allowance;
+      ``migrate-to-on-demand`` surges them on on-demand nodes only; ``none`` surges nothing (the
+      replicas serve until the reclaim and the pool recreates them after);
+    - ``maxSpotPercent``: the same cap as ``costOptimization.maxSpotPercent``."""
+
+    instance_types: tuple[str, ...] = Field(default=(), alias="instanceTypes")
+    on_interruption: OnInterruption = Field(default="migrate", alias="onInterruption")
+    max_spot_percent: float | None = Field(default=None, ge=0, le=100, alias="maxSpotPercent")
+
+
+class FallbackTrigger(_Block):
+    """When ``fallbackModel`` takes load, after the seed's decision tree: with the SLO met Berth
+    cuts cost (spot, then a smaller model when ``costExceeded``: the replicas ``maxCostPerHour``
+    does not pay for go to the fallback model); with the SLO at risk (expected TTFT above the SLO
+    less ``sloHeadroomMs``) it adds replicas, on-demand when spot is short, and then — when
+    ``sloAtRisk`` — gives the replicas no node has room for to the fallback model."""
+
+    cost_exceeded: bool = Field(default=True, alias="costExceeded")
+    slo_at_risk: bool = Field(default=True, alias="sloAtRisk")
+
+
 class CostOptimization(_Block):
     enabled: bool = True
     spot_enabled: bool = Field(default=False, alias="spotEnabled")
     max_spot_percent: float = Field(default=100, ge=0, le=100, alias="maxSpotPercent")
-    """At most this share of the pool's replicas on spot nodes."""
+    """At most this share of the pool's replicas on spot nodes (``spotStrategy.maxSpotPercent``
+    says the same; :attr:`spot_percent_cap` is the one in force)."""
     max_cost_per_hour: float | None = Field(default=None, gt=0, alias="maxCostPerHour")
     """Ceiling of the pool's node cost (each replica's share of its node's price per hour)."""
     slo_headroom_ms: float = Field(default=0, ge=0, alias="sloHeadroomMs")
@@ -129,6 +178,66 @@ class CostOptimization(_Block):
     """When capacity or cost stops the pool short, scale the pool of this model (same
     namespace, matched by ``spec.model`` or by name) for the remainder."""
     interruption_threshold: InterruptionThreshold | None = Field(default=None, alias="interruptionThreshold")
+    spot_max_interruptions: Annotated[int, Field(ge=1)] | None = Field(default=None, alias="spotMaxInterruptions")
+    """Interruptions per hour after which the pool stops using spot: ``interruptionThreshold``
+    ``{count: spotMaxInterruptions, window: 1h}`` (give one of the two)."""
+    fallback_trigger: FallbackTrigger | None = Field(default=None, alias="fallbackTrigger")
+    """None: every replica the pool is short of (budget or room) goes to ``fallbackModel``."""
+    spot_strategy: SpotStrategy | None = Field(default=None, alias="spotStrategy")
+
+    @model_validator(mode="after")
+    def _one_way_each(self) -> CostOptimization:
+        if self.spot_max_interruptions is not None and self.interruption_threshold is not None:
+            raise ValueError(
+                "give either spotMaxInterruptions (per hour) or interruptionThreshold {count, window}, not both"
+            )
+        strategy = self.spot_strategy
+        if (
+            strategy is not None
+            and strategy.max_spot_percent is not None
+            and "max_spot_percent" in self.model_fields_set
+            and strategy.max_spot_percent != self.max_spot_percent
+        ):
+            raise ValueError(
+                f"maxSpotPercent ({self.max_spot_percent:g}) and spotStrategy.maxSpotPercent "
+                f"({strategy.max_spot_percent:g}) disagree; give one"
+            )
+        return self
+
+    @property
+    def interruption_limit(self) -> InterruptionThreshold | None:
+        """The interruptions that suspend spot for the pool: ``interruptionThreshold``, or
+        ``spotMaxInterruptions`` within an hour."""
+        if self.spot_max_interruptions is not None:
+            return InterruptionThreshold(count=self.spot_max_interruptions, window=3600)
+        return self.interruption_threshold
+
+    @property
+    def spot_percent_cap(self) -> float:
+        strategy = self.spot_strategy
+        if strategy is not None and strategy.max_spot_percent is not None:
+            return strategy.max_spot_percent
+        return self.max_spot_percent
+
+    @property
+    def on_interruption(self) -> OnInterruption:
+        return self.spot_strategy.on_interruption if self.spot_strategy is not None else "migrate"
+
+    @property
+    def spot_instance_types(self) -> tuple[str, ...]:
+        return self.spot_strategy.instance_types if self.spot_strategy is not None else ()
+
+    def falls_back_on_cost(self) -> bool:
+        trigger = self.fallback_trigger
+        return self.fallback_model is not None and (trigger is None or trigger.cost_exceeded)
+
+    def falls_back_on_capacity(self, slo_at_risk: bool) -> bool:
+        """Whether replicas no node has room for go to the fallback model: always without a
+        ``fallbackTrigger``; with one, only when ``sloAtRisk`` and the SLO is at risk."""
+        if self.fallback_model is None:
+            return False
+        trigger = self.fallback_trigger
+        return trigger is None or (trigger.slo_at_risk and slo_at_risk)
 
 
 class TimeShifting(_Block):
@@ -163,9 +272,33 @@ class CarbonAware(_Block):
     time_shifting: TimeShifting | None = Field(default=None, alias="timeShifting")
 
 
+class NodeLabelSelector(_Block):
+    """A label selector over nodes (metav1.LabelSelector's keys)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+
+
+class PreloadNodes(_Block):
+    label_selector: NodeLabelSelector = Field(default_factory=NodeLabelSelector, alias="labelSelector")
+
+
+class PreloadStrategy(_Block):
+    """Where the pool's model is preloaded, and how many replicas must run where it is cached.
+
+    A node holds the pool's model when its label or annotation ``berth.io/cached-models`` lists
+    it, or when it matches ``nodes.labelSelector`` (the pool preloads its model there). While
+    fewer than ``minCachedReplicas`` of the pool's replicas run on such nodes, a new replica is
+    placed on one of them if any has room."""
+
+    nodes: PreloadNodes | None = None
+    min_cached_replicas: Annotated[int, Field(ge=0)] = Field(default=0, alias="minCachedReplicas")
+
+
 class CacheAware(_Block):
     enabled: bool = True
     cache_hit_weight: float = Field(default=0.3, ge=0, le=1, alias="cacheHitWeight")
+    preload_strategy: PreloadStrategy | None = Field(default=None, alias="preloadStrategy")
 
 
 class DataLocality(_Block):
@@ -174,9 +307,35 @@ class DataLocality(_Block):
     anti_affinity: tuple[str, ...] = Field(default=(), alias="antiAffinity")
 
 
+class FastScheduling(_Block):
+    """Placement of the pool's replicas stops filtering after ``maxNodesToScore`` feasible nodes
+    (kube's ``percentageOfNodesToScore`` sampling, as a count, from a start derived from the pod
+    UID: deterministic)."""
+
+    enabled: bool = True
+    max_nodes_to_score: Annotated[int, Field(ge=1)] | None = Field(default=None, alias="maxNodesToScore")
+
+
+class QueueConfig(_Block):
+    """Scaling on queue lag (the seed's ToolBinding ``queueConfig``). The lag is what the ready
+    replicas cannot take within a second: ``tokens in queue - replicas x tokensPerSecondPerReplica``
+    (Berth's queue events count tokens, so the threshold is in tokens). With ``autoscaleOnLag``,
+    a lag above ``maxLagThreshold`` scales the pool up to the fewest replicas that bring it to the
+    threshold."""
+
+    autoscale_on_lag: bool = Field(default=False, alias="autoscaleOnLag")
+    max_lag_threshold: Annotated[int, Field(ge=0)] | None = Field(default=None, alias="maxLagThreshold")
+
+    @model_validator(mode="after")
+    def _threshold_given(self) -> QueueConfig:
+        if self.autoscale_on_lag and self.max_lag_threshold is None:
+            raise ValueError("autoscaleOnLag needs maxLagThreshold")
+        return self
+
+
 class PoolScheduling(BaseModel):
     """``spec.scheduling``: keys it does not know are kept aside (the seed has more blocks than
-    Berth acts on, e.g. ``fastScheduling``); the blocks it knows are strict."""
+    Berth acts on); the blocks it knows are strict."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
@@ -185,6 +344,7 @@ class PoolScheduling(BaseModel):
     carbon_aware: CarbonAware | None = Field(default=None, alias="carbonAware")
     cache_aware: CacheAware | None = Field(default=None, alias="cacheAware")
     data_locality: DataLocality | None = Field(default=None, alias="dataLocality")
+    fast_scheduling: FastScheduling | None = Field(default=None, alias="fastScheduling")
     gang_scheduling: dict[str, Any] | None = Field(default=None, alias="gangScheduling")
     preemption: dict[str, Any] | None = None
 
@@ -227,6 +387,9 @@ class AgentPoolSpec(BaseModel):
     scheduling: PoolScheduling = Field(default_factory=PoolScheduling)
     template: dict[str, Any] | None = None
     """The replica pod template (a PodTemplateSpec), kept as written."""
+    prewarm_percent: float = Field(default=0, ge=0, le=100, alias="prewarmPercent")
+    """A warm pool: ``ceil(need x prewarmPercent / 100)`` ready replicas beyond the need."""
+    queue_config: QueueConfig | None = Field(default=None, alias="queueConfig")
 
     @field_validator("model_load_seconds", mode="before")
     @classmethod

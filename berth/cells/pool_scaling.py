@@ -21,16 +21,24 @@ from typing import Any
 from berth.core.engine import Outcome
 from berth.kube.replicas import AgentPool, ReplicaError, replica_pod
 from berth.schemas import AgentPoolSpec, InputPosition, PodInfo, PolicyObserved, PoolLagState, ScalePool
-from berth.schemas.agentpool import AgentPoolSpecError
+from berth.schemas.agentpool import LABEL_INSTANCE_TYPE, AgentPoolSpecError
 from berth.schemas.cells import agent_pool_of
 
 from .context import CellContext
 from .pool_placement import (
+    cached_nodes,
+    cached_short,
     constrained,
+    instance_type_order,
+    max_nodes_to_score,
+    of_instance_type,
+    on_nodes,
     preferred_regions,
     probed,
     replica_cost_per_hour,
     score_terms,
+    spot_instance_types,
+    spot_types_taken,
     with_preferences,
 )
 from .pools import PoolPolicy, merge_cluster_spec
@@ -183,7 +191,7 @@ def current_replicas(
 def _threshold(state: PoolState, key: str) -> Any:
     policy = state.pools.get(key)
     cost = policy.cost if policy is not None else None
-    return cost.interruption_threshold if cost is not None else None
+    return cost.interruption_limit if cost is not None else None
 
 
 def spot_suspended(state: PoolState, key: str) -> bool:
@@ -258,7 +266,7 @@ def on_lag(
             pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
             priced_replicas=sum(1 for c in costs if c is not None),
             carbon_intensity=_cleanest_intensity(ctx),
-            probe=_probe(ctx, template, policy, planned) if template is not None else None,
+            probe=_probe(ctx, template, policy, planned, members) if template is not None else None,
         )
     )
     if verdict is None:
@@ -331,7 +339,9 @@ def _fall_back(
         return []
     if template is not None:
         order = capacity_order(state, ctx, target, policy, moving=target in moving)
-        wanted = current + len(plan(ctx, template, policy, wanted - current, order, prior=list(planned)))
+        wanted = current + len(
+            plan(ctx, template, policy, wanted - current, order, prior=list(planned), state=state, key=target)
+        )
     if wanted <= current:
         return []
     reason = (
@@ -420,9 +430,15 @@ def plan(
     count: int,
     order: list[CapacityClass],
     prior: list[PodInfo] | None = None,
+    *,
+    state: PoolState | None = None,
+    key: str = "",
 ) -> list[ProbedReplica]:
-    """Where ``count`` replicas would go, class by class in ``order``, after ``prior``."""
-    probe = _probe(ctx, template, policy, prior)
+    """Where ``count`` replicas would go, class by class in ``order``, after ``prior``
+    (``state`` and ``key``: the pool's replicas, which spread its spot instance types)."""
+    nodes = ctx.nodes.nodes
+    members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes] if state else []
+    probe = _probe(ctx, template, policy, prior, members)
     found: list[ProbedReplica] = []
     for capacity in order:
         found += probe(count - len(found), capacity)
@@ -431,21 +447,46 @@ def plan(
     return found
 
 
-def _probe(ctx: CellContext, template: PodInfo, policy: PoolPolicy, prior: list[PodInfo] | None = None) -> Any:
+def _probe(
+    ctx: CellContext,
+    template: PodInfo,
+    policy: PoolPolicy,
+    prior: list[PodInfo] | None = None,
+    members: list[PodInfo] | None = None,
+) -> Any:
     """A :class:`~berth.cells.scaling.CapacityProbe` for the pool. Successive calls build on
     each other (and on ``prior``, which they extend): the engine places the earlier finds
-    first, so that two classes or two pools never count the same room twice."""
+    first, so that two classes or two pools never count the same room twice. Spot replicas of a
+    pool with ``spotStrategy.instanceTypes`` are probed one at a time, each on the type holding
+    fewest of the pool's spot replicas (``members`` and the earlier finds)."""
     regions = preferred_regions(policy)
     found: list[PodInfo] = prior if prior is not None else []
     nodes = ctx.nodes.nodes
+    types = spot_instance_types(policy)
+    taken = spot_types_taken(members or (), nodes)
+
+    def place(candidate: PodInfo, count: int) -> list[str]:
+        names = list(ctx.engine.probe([*found, *([candidate] * count)])[len(found) :])
+        found.extend([candidate] * len(names))
+        return names
 
     def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
         if count <= 0:
             return []
         candidate = constrained(with_preferences(template, policy), capacity, regions, ctx.spot_labels)
-        names = ctx.engine.probe([*found, *([candidate] * count)])[len(found) :]
-        found.extend([candidate] * len(names))
-        return [probed(template, nodes[name]) for name in names if name in nodes]
+        if capacity != "spot" or not types:
+            return [probed(template, nodes[name]) for name in place(candidate, count) if name in nodes]
+        out: list[ProbedReplica] = []
+        while len(out) < count:
+            names = next(
+                (n for t in instance_type_order(types, taken) if (n := place(of_instance_type(candidate, t), 1))), []
+            )
+            if not names or names[0] not in nodes:
+                break
+            kind = nodes[names[0]].labels.get(LABEL_INSTANCE_TYPE, "")
+            taken[kind] = taken.get(kind, 0) + 1
+            out.append(probed(template, nodes[names[0]]))
+        return out
 
     return probe
 
@@ -454,16 +495,19 @@ def capacity_order(
     state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None, *, moving: bool
 ) -> list[CapacityClass]:
     """The node classes a replica of the pool may use, in order of preference. While the pool
-    moves off a reclaimed spot node its replacements try on-demand first."""
+    moves off a reclaimed spot node its replacements try on-demand first (only on-demand with
+    ``spotStrategy.onInterruption: migrate-to-on-demand``)."""
     cost = policy.cost if policy is not None else None
     if cost is None:
         return ["on-demand", "any"] if moving else ["any"]
     spot_ok = cost.spot_enabled and not spot_suspended(state, key)
+    if spot_ok and moving:
+        spot_ok = cost.on_interruption != "migrate-to-on-demand"
     if spot_ok:
         nodes = ctx.nodes.nodes
         members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
         on_spot = sum(1 for m in members if nodes[m.node_name].capacity_type == "spot")  # type: ignore[index]
-        spot_ok = on_spot + 1 <= math.floor(cost.max_spot_percent / 100 * (len(members) + 1))
+        spot_ok = on_spot + 1 <= math.floor(cost.spot_percent_cap / 100 * (len(members) + 1))
     if not spot_ok:
         return ["on-demand"]
     return ["on-demand", "spot"] if moving else ["spot", "on-demand"]
@@ -480,23 +524,53 @@ def _cleanest_intensity(ctx: CellContext) -> float | None:
 
 
 def place_replica(state: PoolState, ctx: CellContext, pod: PodInfo, key: str, *, moving: bool) -> Outcome:
-    """Place a pool's replica under its policy: capacity classes in order, the pool's score
-    terms (without preemption), then the plain cycle (which may preempt) in the last class."""
+    """Place a pool's replica under its policy: while ``minCachedReplicas`` wants more replicas
+    on nodes holding the model, first the candidates below on those nodes alone (never
+    preempting); then capacity classes in order (spot by instance type, fewest of the pool's
+    first), the pool's score terms (without preemption), then the plain cycle (which may
+    preempt) in the last class. Every cycle samples at most the pool's
+    ``fastScheduling.maxNodesToScore`` feasible nodes."""
     policy = state.pools.get(key)
     pod = with_preferences(pod, policy)
     order = capacity_order(state, ctx, key, policy, moving=moving)
     terms = score_terms(policy)
-    regions = preferred_regions(policy)
+    limit = max_nodes_to_score(policy)
+    candidates = _candidates(state, ctx, key, policy, pod, order)
+    nodes = ctx.nodes.nodes
+    members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
+    cached = cached_nodes(policy, nodes)
+    if cached and cached_short(policy, members, cached):
+        for candidate in candidates:
+            outcome = ctx.engine.schedule(
+                on_nodes(candidate, cached), preempt=False, extra_scores=terms, max_nodes_to_score=limit
+            )
+            if outcome.placed:
+                return outcome
     outcome = Outcome()
-    for capacity in order:
-        candidate = constrained(pod, capacity, regions, ctx.spot_labels)
-        outcome = (
-            ctx.engine.schedule(candidate, preempt=False, extra_scores=terms)
-            if terms
-            else ctx.engine.schedule(candidate)
-        )
+    for candidate in candidates:
+        outcome = ctx.engine.schedule(candidate, preempt=not terms, extra_scores=terms, max_nodes_to_score=limit)
         if outcome.placed:
             return outcome
     if terms:
-        outcome = ctx.engine.schedule(constrained(pod, order[-1], regions, ctx.spot_labels))
+        last = constrained(pod, order[-1], preferred_regions(policy), ctx.spot_labels)
+        outcome = ctx.engine.schedule(last, max_nodes_to_score=limit)
     return outcome
+
+
+def _candidates(
+    state: PoolState, ctx: CellContext, key: str, policy: PoolPolicy | None, pod: PodInfo, order: list[CapacityClass]
+) -> list[PodInfo]:
+    """The replica as each capacity class (and spot instance type) in turn would place it."""
+    regions = preferred_regions(policy)
+    types = spot_instance_types(policy)
+    nodes = ctx.nodes.nodes
+    candidates: list[PodInfo] = []
+    for capacity in order:
+        candidate = constrained(pod, capacity, regions, ctx.spot_labels)
+        if capacity == "spot" and types:
+            members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
+            taken = spot_types_taken(members, nodes)
+            candidates += [of_instance_type(candidate, t) for t in instance_type_order(types, taken)]
+        else:
+            candidates.append(candidate)
+    return candidates

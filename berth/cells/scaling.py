@@ -12,9 +12,16 @@ The token rule asks for the larger of two terms (the verdict's reason names the 
   model load time* — ``ceil(projected_tokens / (tokensPerSecondPerReplica × target))``. A replica
   asked for now serves only after ``modelLoadSeconds``; until then the queue grows by what the
   smoothed demand exceeds the ready replicas' rate, so that is what is projected (never a slope
-  between two reports: one burst of long prompts is not a trend).
+  between two reports: one burst of long prompts is not a trend);
 
-Within ``[minReplicas, maxReplicas]``. A count above the current one is a scale-up; then the
+and, for a pool with ``queueConfig.autoscaleOnLag``, a third term:
+
+* *lag*: the fewest replicas whose second of work brings the queue's lag (tokens queued less
+  ``replicas x tokensPerSecondPerReplica``) to ``maxLagThreshold`` —
+  ``ceil((tokens_in_queue - maxLagThreshold) / tokensPerSecondPerReplica)``.
+
+A warm pool (``prewarmPercent``) adds ``ceil(need x prewarmPercent / 100)`` ready replicas to the
+largest term. Within ``[minReplicas, maxReplicas]``. A count above the current one is a scale-up; then the
 cluster has its say, in this order:
 
 1. *time shifting* (``carbonAware.timeShifting``): a scale-up that is not SLO-critical (the
@@ -27,11 +34,15 @@ cluster has its say, in this order:
    (the fallback when spot capacity is short). Never more replicas than can be placed;
 3. *cost*: ``maxCostPerHour`` caps the pool's cost (each replica's share of its node's price);
    replicas are dropped from the dearest end of the plan until it fits;
-4. whatever is still missing goes to ``fallbackModel``'s pool, if the pool names one.
+4. whatever is still missing goes to ``fallbackModel``'s pool, if the pool names one — all of it
+   without a ``fallbackTrigger``; with one, after the seed's decision tree: the replicas the
+   budget cut when ``costExceeded``, and the replicas no node had room for when ``sloAtRisk`` and
+   the SLO is at risk (expected TTFT above the SLO less ``sloHeadroomMs``).
 
 Before all that, a pool whose replicas cost more than ``maxCostPerHour`` (prices rose, the budget
 was lowered) is scaled down at once to what the budget pays for, never below ``minReplicas``;
-the rest of its need goes to ``fallbackModel``.
+the rest of its need goes to ``fallbackModel`` (unless its ``fallbackTrigger`` says
+``costExceeded: false``).
 
 Scale down, after ``cooldownSeconds`` since the last scale and while the queue is short (the
 expected TTFT at the new count stays under half the target), in one step to the *stabilized*
@@ -87,8 +98,8 @@ class ScalingInput:
     """Everything the policy reads. ``current``: the replica count last asked for (or observed);
     ``spot_replicas``: how many of them run on spot nodes; ``pool_cost_per_hour``: what the
     ``priced_replicas`` placed replicas cost now (None: unknown); ``carbon_intensity``: the
-    grid's intensity where the pool would grow (None: unknown); ``probe``: None when no placement check is possible (the count is then
-    unchecked, and the reason says so); ``memory``: :func:`remember` folded over the pool's lag
+    grid's intensity where the pool would grow (None: unknown); ``probe``: None when no placement check is possible
+    (the count is then unchecked, and the reason says so); ``memory``: :func:`remember` folded over the pool's lag
     states up to and including ``lag`` (None: no demand history — the demand is then the
     processed rate, nothing is projected and scale-downs go one replica at a time)."""
 
@@ -213,18 +224,37 @@ def grid_dirty(policy: PoolPolicy, now: datetime, carbon_intensity: float | None
 @dataclass(frozen=True)
 class Need:
     """What the token rule asks for and which term decided: ``steady`` (the demand at the target
-    utilisation) or ``drain`` (the queue, led by the model load time, served within the target
-    TTFT)."""
+    utilisation), ``drain`` (the queue, led by the model load time, served within the target
+    TTFT) or ``lag`` (``queueConfig``'s lag threshold); ``warm``: the warm pool on top."""
 
     replicas: int
     steady: int
     drain: int
     projected_tokens: float
     demand: float
+    lag: int = 0
+    warm: int = 0
 
     @property
     def term(self) -> str:
+        if self.lag > max(self.drain, self.steady):
+            return "lag"
         return "drain" if self.drain >= self.steady else "steady"
+
+
+def warm_replicas(policy: PoolPolicy, need: int) -> int:
+    """Ready replicas kept beyond ``need``: ``ceil(need x prewarmPercent / 100)``."""
+    return math.ceil(need * policy.prewarm_percent / 100 - 1e-9) if policy.prewarm_percent else 0
+
+
+def lag_replicas(policy: PoolPolicy, lag: PoolLagState) -> int:
+    """``queueConfig``'s term: the fewest replicas that keep the queue's lag (tokens queued less
+    what the replicas take in a second) at or under ``maxLagThreshold``; 0 without it."""
+    queue = policy.queue_config
+    if queue is None or not queue.autoscale_on_lag or queue.max_lag_threshold is None:
+        return 0
+    excess = lag.tokens_in_queue - queue.max_lag_threshold
+    return max(0, math.ceil(excess / policy.tokens_per_second_per_replica - 1e-9))
 
 
 def need(inputs: ScalingInput) -> Need:
@@ -247,8 +277,11 @@ def need(inputs: ScalingInput) -> Need:
         projected += max(0.0, demand - serving) * policy.model_load_seconds
     drain = math.ceil(projected / (tps * target_s) - 1e-9) if target_s > 0 else policy.max_replicas
     steady = steady_replicas(policy, demand)
-    replicas = max(policy.min_replicas, min(policy.max_replicas, max(steady, drain)))
-    return Need(replicas, steady, drain, projected, demand)
+    by_lag = lag_replicas(policy, lag)
+    base = max(steady, drain, by_lag)
+    warm = warm_replicas(policy, base)
+    replicas = max(policy.min_replicas, min(policy.max_replicas, base + warm))
+    return Need(replicas, steady, drain, projected, demand, by_lag, warm)
 
 
 def decide_scale(inputs: ScalingInput) -> ScaleVerdict | None:
@@ -293,10 +326,17 @@ def _over_budget(inputs: ScalingInput, wanted: Need) -> ScaleVerdict | None:
     )
     fallback = None
     short = wanted.replicas - keep
-    if short > 0 and cost.fallback_model:
+    if short > 0 and cost.fallback_model and cost.falls_back_on_cost():
         fallback = Fallback(cost.fallback_model, short, short * policy.tokens_per_second_per_replica)
         why += f"; fallback model {cost.fallback_model} asked for {short} replica(s)' worth"
     return ScaleVerdict(keep, why, wanted=wanted.replicas, fallback=fallback)
+
+
+def slo_at_risk(inputs: ScalingInput) -> bool:
+    """The decision tree's first question: is the expected TTFT above the target (the SLO less
+    ``sloHeadroomMs``)?"""
+    expected = inputs.lag.expected_ttft_ms
+    return expected is not None and expected > target_ttft_ms(inputs.policy)
 
 
 def _slo_critical(inputs: ScalingInput) -> bool:
@@ -306,9 +346,25 @@ def _slo_critical(inputs: ScalingInput) -> bool:
 
 
 def _why_up(inputs: ScalingInput, wanted: Need, target_ms: float) -> str:
+    policy = inputs.policy
+    asked = {"steady": wanted.steady, "drain": wanted.drain, "lag": wanted.lag}[wanted.term]
+    bound = f" (maxReplicas {policy.max_replicas})" if asked + wanted.warm > policy.max_replicas else ""
+    warm = f"; {wanted.replicas} with {wanted.warm} warm (prewarmPercent {policy.prewarm_percent:g})"
+    warm = warm if wanted.warm else ""
+    return _term_reason(inputs, wanted, target_ms, asked, bound) + warm
+
+
+def _term_reason(inputs: ScalingInput, wanted: Need, target_ms: float, asked: int, bound: str) -> str:
     policy, lag = inputs.policy, inputs.lag
-    asked = wanted.steady if wanted.term == "steady" else wanted.drain
-    bound = f" (maxReplicas {policy.max_replicas})" if asked > policy.max_replicas else ""
+    if wanted.term == "lag":
+        queue = policy.queue_config
+        assert queue is not None and queue.max_lag_threshold is not None
+        taken = inputs.current * policy.tokens_per_second_per_replica
+        return (
+            f"queue lag: {lag.tokens_in_queue} tokens queued, {inputs.current} replicas take {taken:.0f} "
+            f"tokens/s: lag {max(0, lag.tokens_in_queue - taken):.0f} above maxLagThreshold "
+            f"{queue.max_lag_threshold}; need {asked} replicas{bound}"
+        )
     if wanted.term == "steady":
         return (
             f"steady: demand {wanted.demand:.0f} tokens/s needs {asked} replicas{bound} at "
@@ -342,6 +398,7 @@ def _shrink(inputs: ScalingInput, wanted: Need, target_ms: float) -> ScaleVerdic
     if memory is not None and not memory.covers(policy.cooldown_s):
         return None
     window = memory.stabilized_need() if memory is not None else 0
+    window += warm_replicas(policy, window)
     # Without a window to stabilize over, one step at a time.
     down_to = max(wanted.replicas, window) if memory is not None else max(wanted.replicas, current - 1)
     if down_to >= current:
@@ -376,15 +433,11 @@ def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> Sc
             wanted=wanted,
         )
     notes: list[str] = []
-    plan = list(_plan(inputs, delta, notes))
-    plan = _within_budget(inputs, plan, notes)
+    placeable = list(_plan(inputs, delta, notes))
+    plan = _within_budget(inputs, placeable, notes)
     added = len(plan)
-    fallback = None
-    cost = policy.cost
-    if added < delta and cost is not None and cost.fallback_model:
-        short = delta - added
-        fallback = Fallback(cost.fallback_model, short, short * policy.tokens_per_second_per_replica)
-        notes.append(f"fallback model {cost.fallback_model} asked for {short} replica(s)' worth")
+    cut = len(placeable) - added
+    fallback = _fallback(inputs, short_of_room=delta - len(placeable), cut_by_budget=cut, notes=notes)
     detail = "; ".join(notes)
     if added == 0:
         return ScaleVerdict(
@@ -407,6 +460,27 @@ def _grow(inputs: ScalingInput, wanted: int, why: str, slo_critical: bool) -> Sc
     )
 
 
+def _fallback(inputs: ScalingInput, *, short_of_room: int, cut_by_budget: int, notes: list[str]) -> Fallback | None:
+    """The replicas' worth the fallback model takes: what the budget cut (``costExceeded``) and
+    what found no room (``sloAtRisk``, while the SLO is at risk); everything without a trigger."""
+    policy = inputs.policy
+    cost = policy.cost
+    if cost is None or not cost.fallback_model or short_of_room + cut_by_budget <= 0:
+        return None
+    at_risk = slo_at_risk(inputs)
+    short = (cut_by_budget if cost.falls_back_on_cost() else 0) + (
+        short_of_room if cost.falls_back_on_capacity(at_risk) else 0
+    )
+    withheld = short_of_room + cut_by_budget - short
+    if withheld:
+        why = "the SLO is met" if not at_risk else "fallbackTrigger"
+        notes.append(f"fallback model {cost.fallback_model} not asked for {withheld} replica(s) ({why})")
+    if short <= 0:
+        return None
+    notes.append(f"fallback model {cost.fallback_model} asked for {short} replica(s)' worth")
+    return Fallback(cost.fallback_model, short, short * policy.tokens_per_second_per_replica)
+
+
 def _plan(inputs: ScalingInput, delta: int, notes: list[str]) -> Sequence[ProbedReplica]:
     """Where ``delta`` more replicas would go: spot first within its allowance (cheaper), the
     rest on on-demand nodes; a pool without a cost policy takes any node."""
@@ -422,13 +496,13 @@ def _plan(inputs: ScalingInput, delta: int, notes: list[str]) -> Sequence[Probed
         if cost.spot_enabled and inputs.spot_suspended:
             notes.append("spot suspended for the pool (interruptions)")
         elif cost.spot_enabled:
-            allowance = math.floor(cost.max_spot_percent / 100 * (inputs.current + delta)) - inputs.spot_replicas
+            allowance = math.floor(cost.spot_percent_cap / 100 * (inputs.current + delta)) - inputs.spot_replicas
             if allowance > 0:
                 spot = list(probe(min(delta, allowance), "spot"))
         on_demand = list(probe(delta - len(spot), "on-demand")) if delta > len(spot) else []
         if cost.spot_enabled and not inputs.spot_suspended and on_demand:
             notes.append(
-                f"{len(on_demand)} on on-demand nodes (spot short or above maxSpotPercent {cost.max_spot_percent:g})"
+                f"{len(on_demand)} on on-demand nodes (spot short or above maxSpotPercent {cost.spot_percent_cap:g})"
             )
         plan = spot + on_demand
     if len(plan) < delta:

@@ -4,8 +4,9 @@
 2. per pool with replicas on the node: the interruption is counted (``spot-suspended`` when the
    pool's threshold is crossed), then ``scaled``: ScalePool(current + k), a *surge* of k
    replacements, k = how many of the node's replicas can be placed elsewhere now (on-demand
-   first; spot within maxSpotPercent unless suspended). With k = 0 the decision is ``held``: the
-   replicas serve until the reclaim;
+   first; spot within maxSpotPercent unless suspended, or never with ``spotStrategy.onInterruption:
+   migrate-to-on-demand``). With k = 0 — or ``onInterruption: none`` — the decision is ``held``:
+   the replicas serve until the reclaim;
 3. other pods on the node (not DaemonSet pods): ``evicting`` at once — nothing replaces them
    ahead of time, so their controllers get the most time to recreate them elsewhere;
 4. each replacement replica bound while a move is open: ``evicting`` one old replica, together
@@ -130,6 +131,13 @@ def _surge(
     """Ask for replacements of ``pods`` (the pool's replicas on the reclaimed node) — as many
     as can be placed elsewhere now."""
     policy = pools.pools[key]
+    names = ", ".join(p.key for p in pods)
+    if policy.cost is not None and policy.cost.on_interruption == "none":
+        message = (
+            f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: onInterruption none: "
+            f"{names} serve until the reclaim and the pool recreates them after"
+        )
+        return [CellDecision(ctx.recorder.record(position, key, "held", now, message=message))]
     current = current_replicas(pools, ctx, key, policy)
     template = as_pending(pods[0])
     found = plan(
@@ -139,8 +147,9 @@ def _surge(
         len(pods),
         capacity_order(pools, ctx, key, policy, moving=True),
         prior=outstanding(pools, ctx, key, template, current),
+        state=pools,
+        key=key,
     )
-    names = ", ".join(p.key for p in pods)
     if not found:
         message = (
             f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: no room elsewhere for "
