@@ -172,7 +172,7 @@ def test_pool_fast_scheduling_reads_max_nodes_to_score() -> None:
     assert max_nodes_to_score(pool()) is None
     assert max_nodes_to_score(pool(enabled=True, max_nodes_to_score=50)) == 50
     assert max_nodes_to_score(pool(enabled=False, max_nodes_to_score=50)) is None
-    # Today's AgentPool schema drops the block: no pool caps its cycles yet.
+    # The AgentPool schema keeps the block: the pool's cycles are capped.
     from berth.cells.pools import PoolPolicy
 
     assert (
@@ -186,5 +186,5 @@ def test_pool_fast_scheduling_reads_max_nodes_to_score() -> None:
                 }
             )
         )
-        is None
+        == 50
     )
