@@ -235,6 +235,99 @@ _KAFKA_AUTH = (
     "IllegalSaslStateError",
 )
 _START_KAFKA = "start it with `berth dev up` (or `make up`)"
+_KAFKA_ACCESS = ("SaslAuthenticationFailed", "UnsupportedSaslMechanismError")
+_KAFKA_UNREACHED = ("KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "RequestTimedOutError")
+
+
+def _kafka_refusal(argv: Sequence[str], chain: list[BaseException]) -> tuple[int, str] | None:
+    """The exit status and message for a secured Kafka that refused Berth's TLS or SASL
+    settings, naming the setting to fix; None when that is not what failed. aiokafka hides
+    these behind "Unable to bootstrap", so when the chain holds no such error a single probe
+    connection (:func:`berth.bus.access.kafka_access_error`) asks the broker again."""
+    import ssl
+
+    settings = _settings_or_none()
+    if settings is None or settings.kafka.security_protocol == "PLAINTEXT":
+        return None
+    kafka = settings.kafka
+    given = _option(argv, "--kafka")
+    if given:
+        kafka = kafka.model_copy(update={"bootstrap": given})
+    error = next(
+        (
+            link
+            for link in chain
+            if isinstance(link, ssl.SSLError) or _isinstance(link, "aiokafka.errors", _KAFKA_ACCESS)
+        ),
+        None,
+    )
+    unreached = any(_isinstance(link, "aiokafka.errors", _KAFKA_UNREACHED) for link in chain) or any(
+        _isinstance(link, "berth.bus.streams", ("StartupError",)) for link in chain
+    )
+    if error is None and unreached:
+        from berth.bus.access import kafka_access_error
+
+        try:
+            error = asyncio.run(kafka_access_error(kafka))
+        except Exception:  # no probe possible here (a running loop): report what we have
+            return None
+    return _kafka_access_message(kafka, error) if error is not None else None
+
+
+def _kafka_access_message(kafka: Any, error: BaseException) -> tuple[int, str]:
+    import ssl
+
+    where = f"kafka at {kafka.bootstrap} ({kafka.security_protocol})"
+    if _isinstance(error, "aiokafka.errors", ("SaslAuthenticationFailed",)):
+        return EXIT_NOPERM, (
+            f"kafka: authentication failed (SASL {kafka.sasl_mechanism}) for user {kafka.sasl_username} at "
+            f"{kafka.bootstrap}; check BERTH_KAFKA__SASL_PASSWORD (and BERTH_KAFKA__SASL_USERNAME)"
+        )
+    if _isinstance(error, "aiokafka.errors", ("UnsupportedSaslMechanismError",)):
+        return EXIT_SETTINGS, f"{where}: {_one_line(error)}; set BERTH_KAFKA__SASL_MECHANISM to one it enables"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        reason = error.verify_message or _one_line(error)
+        if error.verify_code == 62:  # X509_V_ERR_HOSTNAME_MISMATCH
+            return EXIT_UNAVAILABLE, (
+                f"{where}: the broker's TLS certificate does not name that host ({reason}); connect by a name it "
+                "carries (BERTH_KAFKA_BOOTSTRAP) or set BERTH_KAFKA__SSL_CHECK_HOSTNAME=false"
+            )
+        cafile = kafka.ssl_cafile or "unset, so the system's CAs"
+        return EXIT_UNAVAILABLE, (
+            f"{where}: the broker's TLS certificate is not trusted ({reason}); check BERTH_KAFKA__SSL_CAFILE "
+            f"({cafile}): it must hold the CA that signed the broker's certificate"
+        )
+    if isinstance(error, ssl.SSLError):
+        return EXIT_UNAVAILABLE, (
+            f"{where}: the TLS handshake failed ({_reason(error)}); check that BERTH_KAFKA__SECURITY_PROTOCOL "
+            "matches the broker's listener, and BERTH_KAFKA__SSL_CERTFILE/SSL_KEYFILE if it wants a client certificate"
+        )
+    return EXIT_NOPERM, f"{where} refused Berth: {_reason(error)}; check BERTH_KAFKA__SASL_* and BERTH_KAFKA__SSL_*"
+
+
+def _database_tls_problem(text: str, url: str) -> tuple[int, str] | None:
+    """The exit status and message for a Postgres that refused Berth's TLS settings (libpq's
+    ``text``), naming the setting to fix; None when TLS is not what failed."""
+    settings = _settings_or_none()
+    rootcert = getattr(getattr(settings, "database", None), "sslrootcert", None) or "unset"
+    if "certificate verify failed" in text:
+        return EXIT_UNAVAILABLE, (
+            f"postgres at {url}: the server's TLS certificate is not trusted ({text}); check "
+            f"BERTH_DATABASE__SSLROOTCERT ({rootcert}): it must hold the CA that signed the server's certificate"
+        )
+    if "does not match host name" in text:
+        return EXIT_UNAVAILABLE, (
+            f"postgres at {url}: {text}; connect by a name the certificate carries (BERTH_DATABASE_URL) or "
+            "set BERTH_DATABASE__SSLMODE=verify-ca"
+        )
+    if "root certificate file" in text:
+        return EXIT_SETTINGS, f"postgres at {url}: {text}; set BERTH_DATABASE__SSLROOTCERT to the CA's PEM file"
+    if "no pg_hba.conf entry" in text and "no encryption" in text:
+        return EXIT_NOPERM, (
+            f"postgres at {url} accepts only TLS connections ({text}); set BERTH_DATABASE__SSLMODE=verify-full "
+            "and BERTH_DATABASE__SSLROOTCERT"
+        )
+    return None
 
 
 def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int, str]:
@@ -258,6 +351,9 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
 
     kafka = find("aiokafka.errors", "KafkaError")
     if kafka is not None or find("berth.bus.streams", "StartupError") is not None:
+        refused = _kafka_refusal(argv, chain)
+        if refused is not None:
+            return refused
         bootstrap, source = _kafka_target(argv)
         if kafka is not None and _isinstance(kafka, "aiokafka.errors", _KAFKA_AUTH):
             return EXIT_NOPERM, (
@@ -281,6 +377,9 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
     if database is not None:
         url, source = _database_target(argv)
         text = _one_line(getattr(database, "orig", None) or database)
+        tls_problem = _database_tls_problem(text, url)
+        if tls_problem is not None:
+            return tls_problem
         if "authentication failed" in text or "permission denied" in text:
             return EXIT_NOPERM, (
                 f"the audit database at {url} ({source}) refused Berth: {text}; "

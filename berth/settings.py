@@ -12,7 +12,7 @@ import ssl
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, FilePath, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -31,9 +31,14 @@ class KafkaSettings(BaseModel):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
+    ssl_cafile: FilePath | None = None
+    """PEM file of the CA(s) that signed the brokers' certificates (None: the system's CAs)."""
+    ssl_certfile: FilePath | None = None
+    """Client certificate (PEM), for brokers that require one (``ssl.client.auth=required``)."""
+    ssl_keyfile: FilePath | None = None
+    ssl_check_hostname: bool = True
+    """Whether a broker's certificate must name the host Berth connected to. Turn it off only
+    for brokers reached by an address their certificate does not carry."""
     client_id: str = "berth"
     replication_factor: int = Field(default=1, ge=1)
     """Replication of topics Berth creates: 3 in production (with ``min.insync.replicas=2``).
@@ -59,6 +64,7 @@ class KafkaSettings(BaseModel):
         }
         if self.security_protocol in ("SSL", "SASL_SSL"):
             context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+            context.check_hostname = self.ssl_check_hostname
             if self.ssl_certfile:
                 context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
             options["ssl_context"] = context
@@ -74,9 +80,10 @@ class DatabaseSettings(BaseModel):
 
     url: SecretStr = SecretStr("postgresql+psycopg://berth:berth@127.0.0.1:5432/berth")
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = None
-    sslrootcert: Path | None = None
-    sslcert: Path | None = None
-    sslkey: Path | None = None
+    sslrootcert: FilePath | None = None
+    """PEM file of the CA(s) that signed the server's certificate (``sslmode`` verify-ca or verify-full)."""
+    sslcert: FilePath | None = None
+    sslkey: FilePath | None = None
     pool_size: int = Field(default=5, ge=1)
 
     def sqlalchemy_url(self) -> str:
