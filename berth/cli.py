@@ -762,18 +762,20 @@ def topics_create(kafka: KafkaOption = None) -> None:
 
 @topics_app.command("list")
 def topics_list() -> None:
-    """List Berth's topics: name, key, partitions, event types."""
+    """List Berth's topics: name (on the brokers: with BERTH_KAFKA__TOPIC_PREFIX), key, partitions,
+    event types."""
     from rich.table import Table
 
     from berth.schemas import ALL_TOPICS
 
+    names = _settings().kafka.names
     table = Table()
     table.add_column("topic", no_wrap=True)
     table.add_column("key")
     table.add_column("partitions", justify="right")
     table.add_column("events", overflow="fold")
     for topic in ALL_TOPICS:
-        table.add_row(topic.name, topic.key, str(topic.partitions), "\n".join(sorted(topic.event_types)))
+        table.add_row(names.topic(topic), topic.key, str(topic.partitions), "\n".join(sorted(topic.event_types)))
     Console().print(table)
 
 
@@ -834,18 +836,23 @@ def config_show(
 
 @app.command("tail")
 def tail(
-    topic: Annotated[str, typer.Argument(help="Topic to read, e.g. berth.inference.queue.v1.")],
+    topic: Annotated[
+        str,
+        typer.Argument(
+            help="Topic to read, e.g. berth.inference.queue.v1 (the installation's: BERTH_KAFKA__TOPIC_PREFIX "
+            "goes before it)."
+        ),
+    ],
     max_events: Annotated[int, typer.Option("--max", help="Stop after this many events.")] = 100,
     timeout: Annotated[float, typer.Option(help="Stop after this many idle seconds.")] = 5.0,
     kafka: KafkaOption = None,
 ) -> None:
     """Print a topic's events from the beginning as JSON lines (through the contract)."""
     from berth.bus import EventConsumer
-    from berth.schemas import topic_named
 
     settings = _settings(kafka)
     try:
-        target = topic_named(topic)
+        target = settings.kafka.names.contract_topic(topic)
     except KeyError as exc:
         raise fail(str(exc.args[0]), 2) from exc
 
@@ -871,7 +878,7 @@ def tail(
         return count
 
     count = asyncio.run(_run())
-    err.print(f"{count} event(s) from {topic}")
+    err.print(f"{count} event(s) from {settings.kafka.names.topic(target)}")
 
 
 # --- db ----------------------------------------------------------------------------------------
@@ -1005,6 +1012,13 @@ def _register_optional_commands() -> None:
             raise
     else:
         app.command("simulate", help=(simulate.__doc__ or "").strip().split("\n")[0] or None)(simulate)
+    try:
+        from berth.deschedule import deschedule
+    except ModuleNotFoundError as exc:
+        if exc.name != "berth.deschedule":
+            raise
+    else:
+        app.command("deschedule", help=(deschedule.__doc__ or "").strip().split("\n")[0] or None)(deschedule)
 
 
 _register_optional_commands()

@@ -12,7 +12,7 @@ import ssl
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, FilePath, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, FilePath, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from berth.kube.capacity import SpotLabel, parse_spot_labels, with_spot_labels
+from berth.schemas.topics import KafkaNames, check_kafka_prefix
 
 
 class KafkaSettings(BaseModel):
@@ -44,6 +45,13 @@ class KafkaSettings(BaseModel):
     """Replication of topics Berth creates: 3 in production (with ``min.insync.replicas=2``).
     Capped at the number of brokers the cluster has, so 3 also works against a single dev broker
     (see :mod:`berth.bus.topics_admin`). faust's own assignor topic takes it as given."""
+    topic_prefix: str = ""
+    """Starts the name of every topic this installation uses (``BERTH_KAFKA__TOPIC_PREFIX``, e.g.
+    ``team-a.``; empty: the contract names). Installations sharing a Kafka cluster need distinct
+    prefixes. See :class:`berth.schemas.topics.KafkaNames`."""
+    group_prefix: str = ""
+    """Starts every consumer group, transactional id and faust app id of this installation
+    (``BERTH_KAFKA__GROUP_PREFIX``)."""
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
@@ -54,6 +62,16 @@ class KafkaSettings(BaseModel):
                     "BERTH_KAFKA__SASL_USERNAME and BERTH_KAFKA__SASL_PASSWORD"
                 )
         return self
+
+    @field_validator("topic_prefix", "group_prefix")
+    @classmethod
+    def _kafka_name_prefix(cls, value: str, info: ValidationInfo) -> str:
+        return check_kafka_prefix(value, what=f"BERTH_KAFKA__{info.field_name.upper()}")
+
+    @property
+    def names(self) -> KafkaNames:
+        """This installation's topic, group and transactional-id names on the brokers."""
+        return KafkaNames(self.topic_prefix, self.group_prefix)
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments for aiokafka's producer, consumer and admin clients."""

@@ -62,6 +62,6 @@ from .scheduler import (
 )
 from .signals import GpuDeviceSample, GpuTelemetry, QueueLagObserved, SpotInterruptionNotice
 from .state import DeviceInventory, NodeInventory, PodAllocation, PoolLagState
-from .topics import ALL_TOPICS, Topic, topic_for_event, topic_named
+from .topics import ALL_TOPICS, KafkaNames, Topic, topic_for_event, topic_named
 
 __all__ = [name for name in dir() if not name.startswith("_")]

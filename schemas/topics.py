@@ -2,10 +2,16 @@
 
 Names follow ``berth.<domain>.<name>.v<N>``; an incompatible change of an event means a new
 topic with the next major version, never a different shape on the same topic.
+
+These are contract names. On the brokers, an installation's topics, consumer groups,
+transactional ids and faust app ids carry its prefixes (so that several installations can share
+one Kafka cluster): :class:`KafkaNames` is the one place that turns a contract name into the
+name on the brokers, and every Kafka client of Berth goes through it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any
@@ -195,3 +201,78 @@ def topic_for_event(event: Any) -> Topic:
         if event.type in topic.event_types:
             return topic
     raise KeyError(f"no topic carries events of type {event.type!r}")
+
+
+KAFKA_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+"""What Kafka accepts in a topic name (and what Berth accepts in group and transactional ids)."""
+PREFIX_MAX_LENGTH = 120
+"""Longest prefix accepted: Kafka caps topic names at 249 characters, and Berth's longest derived
+name (a faust table's changelog) is well under the 129 this leaves."""
+
+
+def check_kafka_prefix(prefix: str, *, what: str) -> str:
+    """``prefix`` if it may start Kafka topic and group names; ValueError saying why not otherwise.
+
+    Empty is valid (today's names). ``what`` names the setting in the message."""
+    if not KAFKA_NAME_CHARS.fullmatch(prefix):
+        bad = sorted({char for char in prefix if not KAFKA_NAME_CHARS.fullmatch(char)})
+        raise ValueError(
+            f"{what} {prefix!r} has character(s) {''.join(bad)!r} Kafka does not allow in names; "
+            "use letters, digits, '.', '_' and '-' only (e.g. 'team-a.')"
+        )
+    if len(prefix) > PREFIX_MAX_LENGTH:
+        raise ValueError(
+            f"{what} is {len(prefix)} characters long; at most {PREFIX_MAX_LENGTH} leave room for "
+            "Berth's names within Kafka's 249-character limit"
+        )
+    if prefix in (".", ".."):
+        raise ValueError(f"{what} {prefix!r} would make Kafka topic names it refuses; add letters or digits")
+    return prefix
+
+
+@dataclass(frozen=True)
+class KafkaNames:
+    """How one installation names its Kafka resources.
+
+    ``topic_prefix`` starts every topic Berth reads, writes or creates, its services' internal
+    ones (faust changelogs, re-keyed streams, the leader topic, cell snapshots) included;
+    ``group_prefix`` starts every consumer group, transactional id and faust app id. Empty
+    prefixes give the contract names unchanged. The prefix is taken as it is: include the
+    separator you want (``team-a.``).
+    """
+
+    topic_prefix: str = ""
+    group_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        check_kafka_prefix(self.topic_prefix, what="topic prefix")
+        check_kafka_prefix(self.group_prefix, what="group prefix")
+
+    def topic(self, topic: Topic | str) -> str:
+        """The name on the brokers of ``topic`` (a contract topic, or the contract-style name of
+        a service's own topic)."""
+        return self.topic_prefix + (topic if isinstance(topic, str) else topic.name)
+
+    def group(self, name: str) -> str:
+        """The name on the brokers of consumer group, transactional id or faust app id ``name``."""
+        return self.group_prefix + name
+
+    def contract_name(self, topic_name: str) -> str:
+        """The contract name of a topic name on the brokers (the inverse of :meth:`topic`);
+        KeyError when ``topic_name`` is not one of this installation's."""
+        if not topic_name.startswith(self.topic_prefix):
+            raise KeyError(f"topic {topic_name!r} does not start with this installation's prefix {self.topic_prefix!r}")
+        return topic_name[len(self.topic_prefix) :]
+
+    def contract_topic(self, name: str) -> Topic:
+        """The contract topic ``name`` designates: a contract name, or its name on the brokers."""
+        if name in TOPICS_BY_NAME:
+            return TOPICS_BY_NAME[name]
+        try:
+            return topic_named(self.contract_name(name))
+        except KeyError:
+            return topic_named(name)  # its error lists the contract names
+
+
+CONTRACT_NAMES = KafkaNames()
+"""An installation without prefixes: every name on the brokers is the contract name."""

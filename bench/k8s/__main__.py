@@ -490,13 +490,20 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
 
 def berth_consumer_inputs() -> dict[str, tuple[str, ...]]:
     """The consumer groups that fold cluster facts into the cells, and their input topics: the
-    inventory (its source topics and its by-pod and by-node topics) and the decision service (the cells' inputs)."""
+    inventory (its source topics and its by-pod and by-node topics) and the decision service (the cells' inputs),
+    named as the installation the environment describes (``BERTH_KAFKA__TOPIC_PREFIX``, ``..._GROUP_PREFIX``)."""
     from berth.schemas.topics import DECISION_INPUTS
     from berth.services.decision.service import GROUP as DECISION_GROUP
     from berth.services.inventory.app import APP_ID as INVENTORY_GROUP
     from berth.services.inventory.app import INPUT_TOPICS
 
-    return {INVENTORY_GROUP: INPUT_TOPICS, DECISION_GROUP: (DECISION_INPUTS.name,)}
+    from berth.settings import load_settings
+
+    names = load_settings().kafka.names
+    return {
+        names.group(INVENTORY_GROUP): tuple(names.topic(name) for name in INPUT_TOPICS),
+        names.group(DECISION_GROUP): (names.topic(DECISION_INPUTS),),
+    }
 
 
 def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, work: Path) -> RunResult:

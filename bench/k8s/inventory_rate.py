@@ -38,14 +38,14 @@ async def publish_nodes(bootstrap: str, count: int) -> None:
 
     from berth.bus import EventProducer
     from berth.kube.manifests import node_from_manifest
-    from berth.settings import KafkaSettings
+    from berth.settings import load_settings
 
     events = []
     for index in range(count):
         fake = fake_node(index, prefix="gpu-")
         info = node_from_manifest({**fake.node, "status": fake.status})
         events.append(NodeObserved(node=info, resource_version=str(index + 1), observed_at=datetime.now(UTC)))
-    async with EventProducer(KafkaSettings(bootstrap=bootstrap), source="berth/ingest") as producer:
+    async with EventProducer(load_settings(kafka=bootstrap).kafka, source="berth/ingest") as producer:
         await producer.send_all(events)
 
 
@@ -54,9 +54,12 @@ async def follow(bootstrap: str, pid: int, *, timeout: float) -> tuple[float, fl
     its CPU last grew fast)."""
     from berth.services.inventory.app import APP_ID, INPUT_TOPICS
 
+    from berth.settings import load_settings
+
+    names = load_settings().kafka.names
     started, cpu_at_start = time.monotonic(), cpu_seconds(pid)
     busy_until, previous_cpu, previous = 0.0, cpu_at_start, 0.0
-    async with LagReader(bootstrap, {APP_ID: INPUT_TOPICS}) as reader:
+    async with LagReader(bootstrap, {names.group(APP_ID): [names.topic(name) for name in INPUT_TOPICS]}) as reader:
         while True:
             lags = await reader.read()
             now, cpu = time.monotonic() - started, cpu_seconds(pid)
@@ -82,13 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     from berth_dev.devstack.kafka import KafkaProcess
     from berth_dev.supervisor import Supervisor, create_pipeline_topics
 
-    from berth.settings import KafkaSettings
+    from berth.settings import load_settings
 
     ensure_kafka_jars()
     kafka = KafkaProcess().start()
     try:
         bootstrap = kafka.bootstrap_servers
-        asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=bootstrap)))
+        asyncio.run(create_pipeline_topics(load_settings(kafka=bootstrap).kafka))
         asyncio.run(publish_nodes(bootstrap, args.nodes))
         with (
             TemporaryDirectory(prefix="berth-inventory-rate-") as scratch,

@@ -47,8 +47,11 @@ STAGES = (
 
 
 async def first_seen(bootstrap: str, topic: str, names: set[str]) -> dict[str, float]:
-    """Pod name → Kafka timestamp (seconds) of the first committed record whose subject names it."""
+    """Pod name → Kafka timestamp (seconds) of the first committed record whose subject names it,
+    on contract topic ``topic`` of the installation the environment describes."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from berth.settings import load_settings
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
@@ -56,7 +59,7 @@ async def first_seen(bootstrap: str, topic: str, names: set[str]) -> dict[str, f
         from berth.schemas.topics import COMMANDS, DECISION_INPUTS, PODS, RESULTS
 
         partitions = {t.name: t.partitions for t in (PODS, DECISION_INPUTS, COMMANDS, RESULTS)}[topic]
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        tps = [TopicPartition(load_settings().kafka.names.topic(topic), p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         seen: dict[str, float] = {}

@@ -102,7 +102,7 @@ class Recorder:
                 for item in await consumer.poll(timeout_s=0.05):
                     now = time.monotonic()
                     event = item.event
-                    if item.topic == COMMANDS.name:
+                    if item.topic == self.kafka.names.topic(COMMANDS):
                         if isinstance(event, PlacePods):
                             for placement in event.placements:
                                 self.placed.setdefault(placement.pod_uid, now)

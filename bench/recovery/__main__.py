@@ -82,9 +82,9 @@ async def _write(bootstrap: str, events: int, progress: Progress) -> None:
     from berth.schemas.topics import DECISION_INPUTS
 
     from berth.bus import EventProducer, ensure_topics
-    from berth.settings import KafkaSettings
+    from berth.settings import load_settings
 
-    kafka = KafkaSettings(bootstrap=bootstrap)
+    kafka = load_settings(kafka=bootstrap).kafka
     await ensure_topics(kafka, [DECISION_INPUTS])
     task = progress.add_task("writing the inputs", total=events)
     async with EventProducer(kafka, source="bench/recovery", linger_ms=20) as producer:
@@ -93,7 +93,11 @@ async def _write(bootstrap: str, events: int, progress: Progress) -> None:
             record = encode(event, source="bench/recovery")
             pending.append(
                 await producer.raw.send(
-                    DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=0
+                    kafka.names.topic(DECISION_INPUTS),
+                    record.value,
+                    key=record.key,
+                    headers=record.headers,
+                    partition=0,
                 )
             )
             if len(pending) >= 5000:
@@ -112,9 +116,9 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
     from berth.services.decision import snapshots
 
     from berth.cells import Cell, CellConfig
-    from berth.settings import KafkaSettings
+    from berth.settings import load_settings
 
-    kafka = KafkaSettings(bootstrap=bootstrap)
+    kafka = load_settings(kafka=bootstrap).kafka
     config = CellConfig()
     fingerprint = snapshots.code_fingerprint()
     # The worst case: the owner died just before its next snapshot, a whole interval to fold.
@@ -131,12 +135,12 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
 
     await snapshots.ensure_snapshot_topic(kafka, 2)
     producer = AIOKafkaProducer(
-        **kafka.client_options(), enable_idempotence=True, transactional_id="bench-recovery-cell-0"
+        **kafka.client_options(), enable_idempotence=True, transactional_id=kafka.names.group("bench-recovery-cell-0")
     )
     await producer.start()
     try:
         async with producer.transaction():
-            await snapshots.write_snapshot(producer, 0, at, data, fingerprint)
+            await snapshots.write_snapshot(producer, 0, at, data, fingerprint, names=kafka.names)
     finally:
         await producer.stop()
 

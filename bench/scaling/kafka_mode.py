@@ -12,7 +12,8 @@ the ``ScalePool`` commands back from the commands topic and its replicas follow 
 of the policy runs in the bench.
 
 The services run as processes (:class:`berth_dev.supervisor.Supervisor`) on the broker named by
-``BERTH_KAFKA_BOOTSTRAP`` (which must be empty of other Berth runs: topic names are fixed), or on a
+``BERTH_KAFKA_BOOTSTRAP`` (which must hold no other Berth run with the same ``BERTH_KAFKA__TOPIC_PREFIX``
+and ``BERTH_KAFKA__GROUP_PREFIX``: give each run prefixes of its own on a shared broker), or on a
 broker of the bench's own (:func:`berth_dev.devstack.scratch.empty_kafka`) when unset.
 
 Compared: the replica count asked for, second by second. A report at second ``t`` is decided
@@ -78,10 +79,10 @@ class _Bus:
 
         from berth.bus import EventConsumer
         from berth.client import BerthClient
-        from berth.settings import KafkaSettings
+        from berth.settings import load_settings
 
         self._stop = asyncio.Event()
-        settings = KafkaSettings(bootstrap=self.bootstrap)
+        settings = load_settings(kafka=self.bootstrap).kafka
         async with (
             BerthClient(settings, source="gateway/bench-scaling") as client,
             EventConsumer(settings, [COMMANDS], group_id=None, name="bench-scaling") as consumer,

@@ -47,7 +47,10 @@ class ConsumedEvent:
 class EventConsumer:
     """Reads contract events from ``topics`` as member of consumer group ``group_id``.
 
-    ``name`` identifies the consumer in dead letters, logs and metrics. Iterate ``events()``;
+    ``topics`` and ``group_id`` are contract names: the consumer reads the installation's topics
+    and joins its group (their names with ``kafka.topic_prefix`` and ``kafka.group_prefix``, see
+    :class:`~berth.schemas.topics.KafkaNames`). :attr:`ConsumedEvent.topic` is the name on the
+    brokers. ``name`` identifies the consumer in dead letters, logs and metrics. Iterate ``events()``;
     after handling, call ``commit()`` (or pass ``auto_commit=True`` for consumers whose handling
     is idempotent and loss-tolerant, e.g. dashboards).
     """
@@ -67,13 +70,14 @@ class EventConsumer:
         on_revoke: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
         **consumer_options: Any,
     ) -> None:
-        self._topics = {t.name: t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
+        names = kafka.names
+        self._topics = {names.topic(t): t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
         self._name = name
         self._kafka = kafka
         self._listener = _Listener(on_assign, on_revoke) if (on_assign or on_revoke) else None
         self._options: dict[str, Any] = dict(
             kafka.client_options(),
-            group_id=group_id,
+            group_id=None if group_id is None else names.group(group_id),
             enable_auto_commit=auto_commit,
             auto_offset_reset=auto_offset_reset,
             isolation_level=isolation_level,
@@ -170,6 +174,7 @@ class EventConsumer:
             value=record.value,
             headers=list(record.headers or ()),
             consumer=self._name,
+            topic_name=record.topic,
         )
         if isinstance(result, DeadLetter):
             await self._dead_letters.send_and_wait(result, topic=DEAD_LETTER.name)
@@ -218,7 +223,7 @@ async def read_matching(
                             return found
     except TimeoutError:
         pass
-    label = topic if isinstance(topic, str) else topic.name
+    label = kafka.names.topic(topic)
     raise TimeoutError(f"{label}: {len(found)} of {count} matching records within {timeout_s:.0f} s")
 
 

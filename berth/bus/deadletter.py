@@ -87,13 +87,16 @@ def decode_or_dead_letter(
     value: bytes | None,
     headers: Sequence[tuple[str, bytes]],
     consumer: str,
+    topic_name: str | None = None,
 ) -> DecodedEvent | DeadLetter:
-    """Decode a record of ``topic``; a record that is not a valid event comes back as a DeadLetter."""
+    """Decode a record of ``topic`` (read from ``topic_name`` on the brokers, by default the
+    contract name); a record that is not a valid event comes back as a DeadLetter naming
+    ``topic_name``."""
     try:
         return decode(topic, key, value, headers)
     except EnvelopeError as exc:
         return dead_letter_for(
-            topic=topic.name,
+            topic=topic_name or topic.name,
             partition=partition,
             offset=offset,
             key=key,

@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from berth.metrics import EVENTS_PUBLISHED
-from berth.schemas import topic_for_event
+from berth.schemas import KafkaNames, topic_for_event
 from berth.schemas.envelope import encode
 from berth.settings import KafkaSettings
 
@@ -19,6 +19,8 @@ class EventProducer:
 
     ``send`` routes each event to its topic (see :mod:`berth.schemas.topics`) with its partition
     key, so callers never name topics or keys by hand. Use as ``async with EventProducer(...)``.
+    Topic names and ``transactional_id`` are contract names; the producer writes to the
+    installation's topics and uses its transactional id (``kafka.names``).
     """
 
     def __init__(
@@ -30,17 +32,23 @@ class EventProducer:
         transactional_id: str | None = None,
     ) -> None:
         self._source = source
+        self._names = kafka.names
         self._options: dict[str, Any] = dict(
             kafka.client_options(),
             enable_idempotence=True,
             acks="all",
             linger_ms=linger_ms,
             compression_type=None,
-            transactional_id=transactional_id,
+            transactional_id=None if transactional_id is None else self._names.group(transactional_id),
         )
         self._producer: AIOKafkaProducer | None = None
         """Made at :meth:`start` (or first use of :attr:`raw`): a producer that is never started
         holds no client that could be left unclosed."""
+
+    @property
+    def names(self) -> KafkaNames:
+        """The installation's names on the brokers, for records sent through :attr:`raw`."""
+        return self._names
 
     @property
     def raw(self) -> AIOKafkaProducer:
@@ -71,8 +79,9 @@ class EventProducer:
         await self.stop()
 
     async def send(self, event: Any, *, event_id: str | None = None, topic: str | None = None) -> Any:
-        """Queue one event; returns a future resolved when the broker has it."""
-        target = topic or topic_for_event(event).name
+        """Queue one event (to ``topic``, a contract name, or the event's own topic); returns a
+        future resolved when the broker has it."""
+        target = self._names.topic(topic or topic_for_event(event))
         record = encode(event, source=self._source, event_id=event_id)
         future = await self.raw.send(target, value=record.value, key=record.key, headers=record.headers)
         EVENTS_PUBLISHED.labels(target, event.type).inc()

@@ -1,7 +1,8 @@
 """What every Berth faust service shares: broker options, one refusal path, an outbox, a worker.
 
 * :func:`faust_app_options` turns :class:`~berth.settings.KafkaSettings` (SASL/TLS included) into
-  ``faust.App`` keyword arguments.
+  ``faust.App`` keyword arguments; :func:`faust_app` makes the app of one installation, its group
+  and every topic faust derives from its id named through :class:`~berth.schemas.topics.KafkaNames`.
 * :func:`accept` decodes a raw faust event with :func:`~.deadletter.decode_or_dead_letter`, the
   one way consumers refuse records: a bad record goes to the dead-letter topic and the agent goes on.
 * :class:`Outbox` is the port agents emit through. :class:`FaustOutbox` enqueues on faust's
@@ -24,11 +25,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import faust
 from aiokafka.admin import AIOKafkaAdminClient
+from faust.assignor import LeaderAssignor
 from pydantic import TypeAdapter
 
 from berth.logs import get_logger
 from berth.metrics import CONSUMER_LAG, DEAD_LETTERED, EVENTS_PUBLISHED, RECORDS_CONSUMED, serve_metrics
-from berth.schemas import DeadLetter, Topic
+from berth.schemas import DeadLetter, KafkaNames, Topic
 from berth.schemas.envelope import DecodedEvent, encode
 from berth.schemas.topics import DEAD_LETTER
 from berth.settings import KafkaSettings
@@ -71,8 +73,33 @@ def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
     return options
 
 
+def faust_app(app_id: str, names: KafkaNames, **options: Any) -> faust.App:
+    """The ``faust.App`` ``app_id`` (a contract-style id such as ``berth-inventory``) of the
+    installation ``names`` describes.
+
+    faust uses the app id as consumer group and transactional-id root, and derives topic names
+    from it: the app's id is ``names.group(app_id)``, and its tables' changelogs and its leader
+    topic, which faust would name after that id, are named ``names.topic(<app_id>-...)``
+    instead, so they carry the topic prefix like every other topic (with empty prefixes both are
+    faust's own names). Agents' channels must be named explicitly (faust would name an unnamed
+    one after the app id).
+    """
+
+    class InstallationTable(faust.Table):
+        def _changelog_topic_name(self) -> str:
+            return names.topic(f"{app_id}-{self.name}-changelog")
+
+    class InstallationLeaderAssignor(LeaderAssignor):
+        @property
+        def _leader_topic_name(self) -> str:
+            return names.topic(f"{app_id}-__assignor-__leader")
+
+    return faust.App(names.group(app_id), Table=InstallationTable, LeaderAssignor=InstallationLeaderAssignor, **options)
+
+
 async def partition_counts(kafka: KafkaSettings, names: Iterable[str]) -> dict[str, int]:
-    """How many partitions each topic has, from the brokers' metadata (not from our registry)."""
+    """How many partitions each topic has, from the brokers' metadata (not from our registry).
+    ``names`` are names on the brokers (``kafka.names.topic(...)``)."""
 
     wanted = sorted(set(names))
     admin = AIOKafkaAdminClient(**kafka.client_options())
@@ -151,23 +178,28 @@ class Outbox(Protocol):
 
 
 class FaustOutbox:
-    """Enqueues on the app's producer buffer, in call order (see the module docstring)."""
+    """Enqueues on the app's producer buffer, in call order (see the module docstring).
 
-    def __init__(self, app: faust.App, *, source: str) -> None:
+    Topics are given by contract name; records go to the installation's topics (``names``)."""
+
+    def __init__(self, app: faust.App, *, source: str, names: KafkaNames) -> None:
         self._app = app
         self._source = source
+        self._names = names
         self._topics: dict[str, Any] = {}
 
     def _topic(self, name: str) -> Any:
         topic = self._topics.get(name)
         if topic is None:
-            topic = self._topics[name] = self._app.topic(name, key_serializer="raw", value_serializer="raw")
+            topic = self._topics[name] = self._app.topic(
+                self._names.topic(name), key_serializer="raw", value_serializer="raw"
+            )
         return topic
 
     def publish(self, topic: str, event: Any, *, partition: int | None = None, event_id: str | None = None) -> None:
         record = encode(event, source=self._source, event_id=event_id)
         self._topic(topic).send_soon(key=record.key, value=record.value, headers=record.headers, partition=partition)
-        EVENTS_PUBLISHED.labels(topic, event.type).inc()
+        EVENTS_PUBLISHED.labels(self._names.topic(topic), event.type).inc()
 
     def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
         self._topic(topic).send_soon(key=key, value=value, partition=partition)
@@ -206,7 +238,7 @@ def accept(topic: Topic, event: Any, *, consumer: str, outbox: Outbox) -> Decode
     """Decode the raw faust ``event`` of ``topic``; a record that is not a valid event is
     dead-lettered (with its headers, all of them, as they came) and None returned."""
     message = event.message
-    RECORDS_CONSUMED.labels(consumer, topic.name).inc()
+    RECORDS_CONSUMED.labels(consumer, message.topic).inc()
     result = decode_or_dead_letter(
         topic,
         partition=message.partition,
@@ -215,6 +247,7 @@ def accept(topic: Topic, event: Any, *, consumer: str, outbox: Outbox) -> Decode
         value=message.value,
         headers=list(message.headers or ()),
         consumer=consumer,
+        topic_name=message.topic,
     )
     if isinstance(result, DeadLetter):
         refuse(result, outbox=outbox)
@@ -239,8 +272,8 @@ def refuse(letter: DeadLetter, *, outbox: Outbox) -> None:
 
 
 def track_consumer_lag(app: faust.App, *, consumer: str, topics: Iterable[str], interval_s: float = 5.0) -> None:
-    """Publish ``berth_consumer_lag_records`` for the app's assigned partitions of ``topics``:
-    the partition's high watermark minus the next offset the app will read."""
+    """Publish ``berth_consumer_lag_records`` for the app's assigned partitions of ``topics`` (names
+    on the brokers): the partition's high watermark minus the next offset the app will read."""
     watched = frozenset(topics)
 
     @app.timer(interval=interval_s, name=f"{consumer}-consumer-lag")
@@ -296,17 +329,21 @@ def serve(
     data_dir: Path | None,
     store: str,
 ) -> None:
-    """Run a faust service: create Berth's topics, read the partition counts of ``topics`` from
-    the brokers, ``build(counts, app_options)`` the app, and run it until SIGTERM/SIGINT.
+    """Run a faust service: create Berth's topics, read the partition counts of ``topics``
+    (contract names; ``counts`` is keyed by them) from the brokers, ``build(counts, app_options)``
+    the app, and run it until SIGTERM/SIGINT. ``build`` names the app with :func:`faust_app`.
 
     Raises :class:`StartupError` when Kafka cannot be reached or a topic is missing.
     """
     directory = data_dir or default_data_dir(service)
     directory.mkdir(parents=True, exist_ok=True)
 
+    contract_names = {kafka.names.topic(name): name for name in topics}
+
     async def read_counts() -> dict[str, int]:
         await ensure_topics(kafka)
-        return await partition_counts(kafka, topics)
+        counts = await partition_counts(kafka, contract_names)
+        return {contract_names[name]: count for name, count in counts.items()}
 
     # faust's worker runs on the thread's current loop; the set-up runs on the same one.
     loop = asyncio.new_event_loop()

@@ -32,15 +32,17 @@ default, a week or 1 GiB per segment, would let it grow with history)."""
 
 
 async def ensure_topics(kafka: KafkaSettings, topics: Iterable[Topic] = ALL_TOPICS) -> list[str]:
-    """Create any of ``topics`` that do not exist; returns the names created. Idempotent."""
+    """Create any of ``topics`` that do not exist (with the installation's names, see
+    :class:`~berth.schemas.topics.KafkaNames`); returns the names created. Idempotent."""
     return await create_missing_topics(
-        kafka, [TopicSpec(topic.name, topic.partitions, compacted=topic.compacted) for topic in topics]
+        kafka, [TopicSpec(kafka.names.topic(topic), topic.partitions, compacted=topic.compacted) for topic in topics]
     )
 
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic to create: for topics outside the contract, e.g. a stream processor's own."""
+    """A topic to create, by its name on the brokers (``KafkaSettings.names.topic(...)``): for
+    topics outside the contract, e.g. a stream processor's own."""
 
     name: str
     partitions: int

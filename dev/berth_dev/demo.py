@@ -359,10 +359,11 @@ async def _publish_malformed() -> None:
     from aiokafka import AIOKafkaProducer
     from berth.schemas.topics import PODS
 
-    producer = AIOKafkaProducer(bootstrap_servers=os.environ["BERTH_KAFKA_BOOTSTRAP"])
+    kafka = BerthSettings().kafka
+    producer = AIOKafkaProducer(**kafka.client_options())
     await producer.start()
     try:
-        await producer.send_and_wait(PODS.name, b'{"pod": {"requests": {"cpu": -1}}}', key=b"broken")
+        await producer.send_and_wait(kafka.names.topic(PODS), b'{"pod": {"requests": {"cpu": -1}}}', key=b"broken")
     finally:
         await producer.stop()
     console.print("[yellow]![/] published a malformed pod record (it must be dead-lettered)")
@@ -392,7 +393,7 @@ async def _kafka_counts(settings: BerthSettings) -> tuple[int, int]:
         settings.kafka, [DECISION_INPUTS, DECISIONS], group_id=None, name="demo-count"
     ) as consumer:
         async for item in consumer.events(idle_timeout_s=2):
-            if item.topic == DECISION_INPUTS.name:
+            if item.topic == settings.kafka.names.topic(DECISION_INPUTS):
                 inputs += 1
             elif isinstance(item.event, DecisionRecord):
                 decisions += 1

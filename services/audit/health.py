@@ -74,7 +74,8 @@ class _CaughtUp:
         if self._targets is None or (self._targets.done() and self._targets.exception() is not None):
             failed = self._targets.exception() if self._targets is not None else None
             self._targets = asyncio.get_running_loop().create_task(
-                visible_ends(self.settings, [topic.name for topic in AUDITED_TOPICS]), name="audit log ends"
+                visible_ends(self.settings, [self.settings.kafka.names.topic(topic) for topic in AUDITED_TOPICS]),
+                name="audit log ends",
             )
             if failed is not None:
                 return False, f"cannot read the audited topics' ends: {type(failed).__name__}: {failed}"

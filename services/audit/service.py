@@ -155,7 +155,7 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
         await asyncio.to_thread(upgrade, settings.database)
     await ensure_topics(settings.kafka)
     engine = make_engine(settings.database)
-    store = AuditStore(engine)
+    store = AuditStore(engine, names=settings.kafka.names)
     consumer: EventConsumer
 
     async def seek_to_stored_positions(assigned: set[TopicPartition]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from berth.schemas import CommandResult, DecisionRecord, SchedulerConfigAnnounced
 from berth.schemas.envelope import event_time
-from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
+from berth.schemas.topics import COMMANDS, CONTRACT_NAMES, DECISION_INPUTS, DECISIONS, RESULTS, KafkaNames
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert
 
@@ -62,10 +62,13 @@ class WriteReport:
 
 
 class AuditStore:
-    """Writes batches of audit records; reads back consumer positions."""
+    """Writes batches of audit records; reads back consumer positions. Records carry their
+    topics' names on the brokers, those of the installation ``names`` describes."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, names: KafkaNames = CONTRACT_NAMES) -> None:
         self._engine = engine
+        self._inputs, self._decisions = names.topic(DECISION_INPUTS), names.topic(DECISIONS)
+        self._commands, self._results = names.topic(COMMANDS), names.topic(RESULTS)
 
     def positions(self, consumer: str = CONSUMER) -> dict[tuple[str, int], int]:
         """``{(topic, partition): next offset}`` this consumer has durably written."""
@@ -88,13 +91,13 @@ class AuditStore:
             key = (record.topic, record.partition)
             next_offsets[key] = max(next_offsets.get(key, 0), record.offset + 1)
             event = record.event
-            if record.topic == DECISION_INPUTS.name:
+            if record.topic == self._inputs:
                 inputs.append(_input_row(record))
-            elif record.topic == DECISIONS.name and isinstance(event, SchedulerConfigAnnounced):
+            elif record.topic == self._decisions and isinstance(event, SchedulerConfigAnnounced):
                 configs.append({"config_hash": event.config_hash, "document": event.document})
-            elif record.topic == DECISIONS.name and isinstance(event, DecisionRecord):
+            elif record.topic == self._decisions and isinstance(event, DecisionRecord):
                 decisions.append(_decision_row(event))
-            elif record.topic == COMMANDS.name:
+            elif record.topic == self._commands:
                 commands.append(
                     {
                         "command_id": event.command_id,
@@ -104,7 +107,7 @@ class AuditStore:
                         "issued_at": event.issued_at,
                     }
                 )
-            elif record.topic == RESULTS.name and isinstance(event, CommandResult):
+            elif record.topic == self._results and isinstance(event, CommandResult):
                 results.append(
                     {
                         "command_id": event.command_id,

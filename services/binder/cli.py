@@ -68,8 +68,8 @@ def run(
     group: Annotated[
         str,
         typer.Option(
-            help="Kafka consumer group (one per cluster the binder serves); "
-            "unschedulable reports use <group>-decisions."
+            help="Kafka consumer group (one per cluster the binder serves; BERTH_KAFKA__GROUP_PREFIX is put "
+            "before it); unschedulable reports use <group>-decisions."
         ),
     ] = "berth-binder",
     kafka: Annotated[

@@ -21,11 +21,12 @@ from berth.health import DEFAULT_CHECK_TIMEOUT_S, ConsumerReadiness, HealthServe
 
 def register(health: HealthServer, service: Any) -> HealthServer:
     """Add the binder's readiness checks to ``health``."""
-    health.add_readiness("commands-consumer", ConsumerReadiness(service.consumer.raw, group=service.group))
+    names = service.settings.kafka.names
+    health.add_readiness("commands-consumer", ConsumerReadiness(service.consumer.raw, group=names.group(service.group)))
     if service.decisions is not None:
         health.add_readiness(
             "decisions-consumer",
-            ConsumerReadiness(service.decisions.raw, group=f"{service.group}-decisions", max_lag=None),
+            ConsumerReadiness(service.decisions.raw, group=names.group(f"{service.group}-decisions"), max_lag=None),
         )
     check = cluster_check(service.binder.backend, timeout_s=health.check_timeout_s)
     if check is not None:

@@ -91,12 +91,11 @@ class KafkaOutputs:
         if cell is None:
             return
         record = encode(result, source=SOURCE, event_id=result.command_id)
+        inputs = self._producer.names.topic(DECISION_INPUTS)
         self._in_flight.append(
-            await self._producer.raw.send(
-                DECISION_INPUTS.name, record.value, key=record.key, headers=record.headers, partition=cell
-            )
+            await self._producer.raw.send(inputs, record.value, key=record.key, headers=record.headers, partition=cell)
         )
-        EVENTS_PUBLISHED.labels(DECISION_INPUTS.name, result.type).inc()
+        EVENTS_PUBLISHED.labels(inputs, result.type).inc()
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         self._in_flight.append(await self._producer.send(letter, topic=DEAD_LETTER.name))
@@ -206,7 +205,7 @@ class BinderService:
         await ensure_topics(self.settings.kafka)
         await self.producer.start()
         try:
-            partitions = await self.producer.raw.partitions_for(DECISION_INPUTS.name)
+            partitions = await self.producer.raw.partitions_for(self.producer.names.topic(DECISION_INPUTS))
             outputs = KafkaOutputs(self.producer, frozenset(partitions) if partitions else None)
             handler = CommandHandler(self.binder, outputs, max_in_flight=self.max_in_flight)
             start_backend = getattr(self.binder.backend, "start", None)
@@ -215,7 +214,7 @@ class BinderService:
             await self.consumer.start()
             log.info(
                 "binder started",
-                group=self.group,
+                group=self.settings.kafka.names.group(self.group),
                 cells=sorted(partitions or ()),
                 qps=self.binder.limiter.qps,
                 burst=self.binder.limiter.burst,

@@ -21,12 +21,13 @@ from .service import GROUP
 
 def register(health: HealthServer, service: Any) -> HealthServer:
     """Add the decision service's readiness checks to ``health``."""
-    health.add_readiness("kafka-group", ConsumerReadiness(service.consumer.raw, group=GROUP, max_lag=None))
+    group = service.settings.kafka.names.group(GROUP)
+    health.add_readiness("kafka-group", ConsumerReadiness(service.consumer.raw, group=group, max_lag=None))
 
     async def cells() -> tuple[bool, str]:
         assigned = group_assignment(service.consumer.raw)
         if assigned is None:
-            return False, f"no cells assigned yet by consumer group {GROUP}"
+            return False, f"no cells assigned yet by consumer group {group}"
         if not assigned:
             return True, "no cells assigned: a standby worker"
         partitions = sorted(tp.partition for tp in assigned)

@@ -82,7 +82,7 @@ async def rebuild(kafka: KafkaSettings, cell: Cell, partition: int, until: int, 
     if until <= start:
         return 0
 
-    tp = TopicPartition(DECISION_INPUTS.name, partition)
+    tp = TopicPartition(kafka.names.topic(DECISION_INPUTS), partition)
     reader = AIOKafkaConsumer(
         **kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
     )
@@ -154,7 +154,7 @@ class DecisionService:
             producer = AIOKafkaProducer(
                 **self.settings.kafka.client_options(),
                 enable_idempotence=True,
-                transactional_id=f"berth-decision-cell-{tp.partition}",
+                transactional_id=self.settings.kafka.names.group(f"berth-decision-cell-{tp.partition}"),
                 linger_ms=2,
                 retry_backoff_ms=10,
             )
@@ -249,6 +249,7 @@ class DecisionService:
                 await self._on_assign({tp})  # rebuilds and resumes the cell at its committed offset
 
     async def _decide_batch(self, worker: CellWorker, tp: TopicPartition, records: list[Any]) -> None:
+        names = self.settings.kafka.names
         outputs: list[CellDecision] = []
         for record in records:
             consumed = await self.consumer.accept(record)  # bad records → dead-letter topic
@@ -267,14 +268,16 @@ class DecisionService:
                     encoded = encode(command, source=SOURCE, event_id=command.command_id)
                     partition = command.route_partition if isinstance(command, HandOverPod) else None
                     await worker.producer.send(
-                        topic_for_event(command).name,
+                        names.topic(topic_for_event(command)),
                         encoded.value,
                         key=encoded.key,
                         headers=encoded.headers,
                         partition=partition,
                     )
                 encoded = encode(decision.record, source=SOURCE, event_id=decision.record.decision_id)
-                await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
+                await worker.producer.send(
+                    names.topic(DECISIONS), encoded.value, key=encoded.key, headers=encoded.headers
+                )
                 if decision.record.outcome == "handed-over":
                     PODS_HANDED_OVER.labels(str(worker.partition)).inc()
                 for command in decision.commands:
@@ -284,7 +287,7 @@ class DecisionService:
             every = self.settings.snapshot_every
             if every and worker.since_snapshot >= every:
                 await self._snapshot(worker, records[-1].offset + 1)
-            await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, GROUP)
+            await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, names.group(GROUP))
         worker.decided += len(outputs)
 
     async def _snapshot(self, worker: CellWorker, offset: int) -> None:
@@ -292,7 +295,9 @@ class DecisionService:
         both become visible together, or neither."""
         started = time.monotonic()
         data = encode_cell(worker.cell)
-        chunks = await write_snapshot(worker.producer, worker.partition, offset, data, self.fingerprint)
+        chunks = await write_snapshot(
+            worker.producer, worker.partition, offset, data, self.fingerprint, names=self.settings.kafka.names
+        )
         worker.since_snapshot = 0
         log.info(
             "cell snapshot written",
@@ -314,7 +319,9 @@ class DecisionService:
             announced_at=datetime.now(UTC),
         )
         encoded = encode(event, source=SOURCE, event_id=f"{worker.cell.cell_name}/{config_hash}")
-        await worker.producer.send(DECISIONS.name, encoded.value, key=encoded.key, headers=encoded.headers)
+        await worker.producer.send(
+            self.settings.kafka.names.topic(DECISIONS), encoded.value, key=encoded.key, headers=encoded.headers
+        )
         worker.announced = True
 
     def _report_queues(self) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from berth.schemas.topics import CONTRACT_NAMES, KafkaNames
 
 from berth.bus.topics_admin import TopicSpec, create_missing_topics
 from berth.cells import Cell, CellConfig
@@ -43,7 +44,7 @@ from berth.settings import KafkaSettings
 log = get_logger(__name__)
 
 SNAPSHOTS = "berth.scheduler.cell-snapshots.v1"
-"""The compacted topic of cell snapshots; partition = cell."""
+"""The compacted topic of cell snapshots (contract-style name); partition = cell."""
 CHUNK_BYTES = 512 * 1024
 """Below the brokers' default ``message.max.bytes`` (1 MiB) with room for headers."""
 FORMAT = 1
@@ -90,12 +91,21 @@ class Snapshot:
 
 
 async def ensure_snapshot_topic(kafka: KafkaSettings, partitions: int) -> None:
-    await create_missing_topics(kafka, [TopicSpec(SNAPSHOTS, partitions, compacted=True)])
+    await create_missing_topics(kafka, [TopicSpec(kafka.names.topic(SNAPSHOTS), partitions, compacted=True)])
 
 
-async def write_snapshot(producer: AIOKafkaProducer, cell: int, offset: int, data: bytes, fingerprint: str) -> int:
+async def write_snapshot(
+    producer: AIOKafkaProducer,
+    cell: int,
+    offset: int,
+    data: bytes,
+    fingerprint: str,
+    *,
+    names: KafkaNames = CONTRACT_NAMES,
+) -> int:
     """Send ``data`` as the cell's snapshot covering inputs below ``offset``, in the producer's
-    open transaction. Returns the number of chunks."""
+    open transaction, to the snapshot topic of the installation ``names`` describes. Returns the
+    number of chunks."""
     chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
     for index, chunk in enumerate(chunks):
         headers = [
@@ -104,14 +114,16 @@ async def write_snapshot(producer: AIOKafkaProducer, cell: int, offset: int, dat
             ("chunks", str(len(chunks)).encode()),
             ("fingerprint", fingerprint.encode()),
         ]
-        await producer.send(SNAPSHOTS, chunk, key=f"cell-{cell}/{index}".encode(), partition=cell, headers=headers)
+        await producer.send(
+            names.topic(SNAPSHOTS), chunk, key=f"cell-{cell}/{index}".encode(), partition=cell, headers=headers
+        )
     return len(chunks)
 
 
 async def latest_snapshot(kafka: KafkaSettings, cell: int, fingerprint: str, *, until: int) -> Snapshot | None:
     """The newest complete snapshot of ``cell`` with ``fingerprint`` that covers no input at or
     after ``until`` (the committed offset); None when there is none."""
-    tp = TopicPartition(SNAPSHOTS, cell)
+    tp = TopicPartition(kafka.names.topic(SNAPSHOTS), cell)
     reader = AIOKafkaConsumer(
         **kafka.client_options(), group_id=None, enable_auto_commit=False, isolation_level="read_committed"
     )

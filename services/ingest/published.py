@@ -35,7 +35,7 @@ async def read_published(
     """The observations still standing (not removed since) that ``source`` published on
     ``topics`` (contract role → topic, e.g. ``{"pods": PODS}``), read up to each partition's
     end as of the call. Undecodable records are skipped: the consumers dead-letter them."""
-    by_name = {topic.name: topic for topic in topics.values()}
+    by_name = {kafka.names.topic(topic): topic for topic in topics.values()}
     partitions = await _partitions(kafka, sorted(by_name))
     if not partitions:
         return []

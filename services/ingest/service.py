@@ -41,7 +41,7 @@ class IngestConfig:
 
     ``namespaces`` empty means all; cluster-scoped resources (nodes, PriorityClasses) are always
     watched whole. ``topic_names`` overrides contract topic names by role (pods, nodes,
-    policies), e.g. for tests.
+    policies), e.g. for tests; ``BERTH_KAFKA__TOPIC_PREFIX`` still goes before them.
     """
 
     identity: str

@@ -38,8 +38,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
-from berth.schemas import CellTick, NodeObserved, NodeRemoved, PodDeleted, PodObserved
+from berth.schemas import CellTick, KafkaNames, NodeObserved, NodeRemoved, PodDeleted, PodObserved
 from berth.schemas.topics import (
+    CONTRACT_NAMES,
     DECISION_INPUTS,
     GPU_TELEMETRY,
     HANDOVERS,
@@ -59,6 +60,7 @@ from berth.bus.streams import (
     StartupError,
     accept,
     derived_event_id,
+    faust_app,
     origin_of,
     refuse,
     track_consumer_lag,
@@ -91,7 +93,7 @@ SOURCE_TOPICS = (PODS, HANDOVERS, NODES, GPU_TELEMETRY, SPOT, POLICIES)
 TICK_INTERVAL_S = 30.0
 """How often every cell gets a :class:`~berth.schemas.CellTick` (see ``berth.cells.cell``)."""
 INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)
-"""Every topic the consumer group reads: its sources and its own internal topic."""
+"""Every topic the consumer group reads: its sources and its own internal topic (contract names)."""
 
 
 @dataclass(frozen=True)
@@ -149,15 +151,18 @@ def create_app(
     outbox: Outbox | None = None,
     app_id: str = APP_ID,
     tick_interval_s: float = TICK_INTERVAL_S,
+    names: KafkaNames = CONTRACT_NAMES,
 ) -> InventoryApp:
     """Declare the app, its topics, tables, agents and timer for ``layout``.
 
     ``app_options`` are extra ``faust.App`` settings (broker, credentials, store, datadir ...);
     ``outbox`` defaults to the app's own producer; every ``tick_interval_s`` the group's leader
-    sends a :class:`~berth.schemas.CellTick` to every cell.
+    sends a :class:`~berth.schemas.CellTick` to every cell. ``names``: the installation's topic
+    and group names (``KafkaSettings.names``); the app reads and writes its topics only.
     """
-    app = faust.App(
+    app = faust_app(
         app_id,
+        names,
         key_serializer="raw",
         value_serializer="raw",
         topic_partitions=layout.node_partitions,
@@ -165,10 +170,10 @@ def create_app(
         web_enabled=False,
         **app_options,
     )
-    sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE)
+    sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE, names=names)
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
-    topics = {topic.name: app.topic(topic.name, **raw) for topic in (*NODE_FACT_TOPICS, POLICIES)}
-    node_inputs = app.topic(NODE_INPUTS, partitions=layout.node_partitions, internal=True, **raw)
+    topics = {topic.name: app.topic(names.topic(topic), **raw) for topic in (*NODE_FACT_TOPICS, POLICIES)}
+    node_inputs = app.topic(names.topic(NODE_INPUTS), partitions=layout.node_partitions, internal=True, **raw)
     pod_routes = ModelTable.declare(
         app,
         "pod-routes",
@@ -185,7 +190,15 @@ def create_app(
     )
     emit = _emitter(sink)
     agents = {
-        "pods": _pods_agent(app, app.topic(PODS.name, HANDOVERS.name, **raw), sink, emit, pod_routes, layout.cells)
+        "pods": _pods_agent(
+            app,
+            app.topic(names.topic(PODS), names.topic(HANDOVERS), **raw),
+            {names.topic(PODS): PODS, names.topic(HANDOVERS): HANDOVERS},
+            sink,
+            emit,
+            pod_routes,
+            layout.cells,
+        )
     }
     for topic in NODE_FACT_TOPICS:
         agents[topic.name] = _node_fact_agent(app, topics[topic.name], topic, sink, emit)
@@ -199,7 +212,7 @@ def create_app(
         for cell in range(layout.cells):
             sink.publish(DECISION_INPUTS.name, CellTick(issued_at=at), partition=cell)
 
-    track_consumer_lag(app, consumer=CONSUMER, topics=INPUT_TOPICS)
+    track_consumer_lag(app, consumer=CONSUMER, topics=[names.topic(name) for name in INPUT_TOPICS])
     return InventoryApp(app=app, layout=layout, outbox=sink, pod_routes=pod_routes, nodes=nodes, agents=agents)
 
 
@@ -225,9 +238,17 @@ def _emitter(sink: Outbox) -> Emit:
     return emit
 
 
-def _pods_agent(app: faust.App, channel: Any, sink: Outbox, emit: Emit, pod_routes: ModelTable[Any], cells: int) -> Any:
-    """The agent that routes pod events and hand-overs, keeping each pod's route in ``pod_routes``."""
-    pod_sources = {PODS.name: PODS, HANDOVERS.name: HANDOVERS}
+def _pods_agent(
+    app: faust.App,
+    channel: Any,
+    pod_sources: dict[str, Any],
+    sink: Outbox,
+    emit: Emit,
+    pod_routes: ModelTable[Any],
+    cells: int,
+) -> Any:
+    """The agent that routes pod events and hand-overs (``pod_sources``: their topics' names on
+    the brokers → contract topic), keeping each pod's route in ``pod_routes``."""
 
     async def route_pods(stream: Any) -> None:
         async for record in stream.events():

@@ -56,7 +56,9 @@ def run(
     configure_logging(settings.log_level, settings.log_format, service="inventory")
 
     def build(partitions: dict[str, int], options: dict) -> object:
-        app = create_app(Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds).app
+        app = create_app(
+            Layout.of(partitions), app_options=options, tick_interval_s=tick_seconds, names=settings.kafka.names
+        ).app
         serve_faust_health(app, "inventory", health_port if health_port is not None else settings.health_port)
         return app
 

@@ -17,10 +17,19 @@ from typing import Any
 import faust
 from berth.schemas import PoolLagState
 from berth.schemas.cells import cell_of_pool
-from berth.schemas.topics import DECISION_INPUTS, LAG_STATE, QUEUE_LAG
+from berth.schemas.topics import CONTRACT_NAMES, DECISION_INPUTS, LAG_STATE, QUEUE_LAG, KafkaNames
 from pydantic import TypeAdapter
 
-from berth.bus.streams import FaustOutbox, ModelTable, Outbox, accept, derived_event_id, origin_of, track_consumer_lag
+from berth.bus.streams import (
+    FaustOutbox,
+    ModelTable,
+    Outbox,
+    accept,
+    derived_event_id,
+    faust_app,
+    origin_of,
+    track_consumer_lag,
+)
 from berth.logs import get_logger
 
 from .fold import LagSettings, fold_queue_lag, is_stalled, pool_key
@@ -58,10 +67,13 @@ def create_app(
     app_options: dict[str, Any],
     outbox: Outbox | None = None,
     app_id: str = APP_ID,
+    names: KafkaNames = CONTRACT_NAMES,
 ) -> TokenLagApp:
-    """Declare the app, its table and agent; ``app_options`` are extra ``faust.App`` settings."""
-    app = faust.App(
+    """Declare the app, its table and agent; ``app_options`` are extra ``faust.App`` settings;
+    ``names``: the installation's topic and group names (``KafkaSettings.names``)."""
+    app = faust_app(
         app_id,
+        names,
         key_serializer="raw",
         value_serializer="raw",
         topic_partitions=layout.queue_partitions,
@@ -69,8 +81,8 @@ def create_app(
         web_enabled=False,
         **app_options,
     )
-    sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE)
-    queue = app.topic(QUEUE_LAG.name, key_serializer="raw", value_serializer="raw")
+    sink: Outbox = outbox if outbox is not None else FaustOutbox(app, source=SOURCE, names=names)
+    queue = app.topic(names.topic(QUEUE_LAG), key_serializer="raw", value_serializer="raw")
     pools = ModelTable.declare(
         app,
         "pools",
@@ -114,5 +126,5 @@ def create_app(
                     expected_ttft_ms=state.expected_ttft_ms,
                 )
 
-    track_consumer_lag(app, consumer=CONSUMER, topics=[QUEUE_LAG.name])
+    track_consumer_lag(app, consumer=CONSUMER, topics=[names.topic(QUEUE_LAG)])
     return TokenLagApp(app=app, layout=layout, outbox=sink, pools=pools, agent=track_lag)

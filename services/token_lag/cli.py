@@ -98,7 +98,7 @@ def run(
             pools=sorted(lag_settings.pools),
         )
         layout = Layout(cells=partitions[DECISION_INPUTS.name], queue_partitions=partitions[QUEUE_LAG.name])
-        app = create_app(layout, lag_settings, app_options=options).app
+        app = create_app(layout, lag_settings, app_options=options, names=settings.kafka.names).app
         serve_faust_health(app, "token-lag", health_port if health_port is not None else settings.health_port)
         return app
 

@@ -48,7 +48,7 @@ class DecisionWatcher:
             await consumer.stop()
             raise
         self._consumer = consumer
-        assigned = [TopicPartition(DECISIONS.name, p) for p in sorted(partitions)]
+        assigned = [TopicPartition(self._kafka.names.topic(DECISIONS), p) for p in sorted(partitions)]
         consumer.assign(assigned)
         await consumer.seek_to_end(*assigned)
         for tp in assigned:

@@ -124,7 +124,7 @@ class Simulator:
         runner: web.AppRunner | None = None
         try:
             if self.watcher is not None:
-                await self.watcher.start(await self.producer.raw.partitions_for(DECISIONS.name))
+                await self.watcher.start(await self.producer.raw.partitions_for(self.producer.names.topic(DECISIONS)))
                 tasks.append(asyncio.create_task(self.watcher.run(), name="decisions"))
             runner = web.AppRunner(make_app(self.state, self.outbox, self.clock, self.status), access_log=None)
             await runner.setup()
