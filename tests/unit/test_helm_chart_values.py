@@ -121,6 +121,8 @@ BAD_VALUES = [
     (["--set", "log.format=text"], "at '/log/format': value must be one of 'json', 'console'"),
     (["--set", "kafka.securityProtocol=TLS"], "at '/kafka/securityProtocol': value must be one of"),
     (["--set", "kafka.sasl.mechanism=GSSAPI"], "at '/kafka/sasl/mechanism': value must be one of 'PLAIN'"),
+    (["--set", "kafka.topicPrefix=team a."], "at '/kafka/topicPrefix': 'team a.' does not match pattern"),
+    (["--set", "kafka.groupPrefix=team/a"], "at '/kafka/groupPrefix': 'team/a' does not match pattern"),
     (["--set", "database.sslmode=on"], "at '/database/sslmode': value must be one of"),
     (
         [
@@ -253,6 +255,25 @@ def test_a_disruption_budget_may_be_turned_off_and_allows_zero(helm: Path) -> No
 def test_a_disabled_service_has_no_objects(helm: Path) -> None:
     documents = _template(helm, "--set", "audit.enabled=false", "--set", "metrics.serviceMonitor.enabled=true")
     assert not [doc for doc in documents if doc["metadata"]["name"].startswith("berth-audit")]
+
+
+def _env(pod: dict[str, Any]) -> dict[str, Any]:
+    (container,) = pod["spec"]["containers"]
+    return {entry["name"]: entry.get("value") for entry in container.get("env", [])}
+
+
+def test_the_kafka_prefixes_reach_every_service(helm: Path) -> None:
+    documents = _template(helm, "--set", "kafka.topicPrefix=team-a.", "--set", "kafka.groupPrefix=team-a-")
+    for name in SERVICES.values():
+        env = _env(_pod(documents, f"berth-{name}"))
+        assert env["BERTH_KAFKA__TOPIC_PREFIX"] == "team-a.", name
+        assert env["BERTH_KAFKA__GROUP_PREFIX"] == "team-a-", name
+
+
+def test_by_default_the_kafka_prefixes_are_empty(defaults: list[dict[str, Any]]) -> None:
+    for name in SERVICES.values():
+        env = _env(_pod(defaults, f"berth-{name}"))
+        assert (env["BERTH_KAFKA__TOPIC_PREFIX"], env["BERTH_KAFKA__GROUP_PREFIX"]) == ("", ""), name
 
 
 def test_everything_on_probes_take_their_timings(everything_on: list[dict[str, Any]]) -> None:

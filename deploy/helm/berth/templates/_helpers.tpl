@@ -73,6 +73,10 @@ from values, so they stay out of the release's stored manifest.
   value: {{ $kafka.securityProtocol | quote }}
 - name: BERTH_KAFKA__REPLICATION_FACTOR
   value: {{ $kafka.replicationFactor | quote }}
+- name: BERTH_KAFKA__TOPIC_PREFIX
+  value: {{ $kafka.topicPrefix | default "" | quote }}
+- name: BERTH_KAFKA__GROUP_PREFIX
+  value: {{ $kafka.groupPrefix | default "" | quote }}
 {{- if hasPrefix "SASL_" $kafka.securityProtocol }}
 {{- if not $kafka.sasl.existingSecret }}
 {{- fail (printf "kafka.securityProtocol=%s needs kafka.sasl.existingSecret: a Secret with the keys %s and %s" $kafka.securityProtocol $kafka.sasl.usernameKey $kafka.sasl.passwordKey) }}
