@@ -1,0 +1,302 @@
+"""``berth deschedule --policy POLICY [FILE ...] [-f PATH ...] [-R] [--config FILE]``: the evictions a
+DeschedulerPolicy would make on the cluster of manifest files, offline.
+
+Inputs are read as ``berth simulate`` reads them (files, directories, ``-``; all together one
+cluster). Pods with ``spec.nodeName`` run there; the other pods are first given to the
+scheduler (the same engine, queue order, no preemption: a descheduler evicts, the scheduler
+does not here), and those that stay pending are what GPU defragmentation makes room for. Then
+the policy's strategies run (:mod:`berth.core.descheduling`).
+
+The policy is a ``DeschedulerPolicy`` (``descheduler/v1alpha1`` or ``descheduler/v1alpha2``, see
+:mod:`berth.schemas.descheduler`). ``--history`` names a JSON-lines file of earlier evictions,
+``{"workload": "NAMESPACE/KIND/NAME" | "pod": "NAMESPACE/NAME", "evicted_at": TIME}`` per line:
+a workload evicted less than ``--cooldown`` seconds before ``--now`` is not evicted again.
+
+Output, one JSON object per line: per eviction ``{"pod", "node", "strategy", "reason",
+"target_node"}``, in the order they are planned, then ``{"summary": ...}``. Exit status 0; 2 for
+a policy or input Berth cannot accept (the message names the file and field); 3 when there is
+nothing to read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from berth.core.admission import QuotaLedger
+from berth.core.descheduling import DEFAULT_COOLDOWN, Plan, PodFacts, gpu_fragments, plan_evictions, workload_of
+from berth.kube.manifests import ManifestError, PodManifest, load_documents
+from berth.schemas.cluster import PodInfo
+from berth.schemas.descheduler import DeschedulingPolicy, PolicyError, parse_policy
+from berth.simulate import (
+    EXIT_INVALID,
+    EXIT_NO_INPUT,
+    InputError,
+    NoInputError,
+    Session,
+    _documents_of,
+    _policy_events,
+    load_file,
+    load_scheduler_config,
+    load_sources,
+    locate_error,
+    without_scheduler_configs,
+)
+
+__all__ = ["DeschedulingRun", "deschedule", "load_history", "load_policy", "pod_facts", "run_deschedule"]
+
+
+@dataclass
+class DeschedulingRun:
+    """What one run found: the plan, and the cluster before and after it."""
+
+    plan: Plan
+    running: int
+    pending: int
+    gpus_before: tuple[int, int]
+    gpus_after: tuple[int, int]
+
+    def summary(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "evictions": len(plan.evictions),
+            "by_strategy": plan.evictions_by_strategy(),
+            "loops_prevented": plan.loops_prevented(),
+            "refused": {name: dict(sorted(counts.items())) for name, counts in sorted(plan.refused.items())},
+            "running": self.running,
+            "pending": self.pending,
+            "pending_given_room": [f"{pod} -> {node}" for pod, node in plan.pending_placed],
+            "nodes_freed": list(plan.nodes_freed),
+            "whole_free_gpus": {"before": self.gpus_before[0], "after": self.gpus_after[0]},
+            "stranded_gpu_milli": {"before": self.gpus_before[1], "after": self.gpus_after[1]},
+        }
+
+
+def load_policy(path: Path) -> DeschedulingPolicy:
+    """The DeschedulerPolicy at ``path`` (YAML or JSON, one document)."""
+    documents = [d for d in load_file(path) if d is not None]
+    if len(documents) != 1:
+        raise InputError(f"{path}: expected one DeschedulerPolicy document, found {len(documents)}")
+    try:
+        return parse_policy(documents[0])
+    except PolicyError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def pod_facts(documents: Sequence[Any], pods: Sequence[PodManifest]) -> dict[str, PodFacts]:
+    """Per pod UID: whether its manifest mounts local storage (``emptyDir``, ``hostPath``: the
+    DefaultEvictor's rule) or a PersistentVolumeClaim."""
+    uid = {(m.pod.namespace, m.pod.name): m.pod.uid for m in pods}
+    out: dict[str, PodFacts] = {}
+    for document in documents:
+        items = document.get("items") if isinstance(document, dict) and "items" in document else [document]
+        for item in items or ():
+            if not isinstance(item, dict) or item.get("kind") != "Pod":
+                continue
+            meta = item.get("metadata") or {}
+            key = (meta.get("namespace") or "default", meta.get("name"))
+            volumes = [v for v in (item.get("spec") or {}).get("volumes") or () if isinstance(v, dict)]
+            local = any("emptyDir" in v or "hostPath" in v for v in volumes)
+            pvc = any("persistentVolumeClaim" in v for v in volumes)
+            if key in uid and (local or pvc):
+                out[uid[key]] = PodFacts(local_storage=local, pvc=pvc)
+    return out
+
+
+def _parse_time(text: str, where: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{where}: {text!r} is not an ISO 8601 time (e.g. 2026-01-01T12:00:00Z)") from None
+    if value.tzinfo is None:
+        raise InputError(f"{where}: {text!r} has no time zone (end it with Z for UTC)")
+    return value.astimezone(UTC)
+
+
+def load_history(path: Path, pods: Sequence[PodInfo]) -> dict[str, datetime]:
+    """Per workload key, the last eviction the history file records."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise NoInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    by_pod = {pod.key: workload_of(pod) for pod in pods}
+    out: dict[str, datetime] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: invalid JSON: {exc.msg}") from None
+        if not isinstance(entry, dict) or "evicted_at" not in entry or not ("workload" in entry or "pod" in entry):
+            raise InputError(f'{where}: expected {{"workload" or "pod", "evicted_at"}}')
+        workload = entry.get("workload") or by_pod.get(str(entry["pod"]), f"{entry['pod']}".replace("/", "/Pod/", 1))
+        when = _parse_time(str(entry["evicted_at"]), where)
+        out[workload] = max(when, out.get(workload, when))
+    return out
+
+
+def run_deschedule(
+    documents: Sequence[Any],
+    policy: DeschedulingPolicy,
+    *,
+    config: Path | None = None,
+    history: Path | None = None,
+    now: datetime | None = None,
+    cooldown: timedelta = DEFAULT_COOLDOWN,
+) -> DeschedulingRun:
+    """Plan the evictions of ``policy`` on the cluster of ``documents``; raises ManifestError
+    or InputError for input Berth cannot accept."""
+    bundle = load_documents(documents)
+    nodes = {node.name for node in bundle.nodes}
+    bound: list[PodManifest] = []
+    pending: list[PodManifest] = []
+    for item in bundle.pods:
+        if item.pod.phase in ("Succeeded", "Failed"):
+            continue
+        if item.pod.node_name:
+            if item.pod.node_name not in nodes:
+                raise ManifestError(
+                    f"Pod {item.pod.key}", "spec.nodeName", f"node {item.pod.node_name!r} is not defined in the input"
+                )
+            bound.append(item)
+        else:
+            pending.append(item)
+    ledger = QuotaLedger.of(bundle.resource_quotas)
+    for item in bound:
+        ledger = ledger.charge(item.pod.namespace, item.pod.priority_class_name, item.resources)
+    admitted: list[PodInfo] = []
+    for item in pending:
+        if item.rejection or item.scheduling_gates:
+            continue
+        decision = ledger.admit(item.pod.name, item.pod.namespace, item.pod.priority_class_name, item.resources)
+        if decision.admitted:
+            ledger = decision.ledger
+            admitted.append(item.pod)
+    session = Session.of(
+        bundle.nodes,
+        [b.pod for b in bound],
+        config=load_scheduler_config(config),
+        policies=_policy_events(bundle),
+        namespaces=bundle.namespaces,
+    )
+    engine = session.engine
+    waiting: list[PodInfo] = []
+    for index in sorted(range(len(admitted)), key=lambda i: (-admitted[i].priority, i)):
+        pod = admitted[index]
+        if pod.pod_group or not engine.schedule(pod, preempt=False, profile=session._profile(pod)).placed:
+            waiting.append(pod)
+    recent = load_history(history, [b.pod for b in bound]) if history is not None else {}
+    before = gpu_fragments(engine)
+    plan = plan_evictions(
+        engine,
+        policy,
+        pending=waiting,
+        facts=pod_facts(documents, bundle.pods),
+        recent_evictions=recent,
+        now=now,
+        cooldown=cooldown,
+    )
+    return DeschedulingRun(plan, len(bound), len(waiting), before, gpu_fragments(engine))
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def deschedule(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Manifests: files (multi-document YAML, or JSON), directories or - for standard input.",
+            show_default=False,
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="DeschedulerPolicy file (descheduler/v1alpha1 strategies or descheduler/v1alpha2 profiles).",
+            show_default=False,
+        ),
+    ] = None,
+    filename: Annotated[
+        list[Path] | None,
+        typer.Option("--filename", "-f", help="More manifests, read after FILES; repeatable.", show_default=False),
+    ] = None,
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-R", help="Read the directories' subdirectories too.")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Scheduler configuration the engine places pods with; default: Berth's profile."),
+    ] = None,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            "--history",
+            help='Earlier evictions, JSON lines {"workload": NS/KIND/NAME or "pod": NS/NAME, "evicted_at": TIME}.',
+            show_default=False,
+        ),
+    ] = None,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now", help="The time the cooldown is measured at (ISO 8601); default: the clock.", show_default=False
+        ),
+    ] = None,
+    cooldown: Annotated[
+        float,
+        typer.Option("--cooldown", min=0, help="Seconds a workload evicted once is left alone."),
+    ] = DEFAULT_COOLDOWN.total_seconds(),
+) -> None:
+    """Print the evictions a DeschedulerPolicy would make on manifest files, offline: one JSON line each.
+
+    An eviction is planned only when Berth's engine places the pod on another node that passes
+    every filter (and, for LowNodeUtilization, stays below targetThresholds), displacing nothing;
+    PodDisruptionBudgets, priorities, the evictor rules and the eviction limits are respected.
+    Exit status: 0; 2 for a policy or manifests Berth cannot accept; 3 when there is nothing to read.
+    """
+    if policy is None:
+        raise _fail(EXIT_INVALID, "no policy: give --policy FILE (a DeschedulerPolicy)")
+    try:
+        sources = load_sources([*(files or ()), *(filename or ())], recursive=recursive)
+        chosen = load_policy(policy)
+        load_scheduler_config(config)
+        moment = _parse_time(now, "--now") if now is not None else datetime.now(UTC)
+    except NoInputError as exc:
+        raise _fail(EXIT_NO_INPUT, str(exc)) from None
+    except InputError as exc:
+        raise _fail(EXIT_INVALID, str(exc)) from None
+    documents, origins = _documents_of(sources)
+    warnings: list[str] = []
+    documents, origins = without_scheduler_configs(documents, origins, warnings)
+    # A directory may hold the policy beside the manifests: it is not a cluster object.
+    kept = [i for i, d in enumerate(documents) if not (isinstance(d, dict) and d.get("kind") == "DeschedulerPolicy")]
+    documents, origins = [documents[i] for i in kept], [origins[i] for i in kept]
+    try:
+        result = run_deschedule(
+            documents, chosen, config=config, history=history, now=moment, cooldown=timedelta(seconds=cooldown)
+        )
+    except NoInputError as exc:
+        raise _fail(EXIT_NO_INPUT, str(exc)) from None
+    except InputError as exc:
+        raise _fail(EXIT_INVALID, str(exc)) from None
+    except ManifestError as exc:
+        raise _fail(EXIT_INVALID, locate_error(exc, documents, origins)) from None
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    out = sys.stdout
+    for eviction in result.plan.evictions:
+        out.write(json.dumps(eviction.to_json()) + "\n")
+    out.write(json.dumps({"summary": result.summary()}) + "\n")
+    out.flush()
