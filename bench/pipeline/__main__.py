@@ -21,11 +21,15 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import re
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -52,6 +56,8 @@ class Recorder:
         self.placed: dict[str, float] = {}
         self.node_inputs = 0
         self.other_commands = 0
+        self.placements: queue.SimpleQueue[Any] | None = None
+        """Set it to receive every ``PlacePods`` consumed (the soak's stand-in cluster reads them)."""
         self.ready = threading.Event()
         self.stopping = threading.Event()
         self.error: BaseException | None = None
@@ -106,6 +112,8 @@ class Recorder:
                         if isinstance(event, PlacePods):
                             for placement in event.placements:
                                 self.placed.setdefault(placement.pod_uid, now)
+                            if self.placements is not None:
+                                self.placements.put(event)
                         else:
                             self.other_commands += 1
                     elif isinstance(event, (PodObserved, PodRouted)):
@@ -256,32 +264,30 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def run(
-    rates: tuple[float, ...] = RATES,
-    step_s: float = STEP_S,
-    nodes: int = NODES,
-    seed: int = 1,
-    keep_logs: Path | None = None,
-    decision_workers: int = 1,
-    plot: Path | None = None,
-) -> dict[str, Any]:
+@dataclass
+class RunningPipeline:
+    """What :func:`pipeline` started: the settings to reach Kafka, the services' supervisor, the
+    benchmark's recorder (consuming), each service's metrics ports, and the stack (its pids)."""
+
+    settings: Any
+    services: Any
+    recorder: Recorder
+    ports: dict[str, list[int]]
+    stack: Any
+
+
+@contextmanager
+def pipeline(keep_logs: Path | None, decision_workers: int) -> Iterator[RunningPipeline]:
+    """Kafka and Postgres (``DevStack``), the audit store migrated, the topics, and the audit,
+    inventory and ``decision_workers`` decision processes, with a started :class:`Recorder`; all
+    stopped on exit (the recorder too, if still running)."""
     from berth.services.audit import db
     from berth_dev.devstack.stack import DevStack
     from berth_dev.supervisor import Supervisor
-    from berth_dev.workloads import from_documents, generated_documents
 
     from berth.bus import ensure_topics
     from berth.settings import BerthSettings
 
-    started = time.monotonic()
-    total_pods = PROBES + sum(int(r * step_s) for r in rates)
-    with console.status(f"generating {nodes:,} nodes and {total_pods:,} pods …"):
-        workload = from_documents(
-            generated_documents(f"bench:{seed}", nodes=nodes, pods=total_pods), name=f"bench:{seed}"
-        )
-    all_pods = [t.pod for t in workload.pods]
-    assert len({p.uid for p in all_pods}) == len(all_pods), "bench pods must have unique UIDs"
-    steps: list[dict[str, Any]] = []
     with TemporaryDirectory(prefix="berth-bench-pipeline-") as scratch:
         work = keep_logs or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -299,35 +305,70 @@ def run(
                     services.start("inventory")
                     # Workers of the group berth-decision share the cells (partitions) between them.
                     deciders = [services.start("decision", key=f"decision-{n}") for n in range(decision_workers)]
-                inventory = services.services["inventory"]
                 recorder = Recorder(settings.kafka)
                 recorder.start()
+                ports = {
+                    "inventory": [services.services["inventory"].metrics_port],
+                    "decision": [d.metrics_port for d in deciders],
+                    "audit": [services.services["audit"].metrics_port],
+                }
                 try:
-                    ports = {
-                        "inventory": [inventory.metrics_port],
-                        "decision": [d.metrics_port for d in deciders],
-                        "audit": [services.services["audit"].metrics_port],
-                    }
-                    steps = _drive(settings, services, recorder, workload.nodes, all_pods, rates, step_s, ports)
+                    yield RunningPipeline(settings, services, recorder, ports, stack)
                 finally:
                     recorder.stop()
-                if plot is not None:
-                    from .plot import plot_timeline
-
-                    offered = [p.uid for p in all_pods[PROBES:] if p.uid in recorder.published]
-                    written = plot_timeline(
-                        recorder.published,
-                        recorder.placed,
-                        offered,
-                        [(s["started_at"], s["offered_pods_per_s"]) for s in steps],
-                        plot,
-                        f"Berth pipeline, {nodes:,} nodes, {decision_workers} decision "
-                        f"process(es), {os.cpu_count()} CPUs",
-                    )
-                    console.print(f"[green]✓[/] wrote {written}")
         finally:
             with console.status("stopping Kafka and Postgres …"):
                 stack.stop()
+
+
+def run(
+    rates: tuple[float, ...] = RATES,
+    step_s: float = STEP_S,
+    nodes: int = NODES,
+    seed: int = 1,
+    keep_logs: Path | None = None,
+    decision_workers: int = 1,
+    plot: Path | None = None,
+) -> dict[str, Any]:
+    from berth_dev.workloads import from_documents, generated_documents
+
+    started = time.monotonic()
+    total_pods = PROBES + sum(int(r * step_s) for r in rates)
+    with console.status(f"generating {nodes:,} nodes and {total_pods:,} pods …"):
+        workload = from_documents(
+            generated_documents(f"bench:{seed}", nodes=nodes, pods=total_pods), name=f"bench:{seed}"
+        )
+    all_pods = [t.pod for t in workload.pods]
+    assert len({p.uid for p in all_pods}) == len(all_pods), "bench pods must have unique UIDs"
+    steps: list[dict[str, Any]] = []
+    with pipeline(keep_logs, decision_workers) as running:
+        try:
+            steps = _drive(
+                running.settings,
+                running.services,
+                running.recorder,
+                workload.nodes,
+                all_pods,
+                rates,
+                step_s,
+                running.ports,
+            )
+        finally:
+            running.recorder.stop()
+        if plot is not None:
+            from .plot import plot_timeline
+
+            recorder = running.recorder
+            offered = [p.uid for p in all_pods[PROBES:] if p.uid in recorder.published]
+            written = plot_timeline(
+                recorder.published,
+                recorder.placed,
+                offered,
+                [(s["started_at"], s["offered_pods_per_s"]) for s in steps],
+                plot,
+                f"Berth pipeline, {nodes:,} nodes, {decision_workers} decision process(es), {os.cpu_count()} CPUs",
+            )
+            console.print(f"[green]✓[/] wrote {written}")
     sustained = [s for s in steps if s["sustained"]]
     best = max(sustained, key=lambda s: s["achieved_pods_per_s"]) if sustained else None
     for step in steps:
@@ -488,13 +529,56 @@ def main() -> None:
     parser.add_argument(
         "--plot", type=Path, metavar="PNG", help="write throughput and latency over time to this PNG (needs matplotlib)"
     )
+    soak = parser.add_argument_group(
+        "soak", "a long run at one rate, watching RSS and consumer lag for growth (see bench/pipeline/soak.py)"
+    )
+    soak.add_argument("--soak", metavar="DURATION", help="soak for this long (e.g. 30m, 20s, 1h) instead of ramping")
+    soak.add_argument(
+        "--rate", type=float, help="pods/s to soak at (default: half the highest achieved by a short ramp first)"
+    )
+    soak.add_argument(
+        "--lifetime-s", type=float, default=60.0, help="seconds a placed pod lives before it is deleted (default 60)"
+    )
+    soak.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples (default 10)")
+    soak.add_argument("--json", type=Path, help="write the soak's summary and samples to this file")
     args = parser.parse_args()
+    if args.soak is not None:
+        _soak_main(args)
+        return
     rates = tuple(float(r) for r in args.rates.split(","))
     summary = run(
         rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers, plot=args.plot
     )
     print(json.dumps(summary))
     sys.stdout.flush()
+
+
+def _soak_main(args: argparse.Namespace) -> None:
+    from .soak import SoakOptions, run_soak
+    from .soak_stats import parse_duration
+
+    try:
+        duration_s = parse_duration(args.soak)
+    except ValueError as exc:
+        console.print(f"error: --soak: {exc}")
+        raise SystemExit(2) from None
+    options = SoakOptions(
+        duration_s=duration_s,
+        rate=args.rate,
+        lifetime_s=args.lifetime_s,
+        sample_s=args.sample_s,
+        nodes=args.nodes,
+        decision_workers=args.decision_workers,
+        keep_logs=args.keep_logs,
+        json_path=args.json,
+        plot=args.plot,
+    )
+    summary = run_soak(options)
+    line = {k: v for k, v in summary.items() if k not in ("samples", "ramp_steps")}
+    print(json.dumps(_json_safe(line)))
+    sys.stdout.flush()
+    if not summary["flat"]:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
