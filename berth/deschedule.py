@@ -32,7 +32,9 @@ import typer
 
 from berth.core.admission import QuotaLedger
 from berth.core.descheduling import DEFAULT_COOLDOWN, Plan, PodFacts, gpu_fragments, plan_evictions, workload_of
+from berth.core.engine import Engine
 from berth.kube.manifests import ManifestError, PodManifest, load_documents
+from berth.metrics import DESCHEDULER_EVICTIONS, DESCHEDULER_LOOPS_PREVENTED
 from berth.schemas.cluster import PodInfo
 from berth.schemas.descheduler import DeschedulingPolicy, PolicyError, parse_policy
 from berth.simulate import (
@@ -50,18 +52,20 @@ from berth.simulate import (
     without_scheduler_configs,
 )
 
-__all__ = ["DeschedulingRun", "deschedule", "load_history", "load_policy", "pod_facts", "run_deschedule"]
+__all__ = ["DeschedulingRun", "count", "deschedule", "load_history", "load_policy", "pod_facts", "run_deschedule"]
 
 
 @dataclass
 class DeschedulingRun:
-    """What one run found: the plan, and the cluster before and after it."""
+    """What one run found: the plan, the cluster before and after it, and the engine holding the
+    planned state (each evicted pod on its target)."""
 
     plan: Plan
     running: int
     pending: int
     gpus_before: tuple[int, int]
     gpus_after: tuple[int, int]
+    engine: Engine
 
     def summary(self) -> dict[str, Any]:
         plan = self.plan
@@ -205,7 +209,15 @@ def run_deschedule(
         now=now,
         cooldown=cooldown,
     )
-    return DeschedulingRun(plan, len(bound), len(waiting), before, gpu_fragments(engine))
+    return DeschedulingRun(plan, len(bound), len(waiting), before, gpu_fragments(engine), engine)
+
+
+def count(plan: Plan) -> None:
+    """Add ``plan`` to the descheduler's counters (evictions and loops prevented, per strategy)."""
+    for strategy, evictions in plan.evictions_by_strategy().items():
+        DESCHEDULER_EVICTIONS.labels(strategy=strategy).inc(evictions)
+    for strategy, prevented in plan.loops_prevented().items():
+        DESCHEDULER_LOOPS_PREVENTED.labels(strategy=strategy).inc(prevented)
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -295,6 +307,7 @@ def deschedule(
         raise _fail(EXIT_INVALID, locate_error(exc, documents, origins)) from None
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    count(result.plan)
     out = sys.stdout
     for eviction in result.plan.evictions:
         out.write(json.dumps(eviction.to_json()) + "\n")

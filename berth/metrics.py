@@ -82,6 +82,17 @@ POOL_DESIRED_REPLICAS = Gauge(
     "Replicas the decision service last asked for an inference pool (its latest ScalePool).",
     ["namespace", "pool"],
 )
+DESCHEDULER_EVICTIONS = Counter(
+    "berth_descheduler_evictions_total",
+    "Evictions the descheduler planned (berth deschedule), by strategy of the DeschedulerPolicy.",
+    ["strategy"],
+)
+DESCHEDULER_LOOPS_PREVENTED = Counter(
+    "berth_descheduler_loops_prevented_total",
+    "Pods a strategy would have evicted but did not: the engine would have put them back or on no better "
+    "node, or their workload was evicted within the cooldown.",
+    ["strategy"],
+)
 RECORDS_CONSUMED = Counter("berth_records_consumed_total", "Kafka records consumed.", ["consumer", "topic"])
 DEAD_LETTERED = Counter(
     "berth_dead_lettered_records_total",

@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
+from berth.schemas.descheduler import parse_policy
+from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from berth.cli import app
+from berth.core.descheduling import plan_evictions
+from berth.deschedule import run_deschedule
 
 
 def node(name: str, *, cpu: str = "4", gpus: int = 0, labels: dict | None = None, taints: list | None = None) -> dict:
@@ -346,3 +350,64 @@ def test_missing_inputs_exit_3(tmp_path: Path) -> None:
         app, ["deschedule", "--policy", str(tmp_path / "policy.yaml"), str(tmp_path / "nope.yaml")]
     )
     assert result.exit_code == 3 and "no such file or directory" in result.stderr
+
+
+ANTI = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
+EVERY_STRATEGY = v1alpha2(
+    deschedule=[
+        "RemovePodsViolatingNodeTaints",
+        "RemovePodsViolatingNodeAffinity",
+        "RemovePodsViolatingInterPodAntiAffinity",
+    ],
+    balance=["LowNodeUtilization", "GpuDefragmentation"],
+    config=[
+        {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}}},
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        pytest.param(_busy_cluster(), id="hot-node"),
+        pytest.param(_fragmented_gpus(), id="fragmented-gpus"),
+        pytest.param(
+            [
+                node("a", taints=[NO_SCHEDULE]),
+                node("b"),
+                node("c"),
+                pod("cache-1", "a", affinity=ANTI),
+                pod("cache-2", "a", affinity=ANTI),
+            ],
+            id="taint-and-anti-affinity",
+        ),
+    ],
+)
+def test_the_planned_cluster_needs_no_second_round(cluster: list[dict]) -> None:
+    # No eviction loop: run again on the state the plan leads to (without any cooldown), and
+    # every strategy finds nothing more to do.
+    policy = parse_policy(EVERY_STRATEGY)
+    first = run_deschedule(cluster, policy)
+    assert first.plan.evictions, "the cluster was meant to need descheduling"
+    second = plan_evictions(first.engine, policy)
+    assert second.evictions == []
+
+
+def test_evictions_and_loops_prevented_are_counted_per_strategy(tmp_path: Path) -> None:
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"strategy": "RemovePodsViolatingNodeTaints"}) or 0.0
+
+    evictions, prevented = (
+        sample("berth_descheduler_evictions_total"),
+        sample("berth_descheduler_loops_prevented_total"),
+    )
+    deschedule(tmp_path, TAINTS, [node("a", taints=[NO_SCHEDULE]), node("b"), pod("web-1", "a")])
+    deschedule(tmp_path, TAINTS, [node("a", taints=[NO_SCHEDULE]), node("b", taints=[NO_SCHEDULE]), pod("web-1", "a")])
+    assert sample("berth_descheduler_evictions_total") == evictions + 1
+    assert sample("berth_descheduler_loops_prevented_total") == prevented + 1
