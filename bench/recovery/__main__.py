@@ -1,8 +1,10 @@
 """``python -m bench.recovery``: how long a decision cell takes to be taken over, with and without
 snapshots, after a long history of inputs.
 
-On a broker of its own, the bench writes ``--events`` inputs (default 1,000,000) to cell 0's
-partition of ``berth.scheduler.inputs.v1``: 200 GPU nodes, then a steady churn in which a third
+On a broker of its own (or, with ``--kafka-from-environment``, on the Kafka the ``BERTH_KAFKA_*``
+settings reach, TLS and SASL included, whose cell 0 input partition must be empty), the bench
+writes ``--events`` inputs (default 1,000,000) to cell 0's partition of
+``berth.scheduler.inputs.v1``: 200 GPU nodes, then a steady churn in which a third
 of the events are pods (each arrives pending, is bound later and deleted later still; the live
 set stays a few hundred pods) and the rest node status updates — state that stays bounded while
 history grows, as in a long-running cluster. Then it takes the cell over twice, as a new owner
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -77,15 +80,24 @@ def history(events: int) -> Iterator[Any]:
         produced += 1
 
 
-async def _write(bootstrap: str, events: int, progress: Progress) -> None:
+async def _write(kafka: Any, events: int, progress: Progress) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
     from berth.schemas.envelope import encode
     from berth.schemas.topics import DECISION_INPUTS
 
     from berth.bus import EventProducer, ensure_topics
-    from berth.settings import load_settings
 
-    kafka = load_settings(kafka=bootstrap).kafka
     await ensure_topics(kafka, [DECISION_INPUTS])
+    # The takeovers read cell 0's partition from offset 0: it must hold this bench's inputs only.
+    reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False)
+    await reader.start()
+    try:
+        cell_0 = TopicPartition(kafka.names.topic(DECISION_INPUTS), 0)
+        held = (await reader.end_offsets([cell_0]))[cell_0]
+    finally:
+        await reader.stop()
+    if held:
+        raise SystemExit(f"error: {cell_0.topic} partition 0 at {kafka.bootstrap} already holds {held} records")
     task = progress.add_task("writing the inputs", total=events)
     async with EventProducer(kafka, source="bench/recovery", linger_ms=20) as producer:
         pending = []
@@ -110,15 +122,13 @@ async def _write(bootstrap: str, events: int, progress: Progress) -> None:
     progress.update(task, completed=events)
 
 
-async def _take_over(bootstrap: str, events: int, every: int, progress: Progress) -> dict[str, Any]:
+async def _take_over(kafka: Any, events: int, every: int, progress: Progress) -> dict[str, Any]:
     from aiokafka import AIOKafkaProducer
     from berth.services.decision import service as decision
     from berth.services.decision import snapshots
 
     from berth.cells import Cell, CellConfig
-    from berth.settings import load_settings
 
-    kafka = load_settings(kafka=bootstrap).kafka
     config = CellConfig()
     fingerprint = snapshots.code_fingerprint()
     # The worst case: the owner died just before its next snapshot, a whole interval to fold.
@@ -168,6 +178,26 @@ async def _take_over(bootstrap: str, events: int, every: int, progress: Progress
     }
 
 
+@contextlib.contextmanager
+def _kafka(from_environment: bool) -> Iterator[Any]:
+    """The Kafka settings to run on: the environment's, or those of a broker of the bench's own
+    (stopped afterwards)."""
+    from berth.settings import load_settings
+
+    if from_environment:
+        yield load_settings().kafka
+        return
+    from berth_dev.devstack.scratch import empty_kafka
+
+    with console.status("starting a broker of the bench's own …"):
+        broker = empty_kafka()
+        bootstrap = broker.__enter__()
+    try:
+        yield load_settings(kafka=bootstrap).kafka
+    finally:
+        broker.__exit__(None, None, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="inputs of history (default %(default)s)")
@@ -177,22 +207,21 @@ def main() -> None:
         default=50_000,
         help="the snapshot interval in inputs, as BERTH_SNAPSHOT_EVERY (default %(default)s)",
     )
+    parser.add_argument(
+        "--kafka-from-environment",
+        action="store_true",
+        help="run on the Kafka of the BERTH_KAFKA_* settings (TLS and SASL included) instead of a broker of the "
+        "bench's own; cell 0's partition of the inputs topic must be empty",
+    )
     parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
     if args.events <= NODES or args.every <= 0:
         parser.error(f"--events must exceed {NODES} and --every must be positive")
-    from berth_dev.devstack.scratch import empty_kafka
-
-    with console.status("starting a broker of the bench's own …"):
-        broker = empty_kafka()
-        bootstrap = broker.__enter__()
-    try:
+    with _kafka(args.kafka_from_environment) as kafka:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
-            asyncio.run(_write(bootstrap, args.events, progress))
-            summary = asyncio.run(_take_over(bootstrap, args.events, args.every, progress))
-    finally:
-        broker.__exit__(None, None, None)
+            asyncio.run(_write(kafka, args.events, progress))
+            summary = asyncio.run(_take_over(kafka, args.events, args.every, progress))
     console.print(
         f"{summary['events']:,} inputs: taken over from the log in {summary['from_log_s']} s, "
         f"from a snapshot ({summary['snapshot_bytes'] / 2**20:.1f} MiB at offset "
