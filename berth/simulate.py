@@ -5,8 +5,8 @@ Inputs are read as ``kubectl apply -f`` reads them: files (whatever their names)
 (their ``*.yaml``, ``*.yml`` and ``*.json`` files in name order; subdirectories too with ``-R``)
 and ``-`` for standard input, positional ones first, then each ``-f`` in order. All of them
 together are one cluster. Reads Namespaces, Nodes, Pods, PriorityClasses, PodGroups, ResourceQuotas, LimitRanges,
-PodDisruptionBudgets and AgentPools (multi-document YAML, or JSON: one object or a ``v1 List``),
-then does what the cluster and Berth would do:
+PodDisruptionBudgets, AgentPools and ToolBindings (multi-document YAML, or JSON: one object or a
+``v1 List``), then does what the cluster and Berth would do:
 
 1. admission, in input (creation) order: LimitRange defaults and bounds, ResourceQuota;
 2. pods with ``spec.nodeName`` are running there and hold capacity (GPU devices from
@@ -15,7 +15,10 @@ then does what the cluster and Berth would do:
    the same placement engine the decision service runs (configuration: ``--config``, a
    KubeSchedulerConfiguration-style document, or Berth's default profile). A pod of a PodGroup
    is decided together with the group's other pending members, all or nothing; a pod that fits
-   nowhere may preempt lower-priority pods.
+   nowhere may preempt lower-priority pods. An AgentPool's replicas are created as its
+   controller would (:func:`pool_replicas`) and placed with its cache preferences and its
+   ``fastScheduling.maxNodesToScore``; a ToolBinding's ``queueConfig`` joins the AgentPool it
+   names (a file has no queue lag, so nothing is scaled).
 
 Output, one JSON object per line: per decided pod ``{"pod", "node", "gpus", "message"}``, plus
 ``"victims"`` when it preempted and ``"group"`` for gang members; last a ``{"summary": ...}``.
@@ -42,7 +45,7 @@ import click
 import typer
 import yaml
 
-from berth.cells.pool_placement import with_preferences
+from berth.cells.pool_placement import max_nodes_to_score, with_preferences
 from berth.cells.pools import merge_cluster_spec
 from berth.configfiles import load_config
 from berth.core import messages
@@ -52,6 +55,7 @@ from berth.core.config import ConfigError, default_document
 from berth.core.engine import Engine
 from berth.kube.manifests import EPOCH, ManifestBundle, ManifestError, PodManifest, load_documents
 from berth.kube.replicas import LABEL_AGENT_POOL, AgentPool, ReplicaError, replica_admission
+from berth.schemas.agentpool import AgentPoolSpec
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 
@@ -229,7 +233,7 @@ def locate_error(exc: ManifestError, documents: Sequence[Any], origins: Sequence
         return _DOCUMENT_NUMBER.sub(local, message, count=1)
     kind, _, ref = exc.ref.partition(" ")
     namespace, _, name = ref.rpartition("/")
-    for document, (source, index) in zip(documents, origins):
+    for document, (source, index) in zip(documents, origins, strict=True):
         for item in _items(document):
             metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
             if (
@@ -290,6 +294,9 @@ class Session:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.min_member: dict[tuple[str, str], int] = {}
+        self.pool_limits: dict[tuple[str, str], int] = {}
+        """(namespace, AgentPool) → its ``fastScheduling.maxNodesToScore``: the cap of its
+        replicas' cycles (replicas by their ``berth.io/agent-pool`` label)."""
 
     @classmethod
     def of(
@@ -326,7 +333,8 @@ class Session:
 
     def place_one(self, pod: PodInfo) -> Outcome:
         """Decide one pod; preempt if the profile's PostFilter nominates a node."""
-        outcome = self.engine.schedule(pod, profile=self._profile(pod))
+        limit = self.pool_limits.get((pod.namespace, pod.labels.get(LABEL_AGENT_POOL, "")))
+        outcome = self.engine.schedule(pod, profile=self._profile(pod), max_nodes_to_score=limit)
         victims = tuple(sorted(victim.key for victim in outcome.victims))
         if outcome.placed:
             placed = outcome.placements[0]
@@ -411,6 +419,34 @@ class Report:
         }
 
 
+def bound_specs(bundle: ManifestBundle, warnings: list[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each AgentPool's spec with the ``queueConfig`` of the ToolBinding that names it (its
+    ``spec.agentPool``, same namespace). A binding naming no pool, or one not in the input, gets a
+    warning; a pool given a ``queueConfig`` twice is an error."""
+    specs = {(p.namespace, p.name): dict(p.spec) for p in bundle.agent_pools}
+    bound_by: dict[tuple[str, str], str] = {}
+    for binding in bundle.tool_bindings:
+        ref = f"ToolBinding {binding.namespace}/{binding.name}"
+        if binding.queue_config is None:
+            continue
+        key = (binding.namespace, binding.agent_pool or "")
+        if binding.agent_pool is None or key not in specs:
+            missing = (
+                "names no AgentPool (spec.agentPool)"
+                if binding.agent_pool is None
+                else (f"names AgentPool {binding.namespace}/{binding.agent_pool}, which the input does not define")
+            )
+            warnings.append(f"{ref} {missing}: its queueConfig scales no pool")
+            continue
+        if "queueConfig" in specs[key] or key in bound_by:
+            pool = f"AgentPool {key[0]}/{key[1]}"
+            other = bound_by.get(key, pool)
+            raise InputError(f"{ref}: spec.queueConfig: {other} gives {pool} one already; give one")
+        specs[key]["queueConfig"] = dict(binding.queue_config)
+        bound_by[key] = ref
+    return specs
+
+
 def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> list[PodManifest]:
     """The replica pods the AgentPools' controller would create now, in pool order: for each
     pool, ``spec.replicas`` (else ``minReplicas``, else 1) less its pods already in the file (label
@@ -421,8 +457,10 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
 
     policies = (*bundle.priority_classes, *bundle.limit_ranges)
     created: list[PodManifest] = []
+    notes: list[str] = warnings if warnings is not None else []
+    specs = bound_specs(bundle, notes)
     for manifest in sorted(bundle.agent_pools, key=lambda p: (p.namespace, p.name)):
-        pool = AgentPool(manifest.namespace, manifest.name, dict(manifest.spec))
+        pool = AgentPool(manifest.namespace, manifest.name, specs[(manifest.namespace, manifest.name)])
         mine = [
             item.pod.name
             for item in bundle.pods
@@ -432,7 +470,7 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
         ]
         scalable = "tokensPerSecondPerReplica" in pool.spec and "ttftSloMs" in pool.spec
         try:
-            policy = merge_cluster_spec(None, pool.spec) if scalable else None
+            policy = merge_cluster_spec(None, pool.spec) if scalable else AgentPoolSpec.model_validate(pool.spec)
         except ValueError as exc:
             raise InputError(f"AgentPool {pool.key}: spec: {exc}") from None
         missing = max(0, pool.initial_replicas - len(mine))
@@ -447,7 +485,7 @@ def pool_replicas(bundle: ManifestBundle, warnings: list[str] | None = None) -> 
             created.append(PodManifest(with_preferences(replica.pod, policy), replica.resources, replica.rejection))
             index += 1
         if warnings is not None:
-            warnings.append(
+            notes.append(
                 f"AgentPool {pool.key}: {missing} replica(s) created to reach {pool.initial_replicas} "
                 f"({len(mine)} in the file); scaling follows queue lag, which a file does not have"
             )
@@ -506,11 +544,22 @@ def run(documents: Sequence[Any], config: Path | None = None) -> Report:
         policies=_policy_events(bundle),
         namespaces=bundle.namespaces,
     )
+    session.pool_limits = pool_scoring_limits(bundle)
     start = time.perf_counter()
     outcomes = session.schedule_all([a.pod for a in admitted if not a.scheduling_gates])
     report.seconds = time.perf_counter() - start + 0.0
     report.outcomes += outcomes
     return report
+
+
+def pool_scoring_limits(bundle: ManifestBundle) -> dict[tuple[str, str], int]:
+    """(namespace, AgentPool) → its ``fastScheduling.maxNodesToScore``, for the pools that set one."""
+    limits: dict[tuple[str, str], int] = {}
+    for manifest in bundle.agent_pools:
+        limit = max_nodes_to_score(AgentPoolSpec.model_validate(dict(manifest.spec)))
+        if limit is not None:
+            limits[(manifest.namespace, manifest.name)] = limit
+    return limits
 
 
 def without_scheduler_configs(
@@ -521,7 +570,7 @@ def without_scheduler_configs(
     ``--config``."""
     kept: list[Any] = []
     kept_origins: list[tuple[str, int]] = []
-    for document, (name, index) in zip(documents, origins):
+    for document, (name, index) in zip(documents, origins, strict=True):
         if isinstance(document, dict) and document.get("kind") in CONFIG_KINDS:
             warnings.append(
                 f"{name}: document {index}: skipped a {document['kind']} (a scheduler configuration, "

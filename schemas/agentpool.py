@@ -455,3 +455,14 @@ def parse_agent_pool_spec(spec: Mapping[str, Any], *, where: str = "spec") -> Ag
         return AgentPoolSpec.model_validate(dict(spec))
     except ValidationError as exc:
         raise AgentPoolSpecError(error_text(exc, where)) from exc
+
+
+class ToolBindingSpec(BaseModel):
+    """``ToolBinding.spec`` (berth.io/v1alpha1), of which Berth reads the queue binding: its
+    ``queueConfig`` is the ``queueConfig`` of the AgentPool named by ``agentPool`` (same
+    namespace). Keys it does not know are ignored, as in the AgentPool; ``queueConfig`` is strict."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    agent_pool: str | None = Field(default=None, alias="agentPool")
+    queue_config: QueueConfig | None = Field(default=None, alias="queueConfig")

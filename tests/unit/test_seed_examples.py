@@ -21,13 +21,16 @@ extracted here; blocks without ``apiVersion``/``kind``
 :func:`test_every_seed_object_is_classified` fails when a seed gains an object this file does not
 classify.
 
-Examples whose features are not implemented yet are asserted REFUSED with today's clear message,
-their test id naming the missing feature (``needs-agentpool-spec-...``: issue 19 point 2), so that
-the test fails — and must be flipped to ``ACCEPTED`` — when the feature lands.
+An example whose feature is not implemented would be asserted REFUSED with today's clear message,
+its test id naming the missing feature (``needs-...``), so that the test fails — and must be
+flipped to ``ACCEPTED`` — when the feature lands. The nine AgentPools of 004 are all accepted, and
+:func:`test_the_nine_seed_agent_pools_run_together` runs them as one cluster; the tests after it
+show simulate acting on their fields (docs/agentpool.md).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -171,18 +174,12 @@ CASES: dict[str, Case] = {
     "004:306-agentpool-green": Case(("004:306",)),
     "004:334-agentpool-rag": Case(("004:334",)),
     "004:508-agentpool-high-priority": Case(("004:508",)),
-    "004:223-needs-agentpool-spec-spotMaxInterruptions-fallbackTrigger": Case(
-        ("004:223",), refused="scheduling.costOptimization.spotMaxInterruptions: unknown field"
-    ),
-    "004:271-needs-agentpool-spec-spotStrategy": Case(
-        ("004:271",), refused="scheduling.costOptimization.spotStrategy: unknown field"
-    ),
-    "004:360-needs-agentpool-spec-preloadStrategy": Case(
-        ("004:360",), refused="scheduling.cacheAware.preloadStrategy: unknown field"
-    ),
-    "004:202-needs-agentpool-spec-queue-lag-ToolBinding": Case(
-        ("004:202",), refused="kind: 'ToolBinding' is not supported"
-    ),
+    "004:223-agentpool-cost-optimized-spotMaxInterruptions-fallbackTrigger": Case(("004:223",)),
+    "004:271-agentpool-spot-spotStrategy": Case(("004:271",)),
+    "004:360-agentpool-cached-preloadStrategy": Case(("004:360",)),
+    # A ToolBinding's queueConfig joins the AgentPool its spec.agentPool names; the seed's names
+    # none, so simulate accepts it with a warning (docs/agentpool.md).
+    "004:202-toolbinding-queueConfig": Case(("004:202",)),
 }
 
 
@@ -270,3 +267,95 @@ def test_seed_example(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_agentpool_under_the_seed_group_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(Case(("004:48",), map_api_version=False), tmp_path, capsys)
     assert code == 2 and "neuronetes.io/v1alpha1" in err, err
+
+
+AGENT_POOLS = ("004:48", "004:71", "004:94", "004:223", "004:271", "004:306", "004:334", "004:360", "004:508")
+"""The nine AgentPool examples of the NeuroNetes scheduler guide, in the order they appear."""
+
+
+def _simulate(documents: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    manifests = tmp_path / "cluster.yaml"
+    manifests.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    capsys.readouterr()
+    code = simulate_main([str(manifests)])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()], err
+
+
+def _seed_documents(*refs: str) -> list[dict[str, Any]]:
+    """Copies of the seed's objects (the apiVersion mapped), free to edit."""
+    return [_mapped(copy.deepcopy(document)) for ref in refs for document in BLOCKS[ref].documents]
+
+
+def _node(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+    }
+
+
+def test_the_nine_seed_agent_pools_run_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert [BLOCKS[ref].documents[0]["kind"] for ref in AGENT_POOLS] == ["AgentPool"] * 9
+    code, lines, err = _simulate(_seed_documents(*AGENT_POOLS, "004:202"), tmp_path, capsys)
+    assert code == 0, err
+    replicas = sorted(line["pod"] for line in lines[:-1])
+    # One replica per pool, four for pipeline-parallel-pool (minReplicas: 4).
+    assert len(replicas) == 12 and lines[-1]["summary"]["pods"] == 12
+    names = {BLOCKS[ref].documents[0]["metadata"]["name"] for ref in AGENT_POOLS}
+    assert {pod.split("/")[1].rsplit("-", 1)[0] for pod in replicas} == names
+    assert "ToolBinding default/queue-binding names no AgentPool (spec.agentPool)" in err
+
+
+def test_simulate_places_the_cached_pools_replica_on_its_preload_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [_node("b-primary", **{"node-pool": "gpu-primary"}), _node("z-spare", **{"node-pool": "gpu-spare"})]
+    code, lines, err = _simulate([*nodes, *_seed_documents("004:360")], tmp_path, capsys)
+    assert code == 0, err
+    assert [(line["pod"], line["node"]) for line in lines[:-1]] == [("default/cached-pool-0", "b-primary")]
+    # The same pool without its preloadStrategy: nothing prefers b-primary (the tie is broken by
+    # a hash of the pod's UID and the node's name, which favours z-spare here).
+    (pool,) = _seed_documents("004:360")
+    del pool["spec"]["scheduling"]["cacheAware"]["preloadStrategy"]
+    code, lines, err = _simulate([*nodes, pool], tmp_path, capsys)
+    assert code == 0, err
+    assert lines[0]["node"] == "z-spare"
+
+
+def test_simulate_caps_a_pools_cycle_at_its_max_nodes_to_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from berth.core.hashing import name_hash64
+    from berth.kube.manifests.common import deterministic_uid
+
+    nodes = [_node(f"n-{i}") for i in range(4)] + [_node("n-4", **{"node-pool": "gpu-primary"})]
+    (pool,) = _seed_documents("004:360")
+    _, lines, _ = _simulate([*nodes, pool], tmp_path, capsys)
+    assert lines[0]["node"] == "n-4"  # the preload node, among all five
+    pool["spec"]["scheduling"]["fastScheduling"] = {"enabled": True, "maxNodesToScore": 1}
+    code, lines, err = _simulate([*nodes, pool], tmp_path, capsys)
+    assert code == 0, err
+    # One feasible node, the first from the start the replica's UID picks (kube's sampling, made
+    # deterministic): the preload preference never sees n-4.
+    start = name_hash64(deterministic_uid("Pod", "default", "cached-pool-0")) % 5
+    assert start != 4
+    assert lines[0]["node"] == f"n-{start}"
+
+
+def test_a_tool_binding_gives_its_queue_config_to_the_pool_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (binding,) = _seed_documents("004:202")
+    binding["spec"]["agentPool"] = "cached-pool"
+    code, _, err = _simulate([*_seed_documents("004:360"), binding], tmp_path, capsys)
+    assert code == 0 and "ToolBinding" not in err, err
+    (pool,) = _seed_documents("004:360")
+    pool["spec"]["queueConfig"] = {"autoscaleOnLag": False}
+    code, _, err = _simulate([pool, binding], tmp_path, capsys)
+    assert code == 2
+    assert "ToolBinding default/queue-binding: spec.queueConfig: AgentPool default/cached-pool gives" in err
+    binding["spec"]["queueConfig"]["maxLagThreshold"] = "many"
+    code, _, err = _simulate([*_seed_documents("004:360"), binding], tmp_path, capsys)
+    assert code == 2 and "ToolBinding default/queue-binding: spec: queueConfig.maxLagThreshold" in err, err

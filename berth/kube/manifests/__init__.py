@@ -64,6 +64,7 @@ from .nodes import node_from_manifest
 from .pods import PodManifest, pod_from_manifest
 from .policies import (
     AgentPoolManifest,
+    ToolBindingManifest,
     agent_pool_from_manifest,
     limit_range_from_manifest,
     namespace_from_manifest,
@@ -71,6 +72,7 @@ from .policies import (
     pod_group_from_manifest,
     priority_class_from_manifest,
     resource_quota_from_manifest,
+    tool_binding_from_manifest,
 )
 
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "ManifestError",
     "NamespaceInfo",
     "PodManifest",
+    "ToolBindingManifest",
     "agent_pool_from_manifest",
     "limit_range_from_manifest",
     "load_documents",
@@ -108,4 +111,5 @@ __all__ = [
     "pod_group_from_manifest",
     "priority_class_from_manifest",
     "resource_quota_from_manifest",
+    "tool_binding_from_manifest",
 ]

@@ -22,6 +22,7 @@ from .nodes import node_from_manifest
 from .pods import PodManifest, pod_from_manifest
 from .policies import (
     AgentPoolManifest,
+    ToolBindingManifest,
     agent_pool_from_manifest,
     limit_range_from_manifest,
     namespace_from_manifest,
@@ -29,6 +30,7 @@ from .policies import (
     pod_group_from_manifest,
     priority_class_from_manifest,
     resource_quota_from_manifest,
+    tool_binding_from_manifest,
 )
 
 
@@ -45,6 +47,7 @@ class ManifestBundle:
     limit_ranges: tuple[LimitRangeInfo, ...] = ()
     pod_disruption_budgets: tuple[PodDisruptionBudgetInfo, ...] = ()
     agent_pools: tuple[AgentPoolManifest, ...] = ()
+    tool_bindings: tuple[ToolBindingManifest, ...] = ()
     warnings: tuple[str, ...] = ()
 
 
@@ -58,6 +61,7 @@ _API_VERSIONS = {
     "PodGroup": {"scheduling.x-k8s.io/v1alpha1", "scheduling.sigs.k8s.io/v1alpha1"},
     "PodDisruptionBudget": {"policy/v1"},
     "AgentPool": {"berth.io/v1alpha1"},
+    "ToolBinding": {"berth.io/v1alpha1"},
 }
 
 #: Documents (or ``List`` items) with the 1-based number of the document they came from.
@@ -181,5 +185,6 @@ def load_documents(documents: Iterable[Any]) -> ManifestBundle:
         limit_ranges=tuple(limit_ranges),
         pod_disruption_budgets=tuple(each("PodDisruptionBudget", pdb_from_manifest)),
         agent_pools=tuple(agent_pools),
+        tool_bindings=tuple(each("ToolBinding", tool_binding_from_manifest)),
         warnings=tuple(warnings),
     )

@@ -1,5 +1,5 @@
 """Policy objects: Namespaces, PriorityClasses, PodGroups, ResourceQuotas, LimitRanges,
-PodDisruptionBudgets and Berth's AgentPools."""
+PodDisruptionBudgets and Berth's AgentPools and ToolBindings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from berth.schemas.agentpool import AgentPoolSpec, error_text
+from berth.schemas.agentpool import AgentPoolSpec, ToolBindingSpec, error_text
 from berth.schemas.cluster import LabelSelector
 from berth.schemas.policy import (
     LimitRangeInfo,
@@ -35,6 +35,18 @@ class AgentPoolManifest:
     namespace: str
     name: str
     spec: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolBindingManifest:
+    """A ``berth.io/v1alpha1 ToolBinding``: the queue binding of the AgentPool ``agent_pool`` (same
+    namespace; None: it names none). ``queue_config`` is its ``spec.queueConfig`` as written
+    (validated against :class:`berth.schemas.agentpool.QueueConfig`)."""
+
+    namespace: str
+    name: str
+    agent_pool: str | None = None
+    queue_config: Mapping[str, Any] | None = None
 
 
 def namespace_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> NamespaceInfo:
@@ -209,3 +221,18 @@ def agent_pool_from_manifest(obj: Mapping[str, Any], *, index: int | None = None
     except ValidationError as exc:
         raise reader.fail("spec", error_text(exc, prefix="").removeprefix("spec: ")) from exc
     return AgentPoolManifest(namespace=namespace, name=name, spec=spec)
+
+
+def tool_binding_from_manifest(obj: Mapping[str, Any], *, index: int | None = None) -> ToolBindingManifest:
+    """A ToolBinding, its ``spec`` validated against :class:`berth.schemas.agentpool.ToolBindingSpec`."""
+
+    reader, _, namespace, name = object_meta(obj, "ToolBinding", index, namespaced=True)
+    spec = reader.mapping(obj.get("spec"), "spec")
+    try:
+        parsed = ToolBindingSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise reader.fail("spec", error_text(exc, prefix="").removeprefix("spec: ")) from exc
+    queue = spec.get("queueConfig", spec.get("queue_config"))
+    return ToolBindingManifest(
+        namespace=namespace, name=name, agent_pool=parsed.agent_pool, queue_config=dict(queue) if queue else None
+    )
