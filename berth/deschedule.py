@@ -31,7 +31,16 @@ from typing import Annotated, Any
 import typer
 
 from berth.core.admission import QuotaLedger
-from berth.core.descheduling import DEFAULT_COOLDOWN, Plan, PodFacts, gpu_fragments, plan_evictions, workload_of
+from berth.core.descheduling import (
+    DEFAULT_COOLDOWN,
+    Eviction,
+    Plan,
+    PodFacts,
+    gpu_fragments,
+    plan_evictions,
+    selects_node,
+    workload_of,
+)
 from berth.core.engine import Engine
 from berth.kube.manifests import ManifestError, PodManifest, load_documents
 from berth.metrics import DESCHEDULER_EVICTIONS, DESCHEDULER_LOOPS_PREVENTED
@@ -161,6 +170,8 @@ def run_deschedule(
     or InputError for input Berth cannot accept."""
     bundle = load_documents(documents)
     nodes = {node.name for node in bundle.nodes}
+    # The policy's nodeSelector is the set of nodes descheduling works on, as sources and targets.
+    selected = [node for node in bundle.nodes if selects_node(policy.node_selector, node.labels)]
     bound: list[PodManifest] = []
     pending: list[PodManifest] = []
     for item in bundle.pods:
@@ -171,7 +182,8 @@ def run_deschedule(
                 raise ManifestError(
                     f"Pod {item.pod.key}", "spec.nodeName", f"node {item.pod.node_name!r} is not defined in the input"
                 )
-            bound.append(item)
+            if any(node.name == item.pod.node_name for node in selected):
+                bound.append(item)
         else:
             pending.append(item)
     ledger = QuotaLedger.of(bundle.resource_quotas)
@@ -186,7 +198,7 @@ def run_deschedule(
             ledger = decision.ledger
             admitted.append(item.pod)
     session = Session.of(
-        bundle.nodes,
+        selected,
         [b.pod for b in bound],
         config=load_scheduler_config(config),
         policies=_policy_events(bundle),
@@ -210,6 +222,75 @@ def run_deschedule(
         cooldown=cooldown,
     )
     return DeschedulingRun(plan, len(bound), len(waiting), before, gpu_fragments(engine), engine)
+
+
+# --- live state ----------------------------------------------------------------------------------
+
+LIVE_KINDS = (
+    ("Namespace", "v1"),
+    ("PriorityClass", "scheduling.k8s.io/v1"),
+    ("Node", "v1"),
+    ("Pod", "v1"),
+    ("PodDisruptionBudget", "policy/v1"),
+)
+
+
+def live_documents(api_client: Any) -> list[dict[str, Any]]:
+    """The cluster's Namespaces, PriorityClasses, Nodes, Pods (not being deleted) and
+    PodDisruptionBudgets as manifests, for :func:`run_deschedule`."""
+    from kubernetes.client import CoreV1Api, PolicyV1Api, SchedulingV1Api
+
+    core = CoreV1Api(api_client)
+    lists = {
+        "Namespace": core.list_namespace().items,
+        "PriorityClass": SchedulingV1Api(api_client).list_priority_class().items,
+        "Node": core.list_node().items,
+        "Pod": [p for p in core.list_pod_for_all_namespaces().items if p.metadata.deletion_timestamp is None],
+        "PodDisruptionBudget": PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces().items,
+    }
+    documents: list[dict[str, Any]] = []
+    for kind, api_version in LIVE_KINDS:
+        for item in lists[kind]:
+            document = api_client.sanitize_for_serialization(item)
+            document["apiVersion"], document["kind"] = api_version, kind
+            document.get("metadata", {}).pop("managedFields", None)
+            documents.append(document)
+    return documents
+
+
+def evict(api_client: Any, eviction: Eviction, grace_period_seconds: int | None) -> str:
+    """POST the pod's ``eviction`` (policy/v1, the pod's UID as precondition, so a newer pod of
+    the same name is never evicted); the result as printed: ``evicted``, or why not (the
+    apiserver's own PodDisruptionBudget check answers 429)."""
+    from kubernetes.client import CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
+    from kubernetes.client.exceptions import ApiException
+
+    pod = eviction.pod
+    body = V1Eviction(
+        metadata=V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+        delete_options=V1DeleteOptions(
+            preconditions=V1Preconditions(uid=pod.uid), grace_period_seconds=grace_period_seconds
+        ),
+    )
+    try:
+        CoreV1Api(api_client).create_namespaced_pod_eviction(pod.name, pod.namespace, body)
+    except ApiException as exc:
+        if exc.status == 429:
+            return "refused: a disruption budget forbids it now (the apiserver's check)"
+        if exc.status == 404:
+            return "refused: the pod is gone"
+        if exc.status == 409:
+            return "refused: another pod has that name now"
+        raise
+    return "evicted"
+
+
+def append_history(path: Path, evictions: Sequence[Eviction], at: datetime) -> None:
+    """Record evictions made at ``at`` in the ``--history`` file, so that the next run's cooldown sees them."""
+    stamp = at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    with path.open("a", encoding="utf-8") as out:
+        for eviction in evictions:
+            out.write(json.dumps({"workload": workload_of(eviction.pod), "evicted_at": stamp}) + "\n")
 
 
 def count(plan: Plan) -> None:
@@ -270,16 +351,45 @@ def deschedule(
         float,
         typer.Option("--cooldown", min=0, help="Seconds a workload evicted once is left alone."),
     ] = DEFAULT_COOLDOWN.total_seconds(),
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="Plan on a live cluster's state (nodes, pods, PDBs, priority classes) instead of files.",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="The kubeconfig context to use.", show_default=False)
+    ] = None,
+    do_evict: Annotated[
+        bool,
+        typer.Option(
+            "--evict",
+            help='With --kubeconfig: evict through the Eviction API (policy/v1); each line then has "result". '
+            "Without it nothing is changed.",
+        ),
+    ] = False,
 ) -> None:
     """Print the evictions a DeschedulerPolicy would make on manifest files, offline: one JSON line each.
 
     An eviction is planned only when Berth's engine places the pod on another node that passes
     every filter (and, for LowNodeUtilization, stays below targetThresholds), displacing nothing;
     PodDisruptionBudgets, priorities, the evictor rules and the eviction limits are respected.
-    Exit status: 0; 2 for a policy or manifests Berth cannot accept; 3 when there is nothing to read.
+    With --kubeconfig the cluster is the live one, and --evict makes the evictions (appended to
+    --history when given, so that the next run's cooldown sees them).
+    Exit status: 0; 2 for a policy or manifests Berth cannot accept; 3 when there is nothing to read;
+    69 when the apiserver cannot be reached.
     """
     if policy is None:
         raise _fail(EXIT_INVALID, "no policy: give --policy FILE (a DeschedulerPolicy)")
+    if kubeconfig is not None and (files or filename):
+        raise _fail(EXIT_INVALID, "give manifest files or --kubeconfig, not both")
+    if do_evict and kubeconfig is None:
+        raise _fail(EXIT_INVALID, "--evict needs --kubeconfig: files describe a cluster, they cannot be evicted from")
+    if kubeconfig is not None:
+        _deschedule_live(policy, kubeconfig, context, do_evict, config, history, now, cooldown)
+        return
     try:
         sources = load_sources([*(files or ()), *(filename or ())], recursive=recursive)
         chosen = load_policy(policy)
@@ -312,4 +422,62 @@ def deschedule(
     for eviction in result.plan.evictions:
         out.write(json.dumps(eviction.to_json()) + "\n")
     out.write(json.dumps({"summary": result.summary()}) + "\n")
+    out.flush()
+
+
+def _deschedule_live(
+    policy: Path,
+    kubeconfig: Path,
+    context: str | None,
+    do_evict: bool,
+    config: Path | None,
+    history: Path | None,
+    now: str | None,
+    cooldown: float,
+) -> None:
+    try:
+        chosen = load_policy(policy)
+        load_scheduler_config(config)
+        moment = _parse_time(now, "--now") if now is not None else datetime.now(UTC)
+    except NoInputError as exc:
+        raise _fail(EXIT_NO_INPUT, str(exc)) from None
+    except InputError as exc:
+        raise _fail(EXIT_INVALID, str(exc)) from None
+    from kubernetes.client import ApiClient, Configuration
+    from kubernetes.config import load_kube_config
+
+    configuration = Configuration()
+    load_kube_config(
+        config_file=str(kubeconfig), context=context, client_configuration=configuration, persist_config=False
+    )
+    with ApiClient(configuration) as api_client:
+        documents = live_documents(api_client)
+        try:
+            result = run_deschedule(
+                documents,
+                chosen,
+                config=config,
+                history=history if history is not None and history.exists() else None,
+                now=moment,
+                cooldown=timedelta(seconds=cooldown),
+            )
+        except (InputError, ManifestError) as exc:
+            raise _fail(EXIT_INVALID, f"the live cluster: {exc}") from None
+        count(result.plan)
+        results = [
+            evict(api_client, e, chosen.grace_period_seconds) if do_evict else None for e in result.plan.evictions
+        ]
+    made = [e for e, outcome in zip(result.plan.evictions, results, strict=True) if outcome == "evicted"]
+    if history is not None and made:
+        append_history(history, made, moment)
+    out = sys.stdout
+    for eviction, outcome in zip(result.plan.evictions, results, strict=True):
+        line = eviction.to_json()
+        if outcome is not None:
+            line["result"] = outcome
+        out.write(json.dumps(line) + "\n")
+    summary = result.summary()
+    if do_evict:
+        summary["evicted"] = len(made)
+    out.write(json.dumps({"summary": summary}) + "\n")
     out.flush()

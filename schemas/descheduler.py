@@ -171,6 +171,8 @@ class DeschedulingPolicy(FrozenModel):
     max_pods_to_evict_per_node: NonNegativeInt | None = None
     max_pods_to_evict_per_namespace: NonNegativeInt | None = None
     max_pods_to_evict_total: NonNegativeInt | None = None
+    grace_period_seconds: NonNegativeInt | None = None
+    """The evictions' ``deleteOptions.gracePeriodSeconds`` (None: each pod's own)."""
 
 
 # --- the wire forms ------------------------------------------------------------------------------
@@ -558,6 +560,7 @@ def _from_v1alpha2(doc: _V1Alpha2Policy) -> DeschedulingPolicy:
         max_pods_to_evict_per_node=doc.max_no_of_pods_to_evict_per_node,
         max_pods_to_evict_per_namespace=doc.max_no_of_pods_to_evict_per_namespace,
         max_pods_to_evict_total=doc.max_no_of_pods_to_evict_total,
+        grace_period_seconds=doc.grace_period_seconds,
     )
 
 

@@ -70,6 +70,7 @@ __all__ = [
     "PodFacts",
     "gpu_fragments",
     "plan_evictions",
+    "selects_node",
     "workload_of",
 ]
 
@@ -642,6 +643,11 @@ def _all_below(usage: Mapping[str, float], limits: Mapping[str, float]) -> bool:
 
 def _any_above(usage: Mapping[str, float], limits: Mapping[str, float]) -> bool:
     return any(usage[r] > limits[r] for r in limits if r in usage)
+
+
+def selects_node(node_selector: str | None, labels: Mapping[str, str]) -> bool:
+    """Whether a policy's ``nodeSelector`` (a label selector string) selects a node with ``labels``."""
+    return _labels_match(labels, _parse_node_selector(node_selector))
 
 
 def _parse_node_selector(text: str | None) -> list[tuple[str, str, str]]:
