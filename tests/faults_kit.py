@@ -149,7 +149,8 @@ class SimPipeline:
                 raise ServiceFailed(
                     f"{what} not within {timeout_s:.0f} s; last status "
                     f"{ {k: v for k, v in (status or {}).items() if k != 'pods'} } "
-                    f"pods {(status or {}).get('pods', {}) and {k: v for k, v in status['pods'].items() if k != 'ledger'}}"
+                    "pods "
+                    f"{(status or {}).get('pods', {}) and {k: v for k, v in status['pods'].items() if k != 'ledger'}}"
                 )
             time.sleep(0.5)
 

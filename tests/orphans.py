@@ -32,7 +32,9 @@ def assert_children_die_with_their_parent(script: str) -> None:
         line = parent.stdout.readline()
         assert line, f"the child failed before starting its processes: {parent.communicate(timeout=30)[1]}"
         started = json.loads(line)
-        assert all(is_running(pid, cmdline_contains=m) for pid, m in zip(started["pids"], started["markers"]))
+        assert all(
+            is_running(pid, cmdline_contains=m) for pid, m in zip(started["pids"], started["markers"], strict=True)
+        )
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         assert wait_until_gone(started["pids"], started["markers"]) == []

@@ -10,8 +10,8 @@ Workload: 10,000 pending pods, generated from a fixed seed, mixing
 - CPU-only pods,
 
 about 22 % of the cluster's 40,000 GPUs in total: what is hard is the mix (devices fill and
-fragment, locality sets must be found), not a shortage. Every pod goes through the full default profile (Kubernetes filters and scores plus
-Berth's GPU plugins); the figure is pods decided per second, wall clock, single process.
+fragment, locality sets must be found), not a shortage. Every pod goes through the full default profile (Kubernetes
+filters and scores plus Berth's GPU plugins); the figure is pods decided per second, wall clock, single process.
 Goal: >= 1,000 pods/s with resident memory < 1 GiB.
 
 ``python -m bench.engine --case gpu-mixed`` runs it through the engine bench runner; this module

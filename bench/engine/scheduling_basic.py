@@ -3,8 +3,8 @@
 Cluster: 5,000 nodes of 4 CPU / 32 GiB / 110 pods (scheduler_perf's ``node-default.yaml``), 1,000
 pods already running, then 10,000 pending pods of 100m CPU / 500 MiB (``pod-default.yaml``)
 scheduled one by one through the engine's commit path (``Engine.schedule``: filter, score,
-reserve, assume), single process, the default ``berth`` profile. The initial pods are placed through the core too (untimed), so they
-land where the scheduler would put them.
+reserve, assume), single process, the default ``berth`` profile. The initial pods are placed through the core too
+(untimed), so they land where the scheduler would put them.
 
 kube-scheduler's CI floor for this workload at 5,000 nodes is 680 pods/s
 (``test/integration/scheduler_perf/misc/performance-config.yaml``); Berth's goal is 1,000 pods/s

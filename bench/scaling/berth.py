@@ -13,8 +13,8 @@ gets, as the cell constrains the pool's pending replicas. So the benchmark measu
 policy on the real state.
 
 Spot notices, as the cell handles them (``berth.cells.spot_drain.on_spot`` /
-``_surge`` / ``berth.cells.pool_scaling.capacity_order``): the interruption is counted for the pool (and may suspend spot), then a
-surge of k replacements, k = how many of the node's replicas can be placed elsewhere now —
+``_surge`` / ``berth.cells.pool_scaling.capacity_order``): the interruption is counted for the pool (and may suspend
+spot), then a surge of k replacements, k = how many of the node's replicas can be placed elsewhere now —
 on-demand first, then spot if one more spot replica stays within ``maxSpotPercent`` and spot is
 not suspended; the surge restarts the cooldown. The simulator cordons, places, evicts and gives
 the surge back (see :mod:`bench.scaling.sim`).

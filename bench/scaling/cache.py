@@ -158,7 +158,7 @@ def run_cache(weight: int | None, seed: int = 42) -> CacheResult:
 
     length = min(len(p) for p in pools)
     for t in range(length):
-        for model, timeline in zip(MODELS, pools):
+        for model, timeline in zip(MODELS, pools, strict=True):
             want = timeline[t]
             while len(running[model]) < want:
                 before = len(running[model])

@@ -95,7 +95,7 @@ def draw_interruptions(seed: int, shape: ClusterShape, duration_s: int) -> tuple
             times.append(at)
     notices = [AWS_SPOT_NOTICE_S if i % 2 == 0 else GCP_SPOT_NOTICE_S for i in range(len(times))]
     rng.shuffle(notices)
-    return tuple(Interruption(at, n) for at, n in zip(sorted(times), notices))
+    return tuple(Interruption(at, n) for at, n in zip(sorted(times), notices, strict=True))
 
 
 def pick_victim(nodes: list[Node], replicas_per_node: dict[str, int]) -> Node | None:

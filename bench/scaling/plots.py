@@ -54,7 +54,7 @@ def plot_replicas(
     axes[0].set_ylabel("demand\nk tokens/s")
     axes[0].set_title(title, fontsize=10, loc="left")
     needed = demand / tokens_per_replica
-    for ax, name in zip(axes[1:], names):
+    for ax, name in zip(axes[1:], names, strict=True):
         r = results[name]
         t = np.arange(len(r.second_target)) / 60.0
         ax.step(t, r.second_target, where="post", color=COLOURS.get(name, "C0"), lw=1.3, label="asked for")
@@ -84,7 +84,7 @@ def plot_ttft(results: dict[str, RunResult], slo_s: float, path: Path, title: st
     plt = _pyplot()
     names = [n for n in results if results[n].minute_ttft]
     fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.8 * len(names)), sharex=True, squeeze=False)
-    for ax, name in zip(axes[:, 0], names):
+    for ax, name in zip(axes[:, 0], names, strict=True):
         r = results[name]
         p = np.array(r.minute_ttft)
         minutes = np.arange(len(p)) + 1

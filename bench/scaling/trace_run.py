@@ -72,7 +72,7 @@ def trace_scenario(
     mean = float(workload.tokens.sum()) / duration
     minutes = max(1, duration // 60)
     per_minute = [0.0] * minutes
-    for at, tok in zip(workload.arrivals.tolist(), workload.tokens.tolist()):
+    for at, tok in zip(workload.arrivals.tolist(), workload.tokens.tolist(), strict=True):
         per_minute[min(int(at // 60), minutes - 1)] += tok
     initial = max(pool.min_replicas, min(pool.max_replicas, math.ceil(mean / (tps * TARGET_UTILISATION))))
     pool = replace(pool, reported_tokens_per_second_per_replica=round(tps, 1), initial_replicas=initial)

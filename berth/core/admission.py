@@ -360,6 +360,11 @@ class QuotaLedger:
             requested = {key: usage[key] for key in quota.hard if key in usage}
             exceeded = sorted(key for key, amount in requested.items() if used.get(key, 0) + amount > quota.hard[key])
             if exceeded:
-                message = f"exceeded quota: {quota.name}, requested: {_pretty({key: requested[key] for key in exceeded})}, used: {_pretty({key: used.get(key, 0) for key in exceeded})}, limited: {_pretty({key: quota.hard[key] for key in exceeded})}"
+                message = (
+                    f"exceeded quota: {quota.name}, "
+                    f"requested: {_pretty({key: requested[key] for key in exceeded})}, "
+                    f"used: {_pretty({key: used.get(key, 0) for key in exceeded})}, "
+                    f"limited: {_pretty({key: quota.hard[key] for key in exceeded})}"
+                )
                 return QuotaDecision(forbidden(pod_name, message), self)
         return QuotaDecision(None, self._charged(namespace, priority_class_name, usage, 1))

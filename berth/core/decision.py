@@ -151,7 +151,7 @@ class Decision:
     def node_reasons(self, node_names: Sequence[str]) -> Iterator[tuple[str, RejectionGroup | None]]:
         """``(node, group)`` for every node (None: feasible), given the sorted node names of the
         snapshot the decision was made on."""
-        for name, index in zip(node_names, self.group_indices().tolist()):
+        for name, index in zip(node_names, self.group_indices().tolist(), strict=True):
             yield name, (None if index < 0 else self.rejections[index])
 
     def reason_counts(self) -> Mapping[str, int]:

@@ -104,7 +104,7 @@ class Outcome:
             return tuple(verdicts)
         if self.node_names is not None:
             reasons = [", ".join(group.reasons) for group in decision.rejections]
-            for node, index in zip(self.node_names, decision.group_indices().tolist()):
+            for node, index in zip(self.node_names, decision.group_indices().tolist(), strict=True):
                 if index >= 0:
                     verdicts.append(_verdict(node, reasons[index], {}, None))
         else:

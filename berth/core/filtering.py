@@ -21,8 +21,8 @@ still start at different places (no hot spot at the first names). Berth's filter
 and memoised over the node array, so every candidate is filtered (a chunked visit that stopped
 early measured no faster, and chose the same nodes) and the cycle then keeps what the visit would
 have: the first ``limit`` feasible nodes in visit order; the nodes after the last of them count as
-not evaluated (no status, as in kube's diagnosis). The saving is in scoring. When no node is feasible every node has been
-evaluated, so an unschedulable pod's diagnosis (and preemption) is the same as without sampling.
+not evaluated (no status, as in kube's diagnosis). The saving is in scoring. When no node is feasible every node has
+been evaluated, so an unschedulable pod's diagnosis (and preemption) is the same as without sampling.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def _compact(codes: npt.NDArray[np.int32], statuses: Sequence[Status]) -> tuple[
     mapping = np.full(len(statuses) + 1, -1, dtype=np.int32)
     mapping[:-1][used] = np.arange(int(used.sum()), dtype=np.int32)
     codes[:] = mapping[codes]
-    return tuple(s for s, keep in zip(statuses, used.tolist()) if keep)
+    return tuple(s for s, keep in zip(statuses, used.tolist(), strict=True) if keep)
 
 
 def _codes_by_first_use(codes: npt.NDArray[np.integer], count: int) -> list[int]:

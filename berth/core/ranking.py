@@ -76,12 +76,15 @@ def top_scores(state: ClusterState, scores: Scores, positions: npt.NDArray[np.in
     totals = scores.total.take(positions).tolist()
     plugins = tuple(scores.per_plugin)
     if not plugins:
-        return tuple(NodeScore(node=name, total=total, scores=()) for name, total in zip(names, totals))
+        return tuple(NodeScore(node=name, total=total, scores=()) for name, total in zip(names, totals, strict=True))
     if scores.matrix is not None:
         rows = scores.matrix.take(positions, axis=1).T.tolist()
     else:
-        rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()])
-    return tuple(NodeScore(name, total, tuple(zip(plugins, row))) for name, total, row in zip(names, totals, rows))
+        rows = zip(*[values.take(positions).tolist() for values in scores.per_plugin.values()], strict=True)
+    return tuple(
+        NodeScore(name, total, tuple(zip(plugins, row, strict=True)))
+        for name, total, row in zip(names, totals, rows, strict=True)
+    )
 
 
 def _selection_keys(

@@ -300,7 +300,7 @@ def _reason_counts(diagnosis: Diagnosis) -> dict[str, int]:
     counts: dict[str, int] = {}
     rejected = diagnosis.node_codes[diagnosis.node_codes >= 0]
     per_status = np.bincount(rejected, minlength=len(diagnosis.statuses))
-    for status, count in zip(diagnosis.statuses, per_status.tolist()):
+    for status, count in zip(diagnosis.statuses, per_status.tolist(), strict=True):
         if count:
             for reason in status.reasons:
                 counts[reason] = counts.get(reason, 0) + count
@@ -315,7 +315,7 @@ def _summarise(diagnosis: Diagnosis) -> tuple[tuple[RejectionGroup, ...], str, i
     per_status = np.bincount(codes[codes >= 0], minlength=len(diagnosis.statuses)).tolist()
     groups = tuple(
         RejectionGroup(plugin=s.plugin, code=_CODE_NAMES.get(s.code, s.code.name), reasons=s.reasons, count=count)
-        for s, count in zip(diagnosis.statuses, per_status)
+        for s, count in zip(diagnosis.statuses, per_status, strict=True)
     )
     packed, width = pack_node_groups(codes, len(groups))
     return groups, packed, width

@@ -88,7 +88,7 @@ class ProfileScorer:
         # Every node, and slots numbered in name order (nodes added sorted): the feasible
         # slots are 0..n-1, and a gather from a slot-indexed array is a plain copy.
         dense = feasible.size == state.node_count and state.order_is_identity()
-        for done, (row, plugin) in enumerate(zip(matrix, active)):
+        for done, (row, plugin) in enumerate(zip(matrix, active, strict=True)):
             plugin_started = timer.plugin_start()
             signature = plugin.score_signature(cycle)
             if signature is not None and in_feasible is None:

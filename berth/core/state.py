@@ -720,7 +720,7 @@ class ClusterState:
     def _account(self, slot: int, placed: PlacedPod, sign: int) -> None:
         self._touch(slot)
         row = self.requested[slot]
-        for column, amount in zip(placed.request_columns, placed.request_amounts):
+        for column, amount in zip(placed.request_columns, placed.request_amounts, strict=True):
             row[column] += sign * amount
         nonzero = self.nonzero_requested[slot]
         nonzero[0] += sign * placed.nonzero_cpu

@@ -10,8 +10,8 @@
   is read rather than the last stable offset taken). Records dead-lettered at a partition's very
   end are not written either: more than that many of them hold readiness back until the next
   good record. Not ready while the backlog found at start is written, while Kafka cannot be
-  reached or while the store's tables do not exist yet (migrations running). Once caught up it stays so: falling behind under load
-  is not a reason to stop the service. The positions are the whole group's (they live in the
+  reached or while the store's tables do not exist yet (migrations running). Once caught up it stays so: falling behind
+  under load is not a reason to stop the service. The positions are the whole group's (they live in the
   store), so with several audit members each reports the group's progress.
 """
 

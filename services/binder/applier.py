@@ -226,7 +226,9 @@ class Binder:
             uid = uids[index] if uids else None
             preemptor = Preemptor(command.placements[0].pod_uid, command.placements[0].node)
             step = await self._call(
-                "evict", f"victim {victim}", lambda: self.backend.evict(namespace, name, uid, preemptor)
+                "evict",
+                f"victim {victim}",
+                lambda: self.backend.evict(namespace, name, uid, preemptor),  # noqa: B023 -- awaited in this iteration
             )
             steps.append(step)
             if step.failed:

@@ -35,7 +35,7 @@ ANNOTATION_GPU_MILLI = "berth.io/gpu-milli"
 """Binding annotation: the share of the single device a fractional pod was given (milli-GPU)."""
 
 
-class OutcomeKind(str, Enum):
+class OutcomeKind(str, Enum):  # noqa: UP042 -- StrEnum would change str() and format() of the members
     APPLIED = "applied"
     """The cluster is now as the command wants it (also when it already was)."""
     CONFLICT = "conflict"

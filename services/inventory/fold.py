@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from berth.schemas import (
     DeviceInventory,
@@ -89,18 +89,18 @@ class _State(BaseModel):
 
 # --- outputs ------------------------------------------------------------------------------------
 
-CellEvent = Union[
-    PodObserved,
-    PodDeleted,
-    PodRouted,
-    NodeObserved,
-    NodeRemoved,
-    PolicyObserved,
-    PolicyRemoved,
-    SpotInterruptionNotice,
-    ForeignNodeObserved,
-    ForeignNodeRemoved,
-]
+CellEvent = (
+    PodObserved
+    | PodDeleted
+    | PodRouted
+    | NodeObserved
+    | NodeRemoved
+    | PolicyObserved
+    | PolicyRemoved
+    | SpotInterruptionNotice
+    | ForeignNodeObserved
+    | ForeignNodeRemoved
+)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class InventoryChanged:
     inventory: NodeInventory
 
 
-Output = Union[ToCell, ToNode, InventoryChanged]
+Output = ToCell | ToNode | InventoryChanged
 
 
 # --- node-stage input: what reaches the node stage, from whichever source topic ---------------------

@@ -519,7 +519,7 @@ def test_binder_service_binds_and_reports_with_kafka_and_kubernetes(
         for index, name in enumerate(("w0", "w1")):
             pod = read_pod(api, namespace, name)
             assert (pod.spec.node_name, pod.metadata.annotations["berth.io/gpu-devices"]) == (nodes[0], str(index))
-            _wait_for(lambda: len(events_of(api, namespace, name, "Scheduled")) == 1, "one Scheduled event")
+            _wait_for(lambda: len(events_of(api, namespace, name, "Scheduled")) == 1, "one Scheduled event")  # noqa: B023 -- called now
         condition = _wait_for(
             lambda: next(
                 (c for c in read_pod(api, namespace, "starved").status.conditions or () if c.type == "PodScheduled"),

@@ -15,16 +15,21 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+import test_binder_kube_backend as backend_tests
 from berth.schemas import PodPlacement
 from berth.services.binder.kube_backend import KubeBackend
 from berth.services.binder.ports import OutcomeKind
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection
 from kubernetes.client import ApiClient, CoreV1Api
-from test_binder_kube_backend import MESSAGE, api, namespace  # noqa: F401 - fixtures shared with those tests
+from test_binder_kube_backend import MESSAGE
 from test_binder_kube_backend import CountingBucket as Tokens
 
 pytestmark = pytest.mark.integration
+
+# The backend tests' apiserver client and namespace fixtures, shared by binding them here.
+api = backend_tests.api
+namespace = backend_tests.namespace
 
 APPLIED, CONFLICT = OutcomeKind.APPLIED, OutcomeKind.CONFLICT
 

@@ -126,7 +126,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         state = json.loads((tmp_path / "devstack.json").read_text())
         pids = [state["kafka"]["pid"], state["postgres"]["pid"]]
         markers = [state["kafka"]["data_dir"], state["postgres"]["base_dir"]]
-        assert all(is_running(pid, cmdline_contains=m) for pid, m in zip(pids, markers))
+        assert all(is_running(pid, cmdline_contains=m) for pid, m in zip(pids, markers, strict=True))
 
         shown = run("status")
         assert shown.returncode == 0, shown.stdout + shown.stderr

@@ -10,8 +10,8 @@ a 4 s Lease). Two node pools in the two decision cells, 6 fake 8-GPU nodes each 
 The run: pods are created one after another (retrying while the apiserver is away); once a
 quarter of them is bound, the binder is paused while a burst of pods is created and decided, the
 apiserver is killed (SIGKILL), the binder resumes — its binds meet the apiserver away — and after
-a few seconds the apiserver starts again on the same etcd. Ingest's watches break and its Lease cannot be renewed, so its term ends;
-the next term re-reads what it published from Kafka and re-lists. Binds refused meanwhile are
+a few seconds the apiserver starts again on the same etcd. Ingest's watches break and its Lease cannot be renewed, so
+its term ends; the next term re-reads what it published from Kafka and re-lists. Binds refused meanwhile are
 retried (an apiserver that does not answer at all is waited out without spending the binder's
 attempt budget). At the end every pod is bound once, on a node with room, with one ``Scheduled``
 event, every placing command applied, and the audit holds and replays every decision.

@@ -14,8 +14,8 @@ compete for capacity. The pool label is also what pins a pod and its nodes to on
 of ``berth.scheduler.inputs.v1``, and a pinned pod is decided against the nodes of its own cell;
 its "0/N nodes are available" still counts every node of the cluster, as kube-scheduler's does,
 the other cells' nodes from the census the inventory sends each cell, see
-:func:`all_nodes`; pods that pin nothing are handed from cell to cell). Nodes are never deleted. Every assertion reads the API objects
-(``spec.nodeName``, the ``berth.io/gpu-devices`` annotation, the ``PodScheduled`` condition,
+:func:`all_nodes`; pods that pin nothing are handed from cell to cell). Nodes are never deleted. Every assertion reads
+the API objects (``spec.nodeName``, the ``berth.io/gpu-devices`` annotation, the ``PodScheduled`` condition,
 events), never logs.
 """
 
@@ -421,7 +421,9 @@ def test_whole_gpu_pods_get_disjoint_devices_within_an_nvlink_island(pipeline, s
     full = wait_bound(pipeline, namespace, ["full"])["full"]
     assert devices_of(full) == tuple(range(8))
     names = ["quad", "pair", "single-a", "single-b"]
-    create_pods(pipeline, namespace, [pod_body(name, suite, gpus=gpus) for name, gpus in zip(names, (4, 2, 1, 1))])
+    create_pods(
+        pipeline, namespace, [pod_body(name, suite, gpus=gpus) for name, gpus in zip(names, (4, 2, 1, 1), strict=True)]
+    )
     pods = wait_bound(pipeline, namespace, names)
     # The other node holds exactly the 8 GPUs the four pods ask for: each device once.
     [other] = set(nodes) - {full.spec.node_name}

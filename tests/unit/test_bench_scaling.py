@@ -109,7 +109,7 @@ def test_berth_runs_the_token_lag_fold_and_the_decision_rule():
     assert isinstance(policy.lag, PoolLagState)
     assert policy.lag.observations == FLAT.duration_s // 5  # one gateway report every 5 s
     counts = [replicas for _, replicas, _ in policy.verdicts]
-    ups = [at for (at, replicas, _), before in zip(policy.verdicts[1:], counts) if replicas > before]
+    ups = [at for (at, replicas, _), before in zip(policy.verdicts[1:], counts, strict=False) if replicas > before]
     in_spike = [at for at in ups if SPIKE.start_s <= at <= SPIKE.end_s(FLAT)]
     assert in_spike, "the spike must make the rule scale up"
     assert max(counts) >= 8
@@ -157,7 +157,7 @@ def test_workload_spikes_are_5_to_10x_and_do_not_overlap():
     assert len(workload.spikes) == 8
     assert all(5.0 <= s.factor <= 10.0 for s in workload.spikes)
     ends = [s.end_s(workload.shape) for s in workload.spikes]
-    assert all(end <= nxt.start_s for end, nxt in zip(ends, workload.spikes[1:]))
+    assert all(end <= nxt.start_s for end, nxt in zip(ends, workload.spikes[1:], strict=False))
     assert workload.rate.max() / workload.rate.min() > 5
 
 

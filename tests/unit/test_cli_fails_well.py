@@ -161,7 +161,9 @@ def test_every_command_fails_well_with_nothing_running(nothing_running: dict[str
     }
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = dict(zip(argvs, pool.map(lambda name: run([*name.split(), *argvs[name]], nothing_running), argvs)))
+        results = dict(
+            zip(argvs, pool.map(lambda name: run([*name.split(), *argvs[name]], nothing_running), argvs), strict=True)
+        )
 
     report = {}
     for name, done in results.items():

@@ -3,8 +3,9 @@
 Unlike the other policies, this one does not plug into the simulator's (shape x node) score
 cache: every pod goes through a full scheduling cycle of the engine the decision service and
 ``berth simulate`` run (every filter and score plugin of the profile, its own tie-break and its
-own GPU device choice at Reserve), on an engine whose state is built from the trace.  The simulator's own :class:`~bench.gpu_trace.simulator.ClusterState` is updated in
-parallel with each decision, so the protocol's accounting (and its over-allocation assertions)
+own GPU device choice at Reserve), on an engine whose state is built from the trace.  The simulator's own
+:class:`~bench.gpu_trace.simulator.ClusterState` is updated in parallel with each decision, so the protocol's accounting
+(and its over-allocation assertions)
 check the engine's placements independently.
 
 How the trace maps onto the engine's inputs:

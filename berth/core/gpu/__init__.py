@@ -22,6 +22,27 @@ from berth.core.gpu.fragmentation import (
     score_placements,
     weight_scale,
     weighted_fragmentation_batch,
+    weighted_fragmentation_one,
 )
 
-from .fragmentation import __all__  # noqa: F401 - one list of the public names
+__all__ = [
+    "BERTH_MEASURE",
+    "FGD_MEASURE",
+    "INFEASIBLE",
+    "MILLI_PER_GPU",
+    "DeviceChoice",
+    "Measure",
+    "PlacementScores",
+    "PodRequest",
+    "TargetWorkload",
+    "best_device_choice",
+    "device_increase_batch",
+    "exclusive_devices",
+    "fragmentation_batch",
+    "model_matches",
+    "node_fragmentation",
+    "score_placements",
+    "weight_scale",
+    "weighted_fragmentation_batch",
+    "weighted_fragmentation_one",
+]

@@ -236,6 +236,7 @@ class TargetWorkload:
                     self._gpu_threshold.tolist(),
                     self.allowed_models,
                     self.weight.tolist(),
+                    strict=True,
                 )
             )
             object.__setattr__(self, "_plain", plain)

@@ -466,7 +466,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         workload_key = workload_id or extension.configured_id(self._configured_pairs, self._configured)
         keys = [
             (shape, workload_key, c, models[r][0] if (constrained and models[r]) else None, *f)
-            for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist())
+            for r, c, f in zip(rows.tolist(), cpu.tolist(), free.tolist(), strict=True)
         ]
         found = [results.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
@@ -476,7 +476,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
             )
             if len(results) > _RESULTS_KEPT:
                 results.clear()
-            for i, value in zip(missing, computed):
+            for i, value in zip(missing, computed, strict=True):
                 results[keys[i]] = found[i] = value
         return np.array(found, dtype=np.int64)
 
@@ -626,7 +626,7 @@ def _add_fragmentation(
     computed = weighted_fragmentation_batch(
         free_matrix, [state[2] for state in todo], access, workload, BERTH_MEASURE
     ).tolist()
-    fragments.update(zip(todo, computed))
+    fragments.update(zip(todo, computed, strict=True))
 
 
 def _distinct_rows(table: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]] | None:

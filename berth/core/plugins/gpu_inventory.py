@@ -370,7 +370,7 @@ class GpuInventory:
     def _refresh(self, row: int) -> None:
         # Plain Python over one row (a handful of devices) beats numpy's per-call overhead.
         mask = count = total = free = 0
-        for c, (milli, ok) in enumerate(zip(self.free_milli[row].tolist(), self.usable[row].tolist())):
+        for c, (milli, ok) in enumerate(zip(self.free_milli[row].tolist(), self.usable[row].tolist(), strict=True)):
             if ok:
                 total += MILLI
                 free += milli

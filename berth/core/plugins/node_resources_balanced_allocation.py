@@ -90,8 +90,8 @@ def _balanced_masked(
     masks = [np.ones(count, dtype=bool) if m is None else m for m in present]
     n = sum(m.astype(np.int64) for m in masks)
     safe_n = np.where(n > 0, n, 1)
-    mean = sum(np.where(m, f, 0.0) for f, m in zip(fractions, masks)) / safe_n
-    variance = sum(np.where(m, (f - mean) * (f - mean), 0.0) for f, m in zip(fractions, masks)) / safe_n
+    mean = sum(np.where(m, f, 0.0) for f, m in zip(fractions, masks, strict=True)) / safe_n
+    variance = sum(np.where(m, (f - mean) * (f - mean), 0.0) for f, m in zip(fractions, masks, strict=True)) / safe_n
     std = np.sqrt(variance)
     # kube's shortcut for exactly two resources, |f1 - f2| / 2 (same value, same rounding).
     if len(fractions) >= 2:

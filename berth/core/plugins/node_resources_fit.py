@@ -67,7 +67,7 @@ class RequestedToCapacityRatioParam(PluginArgs):
     @model_validator(mode="after")
     def _increasing(self) -> RequestedToCapacityRatioParam:
         points = [p.utilization for p in self.shape]
-        if any(b <= a for a, b in zip(points, points[1:])):
+        if any(b <= a for a, b in zip(points, points[1:], strict=False)):
             raise ValueError("shape utilization values must be strictly increasing")
         return self
 

@@ -194,7 +194,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             return FilterResult.all_pass()
         state = cycle.state
         codes = np.full(nodes.size, -1, dtype=np.int32)
-        for c, domains, self_match in zip(data.constraints, data.domains, data.self_match):
+        for c, domains, self_match in zip(data.constraints, data.domains, data.self_match, strict=True):
             open_ = codes < 0
             node_codes = state.label_codes(c.topology_key)[nodes]
             missing = node_codes == 0
@@ -248,7 +248,9 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         data: _ScoreState = cycle.data[NAME + "/score"]
         state = cycle.state
         total = np.zeros(nodes.size, dtype=np.float64)
-        for c, counts, per_slot, weight in zip(data.constraints, data.domain_counts, data.per_slot, data.weights):
+        for c, counts, per_slot, weight in zip(
+            data.constraints, data.domain_counts, data.per_slot, data.weights, strict=True
+        ):
             node_codes = state.label_codes(c.topology_key)[nodes]
             count = per_slot[nodes] if counts is None else counts[node_codes]
             total += np.where(node_codes != 0, count * weight + (c.max_skew - 1), 0.0)

@@ -124,9 +124,9 @@ class DefaultPreemption(PostFilterPlugin):
             last_reasons: list[tuple[str, ...]] = []
 
             def fits(removed: frozenset[str], slot: int = int(slot)) -> bool:
-                what_if.set_removed(removed)
+                what_if.set_removed(removed)  # noqa: B023 -- fits is called only within this iteration
                 passed, reasons = probe.feasible(cycle, np.array([slot], dtype=np.intp))
-                last_reasons[:] = [tuple(reasons[0])] if len(reasons) else [()]
+                last_reasons[:] = [tuple(reasons[0])] if len(reasons) else [()]  # noqa: B023 -- as above
                 return bool(passed[0])
 
             try:
@@ -169,9 +169,9 @@ class FrameworkProbe:
         diagnosis: Diagnosis = result.diagnosis
         feasible = set(int(s) for s in result.feasible)
         passed = np.array([int(s) in feasible for s in nodes], dtype=bool)
-        by_slot = {int(s): int(c) for s, c in zip(diagnosis.nodes, diagnosis.node_codes)}
+        by_slot = {int(s): int(c) for s, c in zip(diagnosis.nodes, diagnosis.node_codes, strict=True)}
         reasons: list[tuple[str, ...]] = []
-        for slot, ok in zip(nodes, passed):
+        for slot, ok in zip(nodes, passed, strict=True):
             if ok:
                 reasons.append(())
             elif diagnosis.prefilter_status is not None:

@@ -79,7 +79,7 @@ def _synthesised_mig(allocatable: Mapping[str, int], first_index: int) -> dict[i
     free: list[int] = []
     for profile in wanted:
         size = int(profile.split("g.")[0])
-        for i, room in enumerate(free):
+        for i, room in enumerate(free):  # noqa: B007 -- i is the device found, read after the loop
             if room >= size:
                 break
         else:

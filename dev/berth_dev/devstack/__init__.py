@@ -2,8 +2,9 @@
 
 See DESIGN.md §6. Entry points:
 
-* :class:`KafkaProcess` (:class:`KafkaCluster` for three brokers), :class:`PostgresProcess`, :class:`DevStack`: in-process services with
-  ``start()``/``stop()`` and context-manager use; they die with the Python process that owns them.
+* :class:`KafkaProcess` (:class:`KafkaCluster` for three brokers), :class:`PostgresProcess`, :class:`DevStack`:
+  in-process services with ``start()``/``stop()`` and context-manager use; they die with the Python process that
+  owns them.
 * :func:`up`, :func:`status`, :func:`down`: a background stack recorded in ``.run/devstack.json``
   (``berth dev up|status|down``, or ``python -m berth_dev.devstack up|status|down|fetch``).
 * :func:`ensure_kafka_jars`: fill the download cache (``.cache/kafka-3.9.1/libs``).

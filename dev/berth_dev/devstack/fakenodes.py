@@ -329,8 +329,9 @@ def create_fake_nodes(
 
     ``zones`` are assigned round-robin; ``spot_fraction`` of the nodes (spread evenly) are
     ``karpenter.sh/capacity-type=spot``, the rest ``on-demand``; ``taints`` (``"key=value:Effect"``
-    or dicts) and ``labels`` (added to, or overriding, the GPU Feature Discovery ones) go on every node; ``gpus=0`` makes CPU-only nodes. ``start`` numbers a further batch.
-    Existing nodes of the same names are updated, not duplicated. Requests run on ``workers``
+    or dicts) and ``labels`` (added to, or overriding, the GPU Feature Discovery ones) go on every node; ``gpus=0``
+    makes CPU-only nodes. ``start`` numbers a further batch. Existing nodes of the same names are updated, not
+    duplicated. Requests run on ``workers``
     threads (default: the client's connection-pool size, at most 16). Each node costs two
     requests (create, then status), three on clusters that add the not-ready taint.
     """

@@ -74,8 +74,7 @@ def _rows(path: Path, columns: tuple[str, ...]) -> Iterable[tuple[int, Mapping[s
         missing = [c for c in columns if c not in (reader.fieldnames or ())]
         if missing:
             raise WorkloadError(f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(columns)}")
-        for line, row in enumerate(reader, start=2):
-            yield line, row
+        yield from enumerate(reader, start=2)
 
 
 def _int(path: Path, line: int, row: Mapping[str, str], column: str) -> int:

@@ -519,7 +519,7 @@ def demo_documents(seed: int = 1) -> list[dict[str, Any]]:
 
     notices = []
     for at_s, node, (provider, notice_s) in zip(
-        (200.0, 350.0, 500.0), rng.sample(spot_nodes, 3), (("aws", 120.0), ("gcp", 30.0), ("aws", 120.0))
+        (200.0, 350.0, 500.0), rng.sample(spot_nodes, 3), (("aws", 120.0), ("gcp", 30.0), ("aws", 120.0)), strict=True
     ):
         notices.append({"node": node, "atSeconds": at_s, "noticeSeconds": notice_s, "provider": provider})
     removable = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"].startswith("l4-")]

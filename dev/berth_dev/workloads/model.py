@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Union
+from typing import Any
 
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import (
@@ -31,9 +31,9 @@ ANNOTATION_RUN = "sim.berth.io/run-seconds"
 """Pod annotation: how long the pod runs once bound before it is deleted (default: forever)."""
 
 
-PolicyObject = Union[
-    NamespaceInfo, PodGroupInfo, PriorityClassInfo, ResourceQuotaInfo, LimitRangeInfo, PodDisruptionBudgetInfo
-]
+PolicyObject = (
+    NamespaceInfo | PodGroupInfo | PriorityClassInfo | ResourceQuotaInfo | LimitRangeInfo | PodDisruptionBudgetInfo
+)
 _POLICY_KINDS: dict[type, tuple[str, str]] = {
     NamespaceInfo: ("Namespace", "namespace_info"),
     PodGroupInfo: ("PodGroup", "pod_group"),

@@ -250,7 +250,7 @@ def rejections(framework: Framework, p: PodInfo, state: ClusterState) -> dict[st
     """node name → reasons, for rejected nodes."""
     diagnosis = framework.find_feasible(p, state).diagnosis
     out = {}
-    for slot, code in zip(diagnosis.nodes.tolist(), diagnosis.node_codes.tolist()):
+    for slot, code in zip(diagnosis.nodes.tolist(), diagnosis.node_codes.tolist(), strict=True):
         if code >= 0:
             out[state.name_of(slot)] = diagnosis.statuses[code].reasons
     return out
@@ -266,4 +266,4 @@ def scores(framework: Framework, p: PodInfo, state: ClusterState, plugin: str) -
     values = result.per_plugin.get(plugin)
     if values is None:
         return {}
-    return dict(zip(state.names_of(result.nodes), values.tolist()))
+    return dict(zip(state.names_of(result.nodes), values.tolist(), strict=True))

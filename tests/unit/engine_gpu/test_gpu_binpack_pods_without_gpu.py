@@ -57,7 +57,7 @@ def scores(state: ClusterState, p: PodInfo, plugin: GpuBinPack | None = None) ->
     nodes = state.order()
     if plugin.pre_score(cycle, nodes).is_skip:
         return None
-    return dict(zip(state.names_of(nodes), (int(s) for s in plugin.score(cycle, nodes))))
+    return dict(zip(state.names_of(nodes), (int(s) for s in plugin.score(cycle, nodes)), strict=True))
 
 
 def test_pods_without_gpu_are_packed_onto_the_fullest_gpu_node() -> None:

@@ -41,7 +41,7 @@ def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodIn
         return {name: None for name in state.names_of(order)}
     raw = plugin.score(cycle, order)  # type: ignore[attr-defined]
     normalized = plugin.normalize_score(cycle, order, raw)  # type: ignore[attr-defined]
-    return dict(zip(state.names_of(order), (int(v) for v in normalized)))
+    return dict(zip(state.names_of(order), (int(v) for v in normalized), strict=True))
 
 
 @pytest.mark.parametrize(

@@ -150,7 +150,8 @@ def test_gpu_node_with_topology_mig_price_and_spot() -> None:
     topology = (
         '{"devices": ['
         + ",".join(
-            f'{{"index": {i}, "numa": {i // 4}, "nvlink": [{",".join(str(j) for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i)}]}}'
+            f'{{"index": {i}, "numa": {i // 4}, '
+            f'"nvlink": [{",".join(str(j) for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i)}]}}'
             for i in range(8)
         )
         + "]}"

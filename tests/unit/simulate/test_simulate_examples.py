@@ -177,7 +177,8 @@ def test_custom_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and lines[-1]["summary"]["placed"] >= 6
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "apiVersion: berth.io/v1alpha1\nkind: BerthSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n  plugins:\n    score:\n      enabled: [{name: Nope}]\n"
+        "apiVersion: berth.io/v1alpha1\nkind: BerthSchedulerConfiguration\nprofiles:\n- schedulerName: berth\n"
+        "  plugins:\n    score:\n      enabled: [{name: Nope}]\n"
     )
     code, _, err = simulate(EXAMPLES / "gpu-sharing.yaml", capsys, "--config", str(bad))
     assert code == 2 and "unknown plugin 'Nope'" in err
