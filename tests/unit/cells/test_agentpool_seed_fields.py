@@ -9,8 +9,10 @@ Placement cases run the real engine (:mod:`.fold_kit`); scaling cases the pure p
 from __future__ import annotations
 
 import pytest
-from berth.schemas import NodeInfo, SpotInterruptionNotice
+from berth.schemas import NodeInfo, NodeObserved, PlacePods, PolicyObserved, SpotInterruptionNotice
 from berth.schemas.agentpool import LABEL_INSTANCE_TYPE, AgentPoolSpec
+from berth.schemas.policy import AgentPoolInfo
+from berth.schemas.samples import h100_node
 
 from berth.cells.pool_placement import cached_nodes, holds_model
 from berth.cells.pool_scaling import PoolState, capacity_order, count_interruption, place_replica, plan
@@ -19,6 +21,10 @@ from berth.cells.scaling import ScalingInput, decide_scale, need
 from berth.cells.spot_drain import DrainState, on_spot, track_bound
 
 from .fold_kit import at, context, position, replica, small_node
+from .test_pool_cell import NS
+from .test_pool_cell import Cell as PoolCell
+from .test_pool_cell import notice as cell_notice
+from .test_pool_cell import replica as cell_replica
 from .test_scaling_policy import Room, lag, policy
 
 KEY = "serving/llama"
@@ -294,3 +300,61 @@ def test_fast_scheduling_max_nodes_to_score_caps_the_replicas_cycle_deterministi
     node_name, feasible = placed(2)
     assert feasible == 2
     assert placed(2) == (node_name, 2)
+
+
+# -- through the cell's router: inputs only, byte for byte -------------------------------------
+
+
+def test_the_seeds_spot_pool_from_the_cluster_decides_from_its_inputs_alone():
+    """The seed's spot-pool (its spotStrategy, spotMaxInterruptions in place of its 3-per-hour
+    threshold, with a token rate and SLO so that it scales) observed from the cluster: two notices
+    within the hour take it off spot, its replacement goes on-demand only, and the same inputs
+    give the same decisions, byte for byte (what ``berth audit replay`` relies on)."""
+    spec = {
+        "model": "llama-70b",
+        "tokensPerSecondPerReplica": 1000,
+        "ttftSloMs": 4000,
+        "maxReplicas": 8,
+        "scheduling": {
+            "costOptimization": {
+                "spotEnabled": True,
+                "sloHeadroomMs": 2000,
+                "spotMaxInterruptions": 2,
+                "spotStrategy": {
+                    "instanceTypes": ["p4d.24xlarge", "p3dn.24xlarge"],
+                    "onInterruption": "migrate-to-on-demand",
+                    "maxSpotPercent": 80,
+                },
+            }
+        },
+    }
+    observed = PolicyObserved(
+        kind="AgentPool", observed_at=at(0), agent_pool=AgentPoolInfo(namespace=NS, name="llama", spec=spec)
+    )
+
+    def node_event(name: str, instance_type: str, spot: bool) -> NodeObserved:
+        return NodeObserved(node=typed(h100_node(name, spot=spot), instance_type), observed_at=at(0))
+
+    def run() -> list:
+        cell = PoolCell()
+        events = [
+            observed,
+            node_event("a-spot", "p4d.24xlarge", True),
+            node_event("b-spot", "p3dn.24xlarge", True),
+            node_event("c-spot", "p4d.24xlarge", True),
+            node_event("d-od", "p4d.24xlarge", False),
+            cell_replica("llama", 0, node_name="a-spot"),
+            cell_replica("llama", 1, node_name="b-spot"),
+            cell_notice("a-spot", seconds=10),
+            cell_notice("b-spot", seconds=1800),
+            cell_replica("llama", 2, seconds=1810),
+        ]
+        return [decision for event in events for decision in cell(event)]
+
+    first = run()
+    assert [(d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in first] == [
+        (d.record.model_dump_json(), [c.model_dump_json() for c in d.commands]) for d in run()
+    ]
+    assert ("spot-suspended", f"{NS}/llama") in [(d.record.outcome, d.record.subject) for d in first]
+    [placed] = [c for d in first for c in d.commands if isinstance(c, PlacePods)]
+    assert placed.placements[0].node == "d-od"
