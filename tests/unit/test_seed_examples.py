@@ -359,3 +359,18 @@ def test_a_tool_binding_gives_its_queue_config_to_the_pool_it_names(
     binding["spec"]["queueConfig"]["maxLagThreshold"] = "many"
     code, _, err = _simulate([*_seed_documents("004:360"), binding], tmp_path, capsys)
     assert code == 2 and "ToolBinding default/queue-binding: spec: queueConfig.maxLagThreshold" in err, err
+
+
+def test_the_agentpools_example(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "agentpools" / "cluster.yaml"
+    capsys.readouterr()
+    code = simulate_main([str(example)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    # cached-pool on its preload node; mistral on the node whose berth.io/cached-models lists it.
+    assert [(line["pod"], line["node"]) for line in lines[:-1]] == [
+        ("default/cached-pool-0", "gpu-b"),
+        ("default/mistral-0", "gpu-c"),
+    ]
+    assert "ToolBinding" not in err  # it names its pool
