@@ -460,12 +460,12 @@ def berth_pipeline(plane: Any, work: Path, *, qps: float, burst: int) -> Iterato
     from berth_dev.devstack.stack import SERVICE_ORDER, DevStack, service_args
     from berth_dev.supervisor import Supervisor, create_pipeline_topics
 
-    from berth.settings import DatabaseSettings, KafkaSettings
+    from berth.settings import DatabaseSettings, load_settings
 
     with DevStack() as stack:
         env = stack.env()
         db.upgrade(DatabaseSettings(url=env["BERTH_DATABASE_URL"]))
-        asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=env["BERTH_KAFKA_BOOTSTRAP"])))
+        asyncio.run(create_pipeline_topics(load_settings(kafka=env["BERTH_KAFKA_BOOTSTRAP"]).kafka))
         args = service_args(plane.kubeconfig_path, work)
         args["binder"] += ["--qps", str(qps), "--burst", str(burst)]
         with Supervisor(work / "logs", {**env, "BERTH_LOG_LEVEL": "warning"}) as services:

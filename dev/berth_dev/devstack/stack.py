@@ -297,7 +297,7 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
 
     from berth.services.audit import db
 
-    from berth.settings import DatabaseSettings, KafkaSettings
+    from berth.settings import DatabaseSettings, load_settings
     from berth_dev.supervisor import ServiceFailed, Supervisor, create_pipeline_topics
 
     env = state["env"]
@@ -305,7 +305,8 @@ def _add_services(state: dict[str, Any]) -> dict[str, Any]:
     procs.remove_dir(work)  # leftovers of a stack that was not stopped with down(): stale tables
     with err_console.status("Migrating the audit store and creating the topics…"):
         db.upgrade(DatabaseSettings(url=env[ENV_DATABASE]))
-        asyncio.run(create_pipeline_topics(KafkaSettings(bootstrap=env[ENV_KAFKA])))
+        # The installation's own topics: the services below get the caller's BERTH_KAFKA__* too.
+        asyncio.run(create_pipeline_topics(load_settings(kafka=env[ENV_KAFKA]).kafka))
     args = service_args(Path(env[ENV_KUBECONFIG]), work)
     supervisor = Supervisor(work / "logs", {ENV_KAFKA: env[ENV_KAFKA], ENV_DATABASE: env[ENV_DATABASE]}, detached=True)
     try:
