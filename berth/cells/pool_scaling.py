@@ -21,7 +21,7 @@ from typing import Any
 from berth.core.engine import Outcome
 from berth.kube.replicas import AgentPool, ReplicaError, replica_pod
 from berth.schemas import AgentPoolSpec, InputPosition, PodInfo, PolicyObserved, PoolLagState, ScalePool
-from berth.schemas.agentpool import LABEL_INSTANCE_TYPE, AgentPoolSpecError
+from berth.schemas.agentpool import AgentPoolSpecError
 from berth.schemas.cells import agent_pool_of
 
 from .context import CellContext
@@ -470,6 +470,15 @@ def _probe(
         found.extend([candidate] * len(names))
         return names
 
+    def place_spread(candidate: PodInfo) -> str | None:
+        """One spot replica on the listed type holding fewest of the pool's; None: no room."""
+        for instance_type in instance_type_order(types, taken):
+            names = place(of_instance_type(candidate, instance_type), 1)
+            if names:
+                taken[instance_type] = taken.get(instance_type, 0) + 1
+                return names[0]
+        return None
+
     def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
         if count <= 0:
             return []
@@ -478,14 +487,10 @@ def _probe(
             return [probed(template, nodes[name]) for name in place(candidate, count) if name in nodes]
         out: list[ProbedReplica] = []
         while len(out) < count:
-            names = next(
-                (n for t in instance_type_order(types, taken) if (n := place(of_instance_type(candidate, t), 1))), []
-            )
-            if not names or names[0] not in nodes:
+            name = place_spread(candidate)
+            if name is None or name not in nodes:
                 break
-            kind = nodes[names[0]].labels.get(LABEL_INSTANCE_TYPE, "")
-            taken[kind] = taken.get(kind, 0) + 1
-            out.append(probed(template, nodes[names[0]]))
+            out.append(probed(template, nodes[name]))
         return out
 
     return probe
