@@ -131,7 +131,6 @@ class InterruptionThreshold(_Block):
         return duration_seconds(value)
 
 
-ON_INTERRUPTION_ACTIONS = ("migrate", "migrate-to-on-demand", "none")
 OnInterruption = Literal["migrate", "migrate-to-on-demand", "none"]
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
