@@ -2,10 +2,11 @@
 the README's settings; wrong credentials fail in one line naming the setting; no secret is logged
 (issue 15, item 4; docs/reliability.md).
 
-The stack, one per module, with certificates this module makes (:mod:`berth_dev.devstack.tls`: a
-CA and a server certificate for 127.0.0.1, plus an impostor CA): a Kafka broker whose client
-listeners are SASL_SSL (SCRAM-SHA-512, user ``berth`` with a random password) and SSL only, and a
-Postgres with ``ssl=on`` whose pg_hba admits TCP clients only over TLS with a SCRAM password.
+The stack, one per module (``DevStack(secured_in=...)``), with certificates made for it
+(:mod:`berth_dev.devstack.tls`: a CA and a server certificate for 127.0.0.1; the test adds an
+impostor CA): a Kafka broker whose client listeners are SASL_SSL (SCRAM-SHA-512, user ``berth``
+with a random password) and SSL only, and a Postgres with ``ssl=on`` whose pg_hba admits TCP
+clients only over TLS with a SCRAM password.
 
 * Every refusal — wrong Kafka password, CA that did not sign the broker, wrong database
   password, CA that did not sign the server, TLS turned off — fails the real ``berth`` command
@@ -23,21 +24,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from berth.services.audit import db
-from berth_dev.devstack.kafka import KafkaProcess, KafkaSecurity, find_java
+from berth_dev.devstack.kafka import KafkaProcess, find_java
 from berth_dev.devstack.postgres import PostgresProcess, find_pg_bin
 from berth_dev.devstack.procs import DevStackError
-from berth_dev.devstack.tls import TlsFiles, make_certificate_authority, make_tls_files
+from berth_dev.devstack.stack import DevStack
+from berth_dev.devstack.tls import TlsFiles, make_certificate_authority
 from berth_dev.supervisor import Supervisor
 
 from berth.bus import ensure_topics
@@ -103,34 +105,18 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredStack]:
     if shutil.which("openssl") is None:
         fail_or_skip("the openssl command line is needed to make the test's certificates")
     certs = tmp_path_factory.mktemp("certs")
-    certs.chmod(0o755)  # Postgres' account reads the server key from here when we are root
-    tls = make_tls_files(certs)
     impostor_ca, _ = make_certificate_authority(certs / "impostor", name="Impostor CA")
-    kafka_password, database_password = f"kafka-{secrets.token_hex(12)}", f"pg-{secrets.token_hex(12)}"
-    security = KafkaSecurity(tls, {"berth": kafka_password})
-    kafka = KafkaProcess(security=security)
-    postgres = PostgresProcess(tls=tls, password=database_password)
-    try:
-        kafka.launch()
-        postgres.start()
-        kafka.wait_until_ready()
-        env = {
-            "BERTH_KAFKA_BOOTSTRAP": kafka.bootstrap_servers,
-            **security.client_settings(),
-            "BERTH_DATABASE_URL": postgres.url,
-            **postgres.client_settings(),
-        }
+    with DevStack(secured_in=certs) as stack:
+        assert stack.security is not None and isinstance(stack.kafka, KafkaProcess)
+        tls = stack.security.tls
         yield SecuredStack(
-            kafka,
-            postgres,
+            stack.kafka,
+            stack.postgres,
             tls,
             impostor_ca,
-            env,
-            [kafka_password, database_password, *_key_lines(tls.server_key, tls.ca_key)],
+            stack.env(),
+            [*stack.security.users.values(), stack.postgres.password, *_key_lines(tls.server_key, tls.ca_key)],
         )
-    finally:
-        kafka.stop()
-        postgres.stop()
 
 
 def _assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int, *names: str) -> str:
@@ -145,70 +131,72 @@ def _assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int
     return last
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A command run with one setting wrong: the exit status it must end with and what its one
+    line must say."""
+
+    argv: tuple[str, ...]
+    wrong: dict[str, str]
+    code: int
+    says: tuple[str, ...]
+
+
 def test_refusals_fail_in_one_line_naming_the_setting(secured: SecuredStack, tmp_path: Path):
     wrong_password = {"BERTH_KAFKA__SASL_PASSWORD": "not-the-password"}
     wrong_ca = {"BERTH_KAFKA__SSL_CAFILE": str(secured.impostor_ca)}
     wrong_database_password = {"BERTH_DATABASE_URL": secured.postgres.url.replace(secured.postgres.password, "nope")}
     wrong_database_ca = {"BERTH_DATABASE__SSLROOTCERT": str(secured.impostor_ca)}
-
-    # The right settings work, on both Kafka listeners and on Postgres.
-    assert secured.run(BERTH, "topics", "create").returncode == 0, secured.outputs[-1]
-    tls_only = secured.run(
-        BERTH,
-        "topics",
-        "create",
-        BERTH_KAFKA_BOOTSTRAP=secured.kafka.tls_bootstrap_servers,
-        BERTH_KAFKA__SECURITY_PROTOCOL="SSL",
-    )
-    assert tls_only.returncode == 0, tls_only.stderr
-    upgrade = secured.run(BERTH, "db", "upgrade")
-    assert upgrade.returncode == 0 and "berth:***@" in upgrade.stdout + upgrade.stderr, secured.outputs[-1]
-    current = secured.run(BERTH, "db", "current")
-    assert current.returncode == 0 and current.stdout.strip(), secured.outputs[-1]
-
-    # The CLI.
-    line = _assert_one_line_failure(
-        secured.run(BERTH, "topics", "create", **wrong_password),
-        EXIT_NOPERM,
-        "authentication failed (SASL SCRAM-SHA-512) for user berth",
-        "BERTH_KAFKA__SASL_PASSWORD",
-    )
-    assert "not-the-password" not in line
-    _assert_one_line_failure(
-        secured.run(BERTH, "topics", "create", **wrong_ca), EXIT_UNAVAILABLE, "not trusted", "BERTH_KAFKA__SSL_CAFILE"
-    )
-    line = _assert_one_line_failure(
-        secured.run(BERTH, "db", "current", **wrong_database_password),
-        EXIT_NOPERM,
-        "password authentication failed",
-        "BERTH_DATABASE_URL",
-    )
-    assert "nope" not in line
-    _assert_one_line_failure(
-        secured.run(BERTH, "db", "current", **wrong_database_ca),
-        EXIT_UNAVAILABLE,
-        "not trusted",
-        "BERTH_DATABASE__SSLROOTCERT",
-    )
-    _assert_one_line_failure(
-        secured.run(BERTH, "db", "current", BERTH_DATABASE__SSLMODE="disable"),
-        EXIT_NOPERM,
-        "accepts only TLS",
-        "BERTH_DATABASE__SSLMODE",
-    )
-
-    # Services at start: a plain aiokafka one, a faust one, the audit's database.
-    _assert_one_line_failure(
-        secured.run(BERTH, "decision", "run", **wrong_password), EXIT_NOPERM, "BERTH_KAFKA__SASL_PASSWORD"
-    )
-    _assert_one_line_failure(
-        secured.run(BERTH, "inventory", "run", "--data-dir", str(tmp_path / "inventory"), **wrong_ca),
-        EXIT_UNAVAILABLE,
-        "BERTH_KAFKA__SSL_CAFILE",
-    )
-    _assert_one_line_failure(
-        secured.run(BERTH, "audit", "run", **wrong_database_ca), EXIT_UNAVAILABLE, "BERTH_DATABASE__SSLROOTCERT"
-    )
+    sasl_refused = ("authentication failed (SASL SCRAM-SHA-512) for user berth", "BERTH_KAFKA__SASL_PASSWORD")
+    refusals = [
+        # The CLI.
+        Refusal(("topics", "create"), wrong_password, EXIT_NOPERM, sasl_refused),
+        Refusal(("topics", "create"), wrong_ca, EXIT_UNAVAILABLE, ("not trusted", "BERTH_KAFKA__SSL_CAFILE")),
+        Refusal(
+            ("db", "current"),
+            wrong_database_password,
+            EXIT_NOPERM,
+            ("password authentication failed", "BERTH_DATABASE_URL"),
+        ),
+        Refusal(("db", "current"), wrong_database_ca, EXIT_UNAVAILABLE, ("not trusted", "BERTH_DATABASE__SSLROOTCERT")),
+        Refusal(
+            ("db", "current"),
+            {"BERTH_DATABASE__SSLMODE": "disable"},
+            EXIT_NOPERM,
+            ("accepts only TLS", "BERTH_DATABASE__SSLMODE"),
+        ),
+        # Services at start: a plain aiokafka one, a faust one, the audit's database.
+        Refusal(("decision", "run"), wrong_password, EXIT_NOPERM, sasl_refused),
+        Refusal(
+            ("inventory", "run", "--data-dir", str(tmp_path / "inventory")),
+            wrong_ca,
+            EXIT_UNAVAILABLE,
+            ("not trusted", "BERTH_KAFKA__SSL_CAFILE"),
+        ),
+        Refusal(("audit", "run"), wrong_database_ca, EXIT_UNAVAILABLE, ("not trusted", "BERTH_DATABASE__SSLROOTCERT")),
+    ]
+    # Each command is a process of its own that mostly waits for Python's imports: run them side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        ran = list(pool.map(lambda refusal: secured.run(BERTH, *refusal.argv, **refusal.wrong), refusals))
+        # The right settings work, on both Kafka listeners and on Postgres.
+        topics = pool.submit(secured.run, BERTH, "topics", "create")
+        tls_only = pool.submit(
+            secured.run,
+            BERTH,
+            "topics",
+            "create",
+            BERTH_KAFKA_BOOTSTRAP=secured.kafka.tls_bootstrap_servers,
+            BERTH_KAFKA__SECURITY_PROTOCOL="SSL",
+        )
+        upgrade = secured.run(BERTH, "db", "upgrade")
+        current = secured.run(BERTH, "db", "current")
+    for refusal, result in zip(refusals, ran, strict=True):
+        line = _assert_one_line_failure(result, refusal.code, *refusal.says)
+        assert "not-the-password" not in line and ":nope@" not in line, line
+    assert topics.result().returncode == 0, topics.result().stderr
+    assert tls_only.result().returncode == 0, tls_only.result().stderr
+    assert upgrade.returncode == 0 and "berth:***@" in upgrade.stdout + upgrade.stderr, upgrade.stderr
+    assert current.returncode == 0 and current.stdout.strip(), current.stderr
     assert secured.leaks({f"command {n}": text for n, text in enumerate(secured.outputs)}) == {}
 
 

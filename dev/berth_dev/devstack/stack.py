@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +34,11 @@ from rich.console import Console
 from berth_dev.devstack import procs
 from berth_dev.devstack.cache import repo_root
 from berth_dev.devstack.gobuild import ensure_kubernetes_binaries
-from berth_dev.devstack.kafka import KafkaCluster, KafkaProcess
+from berth_dev.devstack.kafka import KafkaCluster, KafkaProcess, KafkaSecurity
 from berth_dev.devstack.kube import KubeControlPlane
 from berth_dev.devstack.postgres import PostgresProcess
 from berth_dev.devstack.procs import DevStackError
+from berth_dev.devstack.tls import make_tls_files
 
 STATE_FORMAT = 1
 ENV_KAFKA = "BERTH_KAFKA_BOOTSTRAP"
@@ -89,6 +91,11 @@ class DevStack:
     stack is ready in about the time its slowest member needs. If one fails, all are stopped
     before the error propagates. Kubernetes binaries missing from the cache are built first,
     before anything starts (many minutes the first time).
+
+    ``secured_in``: a directory for a CA and a server certificate made now; Kafka then takes
+    clients only over SASL_SSL (SCRAM-SHA-512, user ``berth``, a random password) and SSL, and
+    Postgres only over TLS with the role's (random) password; :meth:`env` carries the settings
+    that reach them. In-process, one broker only.
     """
 
     def __init__(
@@ -100,9 +107,18 @@ class DevStack:
         postgres: PostgresProcess | None = None,
         kube: KubeControlPlane | None = None,
         kafka_brokers: int = 1,
+        secured_in: Path | None = None,
     ) -> None:
         if kafka_brokers > 1 and (detached or kafka is not None):
             raise DevStackError("a several-broker Kafka runs in-process only (not detached, not given)")
+        if secured_in is not None and (detached or kafka or postgres or kafka_brokers > 1):
+            raise DevStackError("a secured stack runs in-process only, with one broker of its own making")
+        self.security: KafkaSecurity | None = None
+        if secured_in is not None:
+            tls = make_tls_files(secured_in)
+            self.security = KafkaSecurity(tls, {"berth": secrets.token_urlsafe(18)})
+            kafka = KafkaProcess(security=self.security)
+            postgres = PostgresProcess(tls=tls, password=secrets.token_urlsafe(18))
         self.kafka: KafkaProcess | KafkaCluster = (
             KafkaCluster(size=kafka_brokers) if kafka_brokers > 1 else kafka or KafkaProcess(detached=detached)
         )
@@ -140,6 +156,8 @@ class DevStack:
     def env(self) -> dict[str, str]:
         """The environment variables through which Berth's code and tests find these services."""
         env = {ENV_KAFKA: self.kafka.bootstrap_servers, ENV_DATABASE: self.postgres.url}
+        if self.security is not None:
+            env |= {**self.security.client_settings(), **self.postgres.client_settings()}
         if self.kube is not None:
             env[ENV_KUBECONFIG] = str(self.kube.kubeconfig_path)
         return env
