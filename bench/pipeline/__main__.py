@@ -277,10 +277,12 @@ class RunningPipeline:
 
 
 @contextmanager
-def pipeline(keep_logs: Path | None, decision_workers: int) -> Iterator[RunningPipeline]:
+def pipeline(keep_logs: Path | None, decision_workers: int, *, secured: bool = False) -> Iterator[RunningPipeline]:
     """Kafka and Postgres (``DevStack``), the audit store migrated, the topics, and the audit,
     inventory and ``decision_workers`` decision processes, with a started :class:`Recorder`; all
-    stopped on exit (the recorder too, if still running)."""
+    stopped on exit (the recorder too, if still running). ``secured``: Kafka over SASL_SSL and
+    Postgres over TLS (``DevStack(secured_in=...)``), every process configured by the
+    ``BERTH_*`` settings the README gives for that."""
     from berth.services.audit import db
     from berth_dev.devstack.stack import DevStack
     from berth_dev.supervisor import Supervisor
@@ -292,7 +294,7 @@ def pipeline(keep_logs: Path | None, decision_workers: int) -> Iterator[RunningP
         work = keep_logs or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         with console.status("starting Kafka and Postgres …"):
-            stack = DevStack().start()
+            stack = DevStack(secured_in=work / "tls" if secured else None).start()
         try:
             env = stack.env()
             os.environ.update(env)
@@ -329,6 +331,7 @@ def run(
     keep_logs: Path | None = None,
     decision_workers: int = 1,
     plot: Path | None = None,
+    secured: bool = False,
 ) -> dict[str, Any]:
     from berth_dev.workloads import from_documents, generated_documents
 
@@ -341,7 +344,7 @@ def run(
     all_pods = [t.pod for t in workload.pods]
     assert len({p.uid for p in all_pods}) == len(all_pods), "bench pods must have unique UIDs"
     steps: list[dict[str, Any]] = []
-    with pipeline(keep_logs, decision_workers) as running:
+    with pipeline(keep_logs, decision_workers, secured=secured) as running:
         try:
             steps = _drive(
                 running.settings,
@@ -384,6 +387,7 @@ def run(
         "steps": steps,
         "nodes": nodes,
         "decision_workers": decision_workers,
+        "secured": secured,
         "cpus": os.cpu_count(),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
@@ -532,6 +536,11 @@ def main() -> None:
     parser.add_argument(
         "--plot", type=Path, metavar="PNG", help="write throughput and latency over time to this PNG (needs matplotlib)"
     )
+    parser.add_argument(
+        "--secured",
+        action="store_true",
+        help="Kafka over SASL_SSL (SCRAM-SHA-512) and Postgres over TLS, with certificates made for the run",
+    )
     soak = parser.add_argument_group(
         "soak", "a long run at one rate, watching RSS and consumer lag for growth (see bench/pipeline/soak.py)"
     )
@@ -550,7 +559,13 @@ def main() -> None:
         return
     rates = tuple(float(r) for r in args.rates.split(","))
     summary = run(
-        rates, args.step_s, args.nodes, keep_logs=args.keep_logs, decision_workers=args.decision_workers, plot=args.plot
+        rates,
+        args.step_s,
+        args.nodes,
+        keep_logs=args.keep_logs,
+        decision_workers=args.decision_workers,
+        plot=args.plot,
+        secured=args.secured,
     )
     print(json.dumps(summary))
     sys.stdout.flush()

@@ -396,10 +396,15 @@ class KafkaProcess:
             procs.register_for_exit(self)
 
     def _launch(self, java: str, libs: Path, data_dir: Path) -> None:
+        # Ports are chosen together: chosen one call at a time, two listeners could get the same.
         if self.port is None or self.controller_port is None:
-            self.port, self.controller_port = procs.free_ports(2)
-        if self.security is not None and self.tls_port is None:
-            (self.tls_port,) = procs.free_ports(1)
+            ports = procs.free_ports(3 if self.security is not None else 2)
+            self.port, self.controller_port = ports[:2]
+            if self.security is not None:
+                self.tls_port = ports[2]
+        elif self.security is not None and self.tls_port is None:
+            taken = (self.port, self.controller_port)
+            self.tls_port = next(port for port in procs.free_ports(3) if port not in taken)
         config = data_dir / "server.properties"
         config.write_text(
             server_properties(
