@@ -66,7 +66,7 @@ class KafkaSettings(BaseModel):
     @field_validator("topic_prefix", "group_prefix")
     @classmethod
     def _kafka_name_prefix(cls, value: str, info: ValidationInfo) -> str:
-        return check_kafka_prefix(value, what=f"BERTH_KAFKA__{info.field_name.upper()}")
+        return check_kafka_prefix(value, what=f"BERTH_KAFKA__{str(info.field_name).upper()}")
 
     @property
     def names(self) -> KafkaNames:
