@@ -9,7 +9,9 @@ context is bound (``cell``, ``trace_id``: see :func:`log_context`), as one JSON 
 
 A redaction processor masks anything that looks like a secret before it is rendered, so a
 password passed by mistake as a log field (or inside a URL in a library's message) never reaches
-the output.
+the output; and the passwords Berth hands to its clients (:func:`hide_secret`) are masked wherever
+they appear, since a library may print them inside a request it logs at debug level (aiokafka
+does, for SASL PLAIN).
 """
 
 from __future__ import annotations
@@ -52,6 +54,25 @@ LIBRARY_LOGGERS = (
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 _service: str | None = None
+_hidden: set[str] = set()
+
+
+def hide_secret(value: str | None) -> None:
+    """Mask ``value`` (a password) wherever it appears in a log record from now on. Values
+    shorter than eight characters are not masked: they would mask ordinary words (the dev
+    stack's database password is ``berth``, the name in every topic)."""
+    if value and len(value) >= 8:
+        _hidden.add(value)
+
+
+def _mask_hidden(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if _hidden:
+        for key, value in event_dict.items():
+            if isinstance(value, str) and any(secret in value for secret in _hidden):
+                for secret in _hidden:
+                    value = value.replace(secret, "***")
+                event_dict[key] = value
+    return event_dict
 
 
 def _redact(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +150,7 @@ def configure_logging(
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if fmt == "json":
         final.append(structlog.processors.format_exc_info)
-    final.append(renderer)
+    final += [_mask_hidden, renderer]
     handler = _BerthHandler()
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final))
     root = logging.getLogger()

@@ -11,6 +11,7 @@ import os
 import ssl
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import BaseModel, Field, FilePath, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
@@ -21,6 +22,7 @@ from pydantic_settings import (
 )
 
 from berth.kube.capacity import SpotLabel, parse_spot_labels, with_spot_labels
+from berth.logs import hide_secret
 from berth.schemas.topics import KafkaNames, check_kafka_prefix
 
 
@@ -90,6 +92,7 @@ class KafkaSettings(BaseModel):
             options["sasl_mechanism"] = self.sasl_mechanism
             options["sasl_plain_username"] = self.sasl_username
             options["sasl_plain_password"] = self.sasl_password.get_secret_value() if self.sasl_password else None
+            hide_secret(options["sasl_plain_password"])
         return options
 
 
@@ -106,6 +109,9 @@ class DatabaseSettings(BaseModel):
 
     def sqlalchemy_url(self) -> str:
         url = self.url.get_secret_value()
+        password = _url_password(url)
+        hide_secret(password)
+        hide_secret(unquote(password) if password else None)
         if url.startswith("postgresql://"):
             # The plain scheme means psycopg2 to SQLAlchemy; Berth ships psycopg 3.
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
@@ -122,6 +128,15 @@ class DatabaseSettings(BaseModel):
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs and status output."""
         return redact_url(self.url.get_secret_value())
+
+
+def _url_password(url: str) -> str | None:
+    """The password part of ``scheme://user:password@host...`` (as written), if any."""
+    _, sep, rest = url.partition("://")
+    credentials, at, _ = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return None
+    return credentials.split(":", 1)[1]
 
 
 def redact_url(url: str) -> str:

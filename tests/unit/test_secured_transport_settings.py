@@ -3,13 +3,17 @@ fix (no broker or database: the errors are the ones aiokafka and libpq raise).""
 
 from __future__ import annotations
 
+import json
+import logging
 import ssl
 from pathlib import Path
 
 import pytest
+import structlog
 from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 from pydantic import ValidationError
 
+from berth import logs
 from berth.cli import EXIT_NOPERM, EXIT_SETTINGS, EXIT_UNAVAILABLE, _database_tls_problem, describe_failure
 from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
 
@@ -126,3 +130,31 @@ def test_postgres_tls_refusals_name_the_setting(secured_env: None, libpq: str, c
 def test_a_wrong_database_password_is_not_taken_for_a_tls_problem(secured_env: None):
     text = 'connection to server at "db" failed: FATAL:  password authentication failed for user "berth"'
     assert _database_tls_problem(text, "postgresql+psycopg://berth:***@db:5432/berth") is None
+
+
+def test_passwords_handed_to_clients_are_masked_in_every_log_record(capsys: pytest.CaptureFixture[str]):
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        logs.configure_logging("debug", "json")
+        kafka = KafkaSettings(
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="u", sasl_password="hunter2-kafka"
+        )
+        database = DatabaseSettings(url="postgresql://berth:hunter2%40pg@db:5432/berth")
+        kafka.client_options(), database.sqlalchemy_url()
+        # What aiokafka logs at debug level for SASL PLAIN: the request, password inside.
+        logging.getLogger("aiokafka.conn").debug("Request 3: %s", "SaslAuthenticate(b'\\x00u\\x00hunter2-kafka')")
+        try:
+            raise RuntimeError("login as berth with hunter2@pg refused")
+        except RuntimeError:
+            logging.getLogger("psycopg").exception("connect failed")
+        logs.get_logger("berth.x").info("ready", note="berth topics are named berth.*")
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        structlog.reset_defaults()
+        logs._hidden.difference_update({"hunter2-kafka", "hunter2%40pg", "hunter2@pg"})
+    text = json.dumps(lines)
+    assert "hunter2" not in text and text.count("***") >= 2
+    assert lines[-1]["note"] == "berth topics are named berth.*"  # short or common words are left alone
