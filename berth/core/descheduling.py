@@ -467,6 +467,29 @@ class _Planner:
             out.append(pod)
         return sorted(out, key=lambda p: (_gpu_milli(p), p.priority, p.key))
 
+    def _whole_gpus_if_moved(self, node: str, movable: Sequence[PodInfo]) -> int:
+        """How many whole devices ``node`` would have free with ``movable`` gone (an upper bound
+        of what the filters would find: CPU, memory and GPU models are theirs to check)."""
+        slot = self.state.slot_of(node)
+        if slot is None:
+            return 0
+        inventory = gpu_inventory(self.state)
+        freed: Counter[int] = Counter()
+        for pod in movable:
+            placed = self.state.placed_pod(pod.uid)
+            if placed is None:
+                continue
+            share = placed.gpu_milli or pod.gpu_fraction_milli or 1000
+            for device in placed.gpu_devices:
+                freed[device] += share
+        whole = 0
+        for column in range(inventory.width):
+            device = int(inventory.dev_index[slot, column])
+            if device < 0 or not inventory.usable[slot, column]:
+                continue
+            whole += int(inventory.free_milli[slot, column]) + freed[device] >= 1000
+        return whole
+
     def _fits_without(self, pending: PodInfo, node: str, removed: Sequence[PodInfo]) -> bool:
         for pod in removed:
             self.engine.remove_pod(pod.uid)
@@ -491,9 +514,12 @@ class _Planner:
     def _make_room(self, pending: PodInfo, strategy: StrategyConfig) -> None:
         options = []
         for node in self.nodes():
-            if not (info := self.state.node(node)) or not info.gpus:
+            if not (info := self.state.node(node)) or len(info.gpus) < pending.whole_gpus:
                 continue
-            moving = self._fewest_to_move(pending, node, self._movable(node, strategy, pending.priority))
+            movable = self._movable(node, strategy, pending.priority)
+            if self._whole_gpus_if_moved(node, movable) < pending.whole_gpus:
+                continue  # not enough devices even with every movable pod gone: skip the filter runs
+            moving = self._fewest_to_move(pending, node, movable)
             if moving is not None and len(moving) <= strategy.gpu.max_moves_per_pod:
                 options.append((len(moving), sum(_gpu_milli(p) for p in moving), node, moving))
         for _, _, node, moving in sorted(options, key=lambda o: o[:3]):
