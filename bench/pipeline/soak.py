@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -200,9 +202,6 @@ class LagReader:
     offsets of those partitions, and the sum of those end offsets (its input so far)."""
 
     def __init__(self, kafka: Any) -> None:
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.admin import AIOKafkaAdminClient
-
         options = kafka.client_options()
         self.admin = AIOKafkaAdminClient(**options)
         self.reader = AIOKafkaConsumer(
@@ -224,8 +223,6 @@ class LagReader:
         for group_id, *_ in await self.admin.list_consumer_groups():
             offsets = await self.admin.list_consumer_group_offsets(group_id)
             committed[group_id] = {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
-        from aiokafka import TopicPartition
-
         partitions = sorted({tp for offsets in committed.values() for tp in offsets})
         ends_by_tp = await self.reader.end_offsets([TopicPartition(t, p) for t, p in partitions]) if partitions else {}
         ends = {(tp.topic, tp.partition): offset for tp, offset in ends_by_tp.items()}
