@@ -239,7 +239,8 @@ def _figures(run: Run, start: int, end: int, capacity: int) -> dict[str, Any]:
     }
 
 
-def _plot(path: Path, plain: Run, defrag: Run, capacity: int) -> None:
+def _plot(path: Path, plain: Run, defrag: Run, capacity: int, start: int, end: int) -> None:
+    """The three series over the contended window (a week either side)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,6 +256,7 @@ def _plot(path: Path, plain: Run, defrag: Run, capacity: int) -> None:
     axes[1].set_ylabel("stranded GPUs")
     axes[2].set_ylabel("GPU pods waiting")
     axes[2].set_xlabel("trace time (days)")
+    axes[2].set_xlim(start / 86400 - 7, end / 86400 + 7)
     axes[0].legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -305,7 +307,7 @@ def main(
     for key in ("waited_pod_hours", "left_before_starting", "evictions"):
         print(f"{key:28} {result['without'][key]:>12} {result['with_defragmentation'][key]:>12}")
     if plot is not None:
-        _plot(plot, plain, defrag, capacity)
+        _plot(plot, plain, defrag, capacity, start, end)
     print(json.dumps(result))
 
 

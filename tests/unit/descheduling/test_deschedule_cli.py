@@ -411,3 +411,18 @@ def test_evictions_and_loops_prevented_are_counted_per_strategy(tmp_path: Path) 
     deschedule(tmp_path, TAINTS, [node("a", taints=[NO_SCHEDULE]), node("b", taints=[NO_SCHEDULE]), pod("web-1", "a")])
     assert sample("berth_descheduler_evictions_total") == evictions + 1
     assert sample("berth_descheduler_loops_prevented_total") == prevented + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--evict", "{tmp}/cluster.yaml"], "--evict needs --kubeconfig"),
+        (["--kubeconfig", "{tmp}/kubeconfig", "{tmp}/cluster.yaml"], "give manifest files or --kubeconfig, not both"),
+    ],
+)
+def test_live_only_options_are_refused_with_files(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(TAINTS))
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([node("a")]))
+    argv = ["deschedule", "--policy", str(tmp_path / "policy.yaml"), *(a.format(tmp=tmp_path) for a in args)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2 and says in result.stderr and result.stdout == ""
