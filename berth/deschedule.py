@@ -110,7 +110,7 @@ def pod_facts(documents: Sequence[Any], pods: Sequence[PodManifest]) -> dict[str
     out: dict[str, PodFacts] = {}
     for document in documents:
         items = document.get("items") if isinstance(document, dict) and "items" in document else [document]
-        for item in items or ():
+        for item in items if isinstance(items, list) else ():
             if not isinstance(item, dict) or item.get("kind") != "Pod":
                 continue
             meta = item.get("metadata") or {}
@@ -241,11 +241,11 @@ def live_documents(api_client: Any) -> list[dict[str, Any]]:
     from kubernetes.client import CoreV1Api, PolicyV1Api, SchedulingV1Api
 
     core = CoreV1Api(api_client)
-    lists = {
+    lists: dict[str, list[Any]] = {
         "Namespace": core.list_namespace().items,
         "PriorityClass": SchedulingV1Api(api_client).list_priority_class().items,
         "Node": core.list_node().items,
-        "Pod": [p for p in core.list_pod_for_all_namespaces().items if p.metadata.deletion_timestamp is None],
+        "Pod": [p for p in core.list_pod_for_all_namespaces().items if not _being_deleted(p)],
         "PodDisruptionBudget": PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces().items,
     }
     documents: list[dict[str, Any]] = []
@@ -256,6 +256,11 @@ def live_documents(api_client: Any) -> list[dict[str, Any]]:
             document.get("metadata", {}).pop("managedFields", None)
             documents.append(document)
     return documents
+
+
+def _being_deleted(pod: Any) -> bool:
+    metadata = pod.metadata
+    return metadata is not None and metadata.deletion_timestamp is not None
 
 
 def evict(api_client: Any, eviction: Eviction, grace_period_seconds: int | None) -> str:
