@@ -6,7 +6,7 @@ PACKAGING := pyproject.toml setup.py dev/pyproject.toml
 STAMP  := $(VENV)/.installed-$(shell cat $(PACKAGING) | sha256sum | cut -c1-12)
 
 .PHONY: help install demo test test-unit test-integration bench bench-engine bench-gpu-trace \
-        bench-pipeline bench-scaling bench-k8s schemas lint up down status clean deploy-render
+        bench-pipeline bench-scaling bench-k8s schemas lint typecheck test-lowest up down status clean deploy-render
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -15,7 +15,7 @@ $(STAMP): $(PACKAGING)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/pip install --quiet -e '.[test,bench]' -e ./dev
+	$(BIN)/pip install --quiet -e '.[test,bench,dev]' -e ./dev
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)  ## create .venv and install Berth (and its dev tooling, berth-dev) with their dependencies
@@ -59,8 +59,17 @@ schemas: $(STAMP)  ## rewrite the committed JSON Schemas from the models
 deploy-render: $(STAMP)  ## lint the Helm chart and rewrite deploy/manifests/berth.yaml (builds helm once)
 	$(BIN)/python -m berth_dev.devstack.helm render
 
-lint: $(STAMP)  ## architecture rules (import-linter, on the product as pip installs it)
+lint: $(STAMP)  ## ruff (lint and format check), mypy, and the architecture rules (import-linter)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m berth_dev.typecheck
 	$(BIN)/python -m berth_dev.lint_imports
+
+typecheck: $(STAMP)  ## mypy on the product (strict on berth.core, berth.cells, berth.schemas)
+	$(BIN)/python -m berth_dev.typecheck
+
+test-lowest: $(STAMP)  ## unit tests on the lowest direct dependency versions pyproject allows (own venv)
+	PYTHON=$(PYTHON) UV=$(BIN)/uv .ci/lowest-direct
 
 up: $(STAMP)  ## start Kafka and Postgres in the background
 	$(BIN)/berth dev up

@@ -79,7 +79,7 @@ class BerthClient:
             node=node,
             issued_at=issued,
             deadline=issued + timedelta(seconds=notice_seconds),
-            provider=provider,  # type: ignore[arg-type]
+            provider=provider,
         )
         await self.publish(event)
         return event

@@ -96,12 +96,12 @@ def _level_number(name: str) -> int:
     return logging.getLevelNamesMapping()[name.upper()]
 
 
-class _BerthHandler(logging.StreamHandler):  # type: ignore[type-arg]  # StreamHandler is generic in typeshed only
+class _BerthHandler(logging.StreamHandler):
     """The one handler of the root logger (replaced, never stacked, when logging is configured
     again). It writes to whatever ``sys.stderr`` is at the time of the record (a test's capture,
     a redirected stream), never to a stream that was closed since logging was configured."""
 
-    @property  # type: ignore[override]  # StreamHandler's stream is a plain attribute
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

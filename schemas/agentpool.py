@@ -208,7 +208,7 @@ class CostOptimization(_Block):
         """The interruptions that suspend spot for the pool: ``interruptionThreshold``, or
         ``spotMaxInterruptions`` within an hour."""
         if self.spot_max_interruptions is not None:
-            return InterruptionThreshold(count=self.spot_max_interruptions, window=3600)
+            return InterruptionThreshold(count=self.spot_max_interruptions, window_seconds=3600)
         return self.interruption_threshold
 
     @property

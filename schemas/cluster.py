@@ -7,7 +7,7 @@ Berth adds something (GPU devices, fractions, prices) the docstring says so.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -271,6 +271,9 @@ class NodeInfo(FrozenModel):
 
 class AboutOnePod:
     """Kafka key and CloudEvents subject of an event that carries one pod (its ``pod`` field)."""
+
+    if TYPE_CHECKING:  # the field of the event model this is mixed into (no field of its own)
+        pod: PodInfo
 
     @property
     def partition_key(self) -> str:

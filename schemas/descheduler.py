@@ -516,10 +516,12 @@ def _from_profile(index: int, profile: _Profile) -> list[StrategyConfig]:
                 raise PolicyError(f"{where}.plugins.{point}.enabled: {name} is not a {point} plugin")
             args = configs.get(name)
             fields: dict[str, Any] = {"name": name, "profile": profile.name, "evictor": evictor}
-            if args is not None and getattr(args, "namespaces", None) is not None:
-                fields["namespaces"] = args.namespaces.internal()  # type: ignore[attr-defined]
-            if args is not None and getattr(args, "label_selector", None) is not None:
-                fields["label_selector"] = args.label_selector.internal()  # type: ignore[attr-defined]
+            namespaces = getattr(args, "namespaces", None)
+            if isinstance(namespaces, _WireNamespaces):
+                fields["namespaces"] = namespaces.internal()
+            selector = getattr(args, "label_selector", None)
+            if isinstance(selector, _WireSelector):
+                fields["label_selector"] = selector.internal()
             if name == LOW_NODE_UTILIZATION:
                 if not isinstance(args, _LowNodeUtilizationArgs):
                     raise PolicyError(f"{where}.pluginConfig: LowNodeUtilization needs args (thresholds, ...)")

@@ -33,7 +33,7 @@ CONTENT_TYPE = "application/json"
 class _RawJsonFormat(JSONFormat):
     """Leaves the body as bytes so pydantic parses (and validates) it exactly once."""
 
-    def read_data(self, body: bytes, datacontenttype: str | None) -> bytes:  # type: ignore[override]
+    def read_data(self, body: bytes, datacontenttype: str | None) -> bytes:
         return body
 
 

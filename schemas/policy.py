@@ -140,7 +140,7 @@ class PolicyObserved(FrozenModel):
     @property
     def obj(self) -> FrozenModel:
         field = _FIELD_OF_KIND[self.kind]
-        value = getattr(self, field)
+        value: FrozenModel | None = getattr(self, field)
         if value is None:
             raise ValueError(f"{self.kind} event without its {field}")
         return value
@@ -148,7 +148,7 @@ class PolicyObserved(FrozenModel):
     @property
     def partition_key(self) -> str:
         obj = self.obj
-        return f"{self.kind}/{getattr(obj, 'namespace', '')}/{obj.name}"  # type: ignore[attr-defined]
+        return f"{self.kind}/{getattr(obj, 'namespace', '')}/{obj.name}"  # type: ignore[attr-defined]  # every policy object has a name
 
     @property
     def subject(self) -> str:

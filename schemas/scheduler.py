@@ -7,7 +7,7 @@ the binder can drop the duplicate.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
@@ -36,6 +36,11 @@ class PodPlacement(FrozenModel):
 class NamesOnePod:
     """Kafka key and CloudEvents subject of a command about one pod (its ``pod_uid``,
     ``namespace`` and ``name`` fields)."""
+
+    if TYPE_CHECKING:  # the fields of the command model this is mixed into (none of its own)
+        pod_uid: str
+        namespace: str
+        name: str
 
     @property
     def partition_key(self) -> str:

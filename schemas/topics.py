@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
+from ._base import FrozenModel
 from .cluster import NodeEvent, NodeObserved, NodeRemoved, PodDeleted, PodEvent, PodObserved
 from .policy import PolicyEvent, PolicyObserved, PolicyRemoved
 from .scheduler import (
@@ -70,7 +71,7 @@ class Topic:
         return TypeAdapter(self.event_union)
 
     @cached_property
-    def event_types(self) -> dict[str, type]:
+    def event_types(self) -> dict[str, type[FrozenModel]]:
         """CloudEvents ``type`` → model class, for every event this topic may carry."""
         members = getattr(self.event_union, "__metadata__", None)
         union = self.event_union.__origin__ if members is not None else self.event_union

@@ -180,7 +180,7 @@ def simulate(
     shapes = shapes or PodShapes.of(pods)
     if getattr(policy, "drives_placement", False):
         # The real engine runs its own cycle per pod (bench/gpu_trace/policies/engine.py).
-        return policy.run(nodes, pods, workload, shapes, seed)  # type: ignore[attr-defined, no-any-return]
+        return policy.run(nodes, pods, workload, shapes, seed)  # type: ignore[attr-defined, no-any-return]  # policies are duck-typed
     tags = tuple(sorted({affinity_tag(r) for r in shapes.requests if r.num_gpu}))
     state = ClusterState.empty(nodes, tags)
     model_ok = np.stack([model_matches(nodes.model, r.allowed_models) for r in shapes.requests], axis=1)

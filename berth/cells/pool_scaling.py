@@ -13,7 +13,7 @@ interruptions (:class:`~berth.cells.spot.SpotHistory`), which its capacity class
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -93,7 +93,7 @@ class PoolState:
     spot: dict[str, SpotHistory] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, pools: dict[str, PoolPolicy]) -> PoolState:
+    def of(cls, pools: Mapping[str, PoolPolicy]) -> PoolState:
         return cls(pools=dict(pools), file_pools=dict(pools))
 
 
@@ -252,7 +252,7 @@ def on_lag(
     template = replica_template(state, ctx, key, policy)
     nodes = ctx.nodes.nodes
     members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
-    costs = [replica_cost_per_hour(m, nodes[m.node_name]) for m in members]  # type: ignore[index]
+    costs = [replica_cost_per_hour(m, nodes[m.node_name]) for m in members]  # type: ignore[index]  # node_name: in nodes
     planned = outstanding(state, ctx, key, template, current)
     verdict = decide_scale(
         ScalingInput(
@@ -262,7 +262,7 @@ def on_lag(
             last_scaled_at=state.scaled_at.get(key),
             memory=memory,
             spot_suspended=spot_suspended(state, key),
-            spot_replicas=sum(1 for m in members if nodes[m.node_name].capacity_type == "spot"),  # type: ignore[index]
+            spot_replicas=len([m for m in members if nodes[m.node_name].capacity_type == "spot"]),  # type: ignore[index]  # as above
             pool_cost_per_hour=sum(c for c in costs if c is not None) if members else None,
             priced_replicas=sum(1 for c in costs if c is not None),
             carbon_intensity=_cleanest_intensity(ctx),
@@ -511,7 +511,7 @@ def capacity_order(
     if spot_ok:
         nodes = ctx.nodes.nodes
         members = [m for m in state.members.get(key, {}).values() if m.node_name in nodes]
-        on_spot = sum(1 for m in members if nodes[m.node_name].capacity_type == "spot")  # type: ignore[index]
+        on_spot = len([m for m in members if nodes[m.node_name].capacity_type == "spot"])  # type: ignore[index]  # node_name: in nodes
         spot_ok = on_spot + 1 <= math.floor(cost.spot_percent_cap / 100 * (len(members) + 1))
     if not spot_ok:
         return ["on-demand"]

@@ -185,7 +185,7 @@ class Engine:
             self._state.upsert_namespace(event.namespace_info.name, event.namespace_info.labels)
             return
         obj = event.obj
-        self._state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]
+        self._state.upsert_policy(event.kind, getattr(obj, "namespace", ""), obj.name, obj)  # type: ignore[attr-defined]  # every policy object has a name
 
     def remove_policy(self, kind: str, namespace: str, name: str) -> None:
         if kind == "Namespace":
@@ -289,7 +289,7 @@ class Engine:
         return Outcome(placements=(placement,), victims=victims, decision=decision, node_names=names)
 
     def _assume(self, pod: PodInfo, decision: Decision) -> None:
-        self._state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]
+        self._state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]  # a placed decision has its node
 
     def _release(self, uid: str) -> None:
         self._state.forget(uid)
@@ -436,7 +436,7 @@ def _with_extra_scores(
     (those it does not run already) with their weights, through ``multiPoint``. A document
     without ``profiles`` is returned unchanged: its implicit default profile runs no extra
     scores, as decisions recorded with such a document were made."""
-    copy = _deep_copy(document)
+    copy: dict[str, Any] = _deep_copy(document)
     for entry in copy.get("profiles") or [{"schedulerName": profile}]:
         if entry.get("schedulerName", profile) == profile:
             enabled = entry.setdefault("plugins", {}).setdefault("multiPoint", {}).setdefault("enabled", [])

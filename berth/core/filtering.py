@@ -223,6 +223,7 @@ class ProfileFilters:
         state = cycle.state
         memo: NodeMemo | None = None
         timer = cycle.timer
+        statuses: Sequence[Status]
         for plugin in self.filter_plugins:
             if candidates.size == 0:
                 break
@@ -238,8 +239,8 @@ class ProfileFilters:
                 local, statuses = result.codes, result.statuses
             else:
                 if memo is None:
-                    memo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
-                local, statuses = self._memo_filter(memo, plugin, signature, cycle, candidates)  # type: ignore[arg-type]
+                    memo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
+                local, statuses = self._memo_filter(memo, plugin, signature, cycle, candidates)  # type: ignore[arg-type]  # the memo is a NodeMemo (ensured above)
             failed = local >= 0
             if not failed.any():
                 timer.plugin(plugin.NAME, "Filter", None, started)
@@ -301,7 +302,8 @@ def _codes_by_first_use(codes: npt.NDArray[np.integer], count: int) -> list[int]
     than sorting every code."""
     if count > 8:
         used, first = np.unique(codes, return_index=True)
-        return used[np.argsort(first, kind="stable")].tolist()
+        in_order: list[int] = used[np.argsort(first, kind="stable")].tolist()
+        return in_order
     present = np.flatnonzero(np.bincount(codes, minlength=count)).tolist()
     if len(present) == 1:
         return present

@@ -115,10 +115,10 @@ class NodeMemo(StateExtension):
         return entry
 
     def score_entry(self, key: Hashable) -> ScoreMemoEntry:
-        return self._get(("score", key), ScoreMemoEntry)  # type: ignore[return-value]
+        return self._get(("score", key), ScoreMemoEntry)  # type: ignore[return-value]  # _get returns the entry class it is given
 
     def filter_entry(self, key: Hashable) -> FilterMemoEntry:
-        return self._get(("filter", key), FilterMemoEntry)  # type: ignore[return-value]
+        return self._get(("filter", key), FilterMemoEntry)  # type: ignore[return-value]  # _get returns the entry class it is given
 
 
 def candidate_mask(state: ClusterState, nodes: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
@@ -146,4 +146,5 @@ def stale_nodes(
         versions = versions[:bound]
         current = current[:bound]
     changed = (versions != current).nonzero()[0]  # 1-D: np.flatnonzero without its wrappers
-    return changed[in_nodes[changed]]
+    stale: npt.NDArray[np.intp] = changed[in_nodes[changed]]
+    return stale

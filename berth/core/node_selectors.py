@@ -42,10 +42,13 @@ def match_requirement(
     """One ``matchExpressions`` requirement over the node slots ``nodes``."""
     codes = state.label_codes(requirement.key)[nodes]
     op = requirement.operator
+    matched: npt.NDArray[np.bool_]
     if op == "Exists":
-        return codes != 0
+        matched = codes != 0
+        return matched
     if op == "DoesNotExist":
-        return codes == 0
+        matched = codes == 0
+        return matched
     if op in ("In", "NotIn"):
         wanted = state.label_value_codes(requirement.key, requirement.values)
         hit = np.isin(codes, wanted) if wanted.size else np.zeros(codes.shape, dtype=bool)

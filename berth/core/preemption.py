@@ -117,7 +117,8 @@ def _split_by_pdb(
     """(violating, non-violating), order kept: evicting the violating ones would take a budget
     below zero, counting down each budget as its pods are (hypothetically) evicted in order."""
     budget = {key: allowed.get(key, 0) for key in ((b.namespace, b.name) for b in pdbs)}
-    violating, fine = [], []
+    violating: list[PodInfo] = []
+    fine: list[PodInfo] = []
     for pod in victims:
         broken = False
         for pdb in pdbs:

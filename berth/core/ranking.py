@@ -43,14 +43,14 @@ def rank(pod: PodInfo, state: ClusterState, scores: Scores, wanted: int) -> npt.
     # Found by stepping down through the few highest distinct totals: np.partition is
     # far slower on score arrays (many equal values) than these passes.
     floor = total.max()
-    covered = np.count_nonzero(total == floor)
+    covered = int(np.count_nonzero(total == floor))
     above = 0  # nodes whose total is above the floor
     for _ in range(_RANK_STEPS):
         if covered >= wanted:
             break
         floor = total[total < floor].max()
         above = covered
-        covered = np.count_nonzero(total >= floor)
+        covered = int(np.count_nonzero(total >= floor))
     if covered >= wanted and 2 * covered <= total.size:
         candidates: npt.NDArray[np.intp] | None = np.flatnonzero(total >= floor)
     else:  # most nodes are in: gathering them would cost more than keying them all

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class Framework:
         for plugin in instances.values():
             plugin.bind_framework(self)
 
-        def at(point: str) -> list:
+        def at(point: str) -> list[Any]:
             return [instances[name] for name in resolved.points.get(point, ())]
 
         self.pre_filter_plugins: list[PreFilterPlugin] = at("preFilter")
@@ -137,7 +138,7 @@ class Framework:
         self.prepare(state)
         timer = NOT_TIMED if self.observer is None else CycleTimer(self.observer, self.name)
         cycle = CycleContext(pod, state, self.name, self, timer)
-        base = {
+        base: dict[str, Any] = {
             "pod_uid": pod.uid,
             "pod": pod.key,
             "profile": self.name,
@@ -156,7 +157,7 @@ class Framework:
         feasibility = self.filters.find_feasible(cycle, None, sampling)
         diagnosis = feasibility.diagnosis
         rejections, node_groups, width = _summarise(diagnosis)
-        summary = {
+        summary: dict[str, Any] = {
             "nodes_total": int(diagnosis.nodes.size),
             "feasible_nodes": int(feasibility.feasible.size),
             "rejections": rejections,
@@ -192,7 +193,12 @@ class Framework:
     # ------------------------------------------------------------------ cycle parts
 
     def _reserve_and_permit(
-        self, cycle: CycleContext, chosen: int, base: dict, summary: dict, top: tuple[NodeScore, ...]
+        self,
+        cycle: CycleContext,
+        chosen: int,
+        base: dict[str, Any],
+        summary: dict[str, Any],
+        top: tuple[NodeScore, ...],
     ) -> Decision:
         """Reserve and Permit on the chosen node slot: the ``placed`` (or ``held``) decision,
         or, when a plugin fails, the reserved plugins undone and the pod rejected there."""
@@ -217,10 +223,10 @@ class Framework:
         timer.point("Reserve", None, started)
         held = False
         started = timer.start()
-        for plugin in self.permit_plugins:
+        for permit in self.permit_plugins:
             plugin_started = timer.plugin_start()
-            status = plugin.permit(cycle, chosen).status.with_plugin(plugin.NAME)
-            timer.plugin(plugin.NAME, "Permit", status, plugin_started)
+            status = permit.permit(cycle, chosen).status.with_plugin(permit.NAME)
+            timer.plugin(permit.NAME, "Permit", status, plugin_started)
             if status.code is Code.WAIT:
                 held = True
             elif not status.is_success:
@@ -246,7 +252,9 @@ class Framework:
             cycle.timer.plugin(plugin.NAME, "Unreserve", None, plugin_started)
         cycle.timer.point("Unreserve", None, started)
 
-    def _unschedulable(self, cycle: CycleContext, diagnosis: Diagnosis, base: dict, summary: dict) -> Decision:
+    def _unschedulable(
+        self, cycle: CycleContext, diagnosis: Diagnosis, base: dict[str, Any], summary: dict[str, Any]
+    ) -> Decision:
         post, postfilter_message = self._post_filter(cycle, diagnosis)
         prefilter = diagnosis.prefilter_status
         message = messages.fit_error(
@@ -286,7 +294,9 @@ class Framework:
         timer.point("PostFilter", Status(Code.UNSCHEDULABLE), started)
         return None, ", ".join(said)
 
-    def _rejected_on_node(self, status: Status, base: dict, summary: dict, top: tuple[NodeScore, ...]) -> Decision:
+    def _rejected_on_node(
+        self, status: Status, base: dict[str, Any], summary: dict[str, Any], top: tuple[NodeScore, ...]
+    ) -> Decision:
         if status.code is Code.ERROR:
             return Decision(
                 status="error", message=f"{status.plugin}: {status.message}", top_scores=top, **base, **summary

@@ -99,7 +99,7 @@ class ProfileScorer:
                     plugin,
                     signature,
                     feasible,
-                    in_feasible,  # type: ignore[arg-type]
+                    in_feasible,  # type: ignore[arg-type]  # set when not dense (above)
                     row,
                     dense,
                 )
@@ -147,9 +147,9 @@ class ProfileScorer:
         if signature is None:
             return plugin.score(cycle, feasible)
         state = cycle.state
-        memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+        memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         entry = memo.score_entry((self.config_hash, self.profile, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)  # type: ignore[arg-type]
+        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)  # type: ignore[arg-type]  # set when not dense (above)
         if todo.size:
             entry.values[todo] = plugin.score(cycle, todo)
             entry.versions[todo] = state.node_version.take(todo)
@@ -170,7 +170,7 @@ class ProfileScorer:
         checked. None if one of them is out of range (nothing is recorded then). Written into
         ``out`` (and returned); ``dense``: ``feasible`` is ``0..len(feasible)-1``."""
         state = cycle.state
-        memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]
+        memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         entry = memo.score_entry((self.config_hash, self.profile, plugin.NAME, signature, "weighted"))
         todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)
         if todo.size:

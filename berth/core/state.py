@@ -33,7 +33,7 @@ import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -270,9 +270,9 @@ class ClusterState:
     def _grow(self) -> None:
         old, new = self._capacity, self._capacity * 2
 
-        def grow_rows(array: np.ndarray, fill: Any) -> np.ndarray:
-            order = "F" if array.flags.f_contiguous and array.ndim > 1 else "C"
-            grown = np.full((new, *array.shape[1:]), fill, dtype=array.dtype, order=order)
+        def grow_rows(array: npt.NDArray[Any], fill: Any) -> npt.NDArray[Any]:
+            order: Literal["F", "C"] = "F" if array.flags.f_contiguous and array.ndim > 1 else "C"
+            grown: npt.NDArray[Any] = np.full((new, *array.shape[1:]), fill, dtype=array.dtype, order=order)
             grown[:old] = array
             return grown
 
@@ -374,7 +374,7 @@ class ClusterState:
 
     def names_of(self, slots: Iterable[int]) -> list[str]:
         nodes = self._nodes
-        return [nodes[s].name for s in slots]  # type: ignore[union-attr]
+        return [nodes[s].name for s in slots]  # type: ignore[union-attr]  # the slots given hold nodes
 
     # ------------------------------------------------------------------ label index queries
 
@@ -458,7 +458,7 @@ class ClusterState:
             self.name_hash[slot] = name_hash64(node.name)
         else:
             self._sub_digest(self._node_digest[node.name])
-            self._unindex_node(slot, previous)  # type: ignore[arg-type]
+            self._unindex_node(slot, previous)  # type: ignore[arg-type]  # an occupied slot's previous node
         self._nodes[slot] = node
         digest = object_digest("node", node)
         self._node_digest[node.name] = digest
@@ -812,7 +812,7 @@ class ClusterState:
         extension.grow(self._capacity)
         for name in self.node_names():
             slot = self._slot_by_name[name]
-            extension.node_upserted(slot, self._nodes[slot], None)  # type: ignore[arg-type]
+            extension.node_upserted(slot, self._nodes[slot], None)  # type: ignore[arg-type]  # the slot was just filled
         for uid in sorted(self._pods):
             placed = self._pods[uid]
             extension.pod_added(self._slot_by_name.get(placed.node_name), placed)

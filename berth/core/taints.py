@@ -54,7 +54,8 @@ def untolerated_hard_taints(
     if state.hard_taint_nodes == 0:
         return np.zeros(nodes.shape, dtype=bool)
     lookup = untolerated_lookup(state, tolerations, HARD_EFFECTS)
-    return lookup[state.taint_table[nodes]].any(axis=1)
+    tainted: npt.NDArray[np.bool_] = np.asarray(lookup[state.taint_table[nodes]].any(axis=1))
+    return tainted
 
 
 def untolerated_lookup(

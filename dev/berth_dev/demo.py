@@ -94,7 +94,7 @@ def run_demo(
             with console.status("starting Kafka 3.9.1 (KRaft) and Postgres 15 …"):
                 stack = DevStack().start()
         try:
-            env = existing or stack.env()  # type: ignore[union-attr]
+            env = existing or stack.env()  # type: ignore[union-attr]  # a stack was started when there is none
             console.print(
                 f"[green]✓[/] Kafka at {env['BERTH_KAFKA_BOOTSTRAP']}, Postgres at "
                 f"{DatabaseSettings(url=env['BERTH_DATABASE_URL']).redacted_url()}"

@@ -77,7 +77,7 @@ def explain_command(
         raise typer.Exit(1)
 
 
-def _parse_time(value: str | None):  # type: ignore[no-untyped-def]
+def _parse_time(value: str | None):
     from datetime import datetime
 
     if value is None:
@@ -93,7 +93,7 @@ SinceOption = Annotated[str | None, typer.Option(help="Compare decisions from th
 UntilOption = Annotated[str | None, typer.Option(help="Compare decisions before this time (ISO 8601).")]
 
 
-def _run_replay(database_url: str | None, since: str | None, until: str | None, other: str | None):  # type: ignore[no-untyped-def]
+def _run_replay(database_url: str | None, since: str | None, until: str | None, other: str | None):
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from .db import make_engine

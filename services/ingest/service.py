@@ -204,7 +204,7 @@ class IngestService:
             await asyncio.gather(*tasks, holder, stopper, return_exceptions=True)
         for task in done & tasks:
             if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+                raise task.exception()  # type: ignore[misc]  # the task is done with an exception (checked above)
         if holder in done:
             self._log.warning("lease lost; standing by")
 

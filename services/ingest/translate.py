@@ -244,7 +244,7 @@ def removal(published: Observation, *, observed_at: datetime, final: Mapping[str
     obj = published.obj
     return PolicyRemoved(
         kind=published.kind, namespace=getattr(obj, "namespace", ""), name=obj.name, observed_at=observed_at
-    )  # type: ignore[attr-defined]
+    )
 
 
 def same_content(a: Observation, b: Observation) -> bool:
@@ -370,7 +370,7 @@ def remember(known: MutableMapping[str, Observation], steps: Iterable[Step]) -> 
         if step.removes:
             known.pop(step.key, None)
         else:
-            known[step.key] = step.event  # type: ignore[assignment]
+            known[step.key] = step.event  # type: ignore[assignment]  # the step's event is of the key's kind
 
 
 def last_write_time(obj: Mapping[str, Any]) -> datetime | None:

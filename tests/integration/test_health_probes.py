@@ -285,7 +285,7 @@ def test_audit_readyz_names_the_database_when_postgres_cannot_be_reached(broker:
     settings = BerthSettings(
         kafka=KafkaSettings(bootstrap=broker),
         database=DatabaseSettings(url=f"postgresql+psycopg://berth:secret@127.0.0.1:{closed}/berth"),
-    )  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]  # a test double for the real type
     answers = asyncio.run(_readyz_of_audit(settings, run=False))
     status, body = answers[-1]
     assert status == 503
@@ -337,7 +337,7 @@ def test_audit_ready_on_a_real_database_once_the_backlog_is_written(broker: str,
     from berth.schemas.topics import DECISION_INPUTS
     from berth.services.audit.health import visible_ends
 
-    settings = BerthSettings(kafka=KafkaSettings(bootstrap=broker), database=DatabaseSettings(url=fresh_database))  # type: ignore[arg-type]
+    settings = BerthSettings(kafka=KafkaSettings(bootstrap=broker), database=DatabaseSettings(url=fresh_database))  # type: ignore[arg-type]  # pydantic-settings parses the str
     before = asyncio.run(visible_ends(settings, [DECISION_INPUTS.name]))
     asyncio.run(_backlog(settings.kafka, committed=40, aborted=30))
     after = asyncio.run(visible_ends(settings, [DECISION_INPUTS.name]))

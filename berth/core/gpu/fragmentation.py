@@ -240,7 +240,7 @@ class TargetWorkload:
                 )
             )
             object.__setattr__(self, "_plain", plain)
-        return plain  # type: ignore[no-any-return]
+        return plain
 
     @classmethod
     def from_requests(cls, requests: Iterable[PodRequest], coverage: float = 0.95) -> TargetWorkload:
@@ -259,7 +259,7 @@ class TargetWorkload:
             raise ValueError("no pods to build a target workload from")
         total = sum(counts.values())
 
-        def rank(item: tuple[tuple[int, int, int, frozenset[str]], int]) -> tuple:
+        def rank(item: tuple[tuple[int, int, int, frozenset[str]], int]) -> tuple[int, int, int, int, str]:
             (cpu, num, milli, models), count = item
             return (count, cpu, milli, num, "|".join(sorted(models)))
 
@@ -291,7 +291,8 @@ class TargetWorkload:
     @property
     def popularity(self) -> npt.NDArray[np.float64]:
         """Weights normalised to sum to 1."""
-        return self.weight / self.weight.sum()
+        popularity: npt.NDArray[np.float64] = self.weight / self.weight.sum()
+        return popularity
 
     def model_access(self, node_models: Sequence[str | None]) -> BoolArray:
         """Boolean matrix nodes x shapes: may shape ``t`` use node ``n``'s GPU model?"""
@@ -392,7 +393,7 @@ def _weighted(summary: _Summary, access: BoolArray, workload: TargetWorkload, me
     idle = summary.total[..., None]
     usable = wl._requests_gpu & access
     cpu_fits = summary.cpu[..., None] >= wl.cpu_milli
-    out = 0
+    out: IntArray | int = 0
     if measure.single:
         placeable = usable & cpu_fits & (summary.fit >= wl.num_gpu)
         out = measure.single * (np.where(placeable, summary.small, idle) @ wl.weight)
@@ -553,7 +554,8 @@ def _choose_device(free: IntArray, increase: IntArray, share: int) -> IntArray:
     # Lexicographic key packed in one int64: the increase dominates, the leftover (< 2048)
     # breaks its ties, and argmin's first-occurrence rule breaks the rest by index.
     key = np.where(increase == INFEASIBLE, INFEASIBLE, increase * 2048 + leftover)
-    return np.argmin(key, axis=1).astype(np.int64)
+    chosen: IntArray = np.argmin(key, axis=1).astype(np.int64)
+    return chosen
 
 
 def score_placements(

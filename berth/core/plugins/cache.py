@@ -86,7 +86,7 @@ class ModelCache(PreScorePlugin, ScorePlugin):
         return Status.success() if cycle.pod.annotations.get(ANNOTATION_MODEL) else Status.skip()
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
-        index: ModelCacheIndex = cycle.state.ensure_extension(ModelCacheIndex)  # type: ignore[assignment]
+        index: ModelCacheIndex = cycle.state.ensure_extension(ModelCacheIndex)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         cached = index.by_model.get(cycle.pod.annotations[ANNOTATION_MODEL].strip())
         if cached is None:
             return np.zeros(len(nodes), dtype=np.int64)

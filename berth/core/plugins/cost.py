@@ -53,7 +53,7 @@ class NodeEconomics(StateExtension):
 
 
 def node_economics(state: ClusterState) -> NodeEconomics:
-    return state.ensure_extension(NodeEconomics)  # type: ignore[return-value]
+    return state.ensure_extension(NodeEconomics)  # type: ignore[return-value]  # ensure_extension is typed by the extension base class
 
 
 def linear_preference(values: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
@@ -82,4 +82,4 @@ class NodeCost(ScorePlugin):
         price = economics.price[nodes]
         scores = linear_preference(price)
         unpriced_spot = np.isnan(price) & economics.spot[nodes]
-        return np.where(unpriced_spot, self.args.unpriced_spot_score, scores).astype(np.int64)  # type: ignore[attr-defined]
+        return np.where(unpriced_spot, self.args.unpriced_spot_score, scores).astype(np.int64)  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs

@@ -72,7 +72,7 @@ def _request(cycle: CycleContext) -> GpuRequest:
     if request is None:
         request = GpuRequest.of(cycle.pod)
         cycle.data[_REQUEST] = request
-    return request  # type: ignore[no-any-return]
+    return request
 
 
 def _status(misfit: GpuMisfit, plugin: str) -> Status:
@@ -172,7 +172,7 @@ class GpuBinPack(_GpuScore):
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         if _request(cycle).wants_gpu:
             return Status.success()
-        if self.args.pack_pods_without_gpu and gpu_inventory(cycle.state).node_total.any():  # type: ignore[attr-defined]
+        if self.args.pack_pods_without_gpu and gpu_inventory(cycle.state).node_total.any():  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
             cycle.data[_NO_GPU] = True
             return Status.success()
         return Status.skip()
@@ -200,7 +200,10 @@ class GpuBinPack(_GpuScore):
             def whole(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
                 total = inv.node_total[rows]
                 used = total - inv.node_free[rows]
-                return np.minimum(MAX_NODE_SCORE * (used + need) // np.maximum(total, 1), MAX_NODE_SCORE)
+                score: npt.NDArray[np.int64] = np.minimum(
+                    MAX_NODE_SCORE * (used + need) // np.maximum(total, 1), MAX_NODE_SCORE
+                )
+                return score
 
             return inv.per_slot((self.NAME, request.whole), whole).take(nodes)
         if request.is_share:
@@ -261,4 +264,7 @@ class GpuAvailability(PreScorePlugin, ScorePlugin):
             return np.where(has_gpu, 0, MAX_NODE_SCORE).astype(np.int64)
         free = total - inv.used_milli()[nodes]
         need = request.whole * MILLI if request.whole else request.milli
-        return (MAX_NODE_SCORE * np.maximum(free - need, 0) // np.maximum(total, 1)).astype(np.int64)
+        score: npt.NDArray[np.int64] = (MAX_NODE_SCORE * np.maximum(free - need, 0) // np.maximum(total, 1)).astype(
+            np.int64
+        )
+        return score

@@ -102,4 +102,4 @@ def gpu_inventory(state: ClusterState) -> GpuInventory:
     extension = state.extension(GpuDeviceExtension.KEY)
     if extension is None:
         extension = state.ensure_extension(GpuDeviceExtension)
-    return extension.inventory  # type: ignore[attr-defined, no-any-return]
+    return extension.inventory  # type: ignore[attr-defined, no-any-return]  # the GPU extension's inventory, untyped to avoid an import cycle

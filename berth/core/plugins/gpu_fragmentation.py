@@ -42,7 +42,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Hashable, Mapping
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -143,12 +143,12 @@ class FragmentationArgs(PluginArgs):
 
     target_workload: tuple[TargetShape, ...] = Field(
         default=(
-            TargetShape(gpuMilli=1000, numGpu=1, cpuMilli=4000, weight=30),
-            TargetShape(gpuMilli=1000, numGpu=2, cpuMilli=8000, weight=15),
-            TargetShape(gpuMilli=1000, numGpu=4, cpuMilli=16000, weight=8),
-            TargetShape(gpuMilli=1000, numGpu=8, cpuMilli=32000, weight=3),
-            TargetShape(gpuMilli=500, numGpu=1, cpuMilli=2000, weight=20),
-            TargetShape(gpuMilli=250, numGpu=1, cpuMilli=1000, weight=24),
+            TargetShape(gpu_milli=1000, num_gpu=1, cpu_milli=4000, weight=30),
+            TargetShape(gpu_milli=1000, num_gpu=2, cpu_milli=8000, weight=15),
+            TargetShape(gpu_milli=1000, num_gpu=4, cpu_milli=16000, weight=8),
+            TargetShape(gpu_milli=1000, num_gpu=8, cpu_milli=32000, weight=3),
+            TargetShape(gpu_milli=500, num_gpu=1, cpu_milli=2000, weight=20),
+            TargetShape(gpu_milli=250, num_gpu=1, cpu_milli=1000, weight=24),
         ),
         alias="targetWorkload",
         description="Shapes used until enough pods are placed to learn the cluster's own mix",
@@ -389,15 +389,15 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
     def __init__(self, args: PluginArgs | None = None) -> None:
         super().__init__(args)
-        configured = [(shape.request(), shape.weight) for shape in self.args.target_workload]  # type: ignore[attr-defined]
+        configured = [(shape.request(), shape.weight) for shape in self.args.target_workload]  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
         pairs = tuple(((r.cpu_milli, r.num_gpu, r.gpu_milli, r.allowed_models), w) for r, w in configured)
         self._configured = _workload_of(pairs)
         self._configured_pairs = pairs
 
     def _workload(self, state: ClusterState) -> tuple[int, TargetWorkload]:
-        args: FragmentationArgs = self.args  # type: ignore[assignment]
+        args: FragmentationArgs = self.args  # type: ignore[assignment]  # self.args is typed as the base PluginArgs
         if args.learn_from_cluster:
-            extension: WorkloadExtension = state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
+            extension: WorkloadExtension = state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
             if extension.total >= args.min_learned_pods:
                 return extension.workload(args.coverage)
         return 0, self._configured
@@ -417,7 +417,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         found = cycle.data.get(self.NAME)
         if found is None:
             found = cycle.data[self.NAME] = self._workload(cycle.state)
-        return found  # type: ignore[no-any-return]
+        return found
 
     def score_signature(self, cycle: CycleContext) -> Hashable | None:
         # The raw score of a node depends on the pod's shape, the workload and that node's row
@@ -426,7 +426,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         """Raw: ``increase << 6 | (device + 1)``, increase in weighted units (lower is better)."""
-        shape: Shape = cycle.data[_SHAPE]  # type: ignore[assignment]  # set by PreScore
+        shape: Shape = cycle.data[_SHAPE]  # set by PreScore
         workload_id, workload = self._cycle_workload(cycle)
         inv = gpu_inventory(cycle.state)
         rows = np.asarray(nodes, dtype=np.intp)
@@ -460,7 +460,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         """A few nodes (the usual case: those changed since the memo last saw this shape):
         look each node state up in the extension's content-addressed results first — nodes
         pass through the same states again and again — and score only the new ones."""
-        extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]
+        extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         results = extension.results
         models = gpu_inventory(cycle.state).models
         workload_key = workload_id or extension.configured_id(self._configured_pairs, self._configured)
@@ -541,7 +541,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]:
         _, workload = self._cycle_workload(cycle)
-        per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]
+        per_point = weight_scale(workload, BERTH_MEASURE) * self.args.milli_gpu_per_point  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
         # Round half up in integers: floor((2x + d) / 2d); in place, this runs over every node.
         points = scores >> _DEVICE_BITS
         unfit = None if per_point < _UNFIT_CLIPS_BELOW else points >= _INCREASE_LIMIT
@@ -587,12 +587,13 @@ def _placements(
     that state and of every state placing a pod of ``shape`` there can lead to (none when it
     does not fit). A state is (workload, model, free CPU, free milli per device sorted)."""
     cpu_need, gpus, share = shape[0], shape[1], shape[2]
-    cpu, model = key[2], key[3]
-    free = [0 if f < 0 else (MILLI_PER_GPU if f > MILLI_PER_GPU else f) for f in key[4:]]  # type: ignore[operator]
+    # The key's layout (see above): ints after the workload and the model.
+    cpu, model = cast(int, key[2]), key[3]
+    free = [0 if f < 0 else (MILLI_PER_GPU if f > MILLI_PER_GPU else f) for f in cast("tuple[int, ...]", key[4:])]
     before = (workload_key, model, cpu, *sorted(free))
     options: list[_Option] = []
-    left = cpu - cpu_need  # type: ignore[operator]
-    if cpu >= cpu_need:  # type: ignore[operator]
+    left = cpu - cpu_need
+    if cpu >= cpu_need:
         if gpus == 0:
             options.append((-1, (workload_key, model, left, *sorted(free)), 0))
         elif share == MILLI_PER_GPU:
@@ -616,15 +617,15 @@ def _add_fragmentation(
     plain integers, more in one numpy batch (whose fixed cost only pays off then)."""
     if len(todo) <= _PLAIN_UP_TO:
         for state in todo:
-            fragments[state] = weighted_fragmentation_one(state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]
+            fragments[state] = weighted_fragmentation_one(state[3:], state[2], state[1], workload, BERTH_MEASURE)  # type: ignore[arg-type]  # a node state key holds ints after its model (see _placements)
         return
     width = max(len(state) - 3 for state in todo)
     free_matrix = np.array(
         [list(state[3:]) + [0] * (width + 3 - len(state)) for state in todo], dtype=np.int64
     ).reshape(len(todo), width)
-    access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]
+    access = workload.model_access([state[1] for state in todo])  # type: ignore[misc]  # a node state key's model is a str or None
     computed = weighted_fragmentation_batch(
-        free_matrix, [state[2] for state in todo], access, workload, BERTH_MEASURE
+        free_matrix, cast("list[int]", [state[2] for state in todo]), access, workload, BERTH_MEASURE
     ).tolist()
     fragments.update(zip(todo, computed, strict=True))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +51,7 @@ _DENSE_TABLE_MAX_DEVICES = 10  # 2**10 masks per topology: tables stay small and
 Locality = Literal["any", "same-node", "same-socket", "nvlink"]
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+_Item = TypeVar("_Item", bound=np.generic)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class GpuInventory:
         self.topologies: list[_Topology] = []
         self._topo_ids: dict[tuple[object, ...], int] = {}
         self.device_count: IntArray = np.zeros(0, dtype=np.int64)
-        self._tables: dict[tuple[int, str], tuple[IntArray, IntArray]] = {}
+        self._tables: dict[tuple[int, str], tuple[BoolArray, IntArray]] = {}
         self._share_needs: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}
 
     # --- construction --------------------------------------------------------------------------
@@ -245,8 +246,8 @@ class GpuInventory:
         if rows == len(self.node_names) and cols == self.width:
             return
 
-        def resized(array: IntArray | BoolArray, fill: int | bool) -> IntArray | BoolArray:
-            out = np.full((rows, cols), fill, dtype=array.dtype)
+        def resized(array: npt.NDArray[_Item], fill: int | bool) -> npt.NDArray[_Item]:
+            out: npt.NDArray[_Item] = np.full((rows, cols), fill, dtype=array.dtype)
             out[: array.shape[0], : array.shape[1]] = array
             return out
 
@@ -388,7 +389,7 @@ class GpuInventory:
 
     # --- whole-GPU lookup tables ---------------------------------------------------------------
 
-    def _table(self, count: int, locality: str) -> tuple[IntArray, IntArray] | None:
+    def _table(self, count: int, locality: str) -> tuple[BoolArray, IntArray] | None:
         """(feasible, fitness) as [topology, mask] arrays, or None when devices are too many."""
         if self.width > _DENSE_TABLE_MAX_DEVICES:
             return None
@@ -491,16 +492,16 @@ class GpuInventory:
                     use = self.usable[row].tolist()
                     need = milli[row].tolist()
                     need_mem = memory[row].tolist()
-                    best, best_free = -1, 0
+                    best_col, best_free = -1, 0
                     for c in range(self.width):
                         if (
                             use[c]
                             and free[c] >= need[c]
                             and mem[c] >= need_mem[c]
-                            and (best < 0 or free[c] < best_free)
+                            and (best_col < 0 or free[c] < best_free)
                         ):
-                            best, best_free = c, free[c]
-                    summary.best_col[row] = best
+                            best_col, best_free = c, free[c]
+                    summary.best_col[row] = best_col
                     summary.best_free[row] = best_free
             else:
                 rows = np.fromiter(sorted(summary.dirty), dtype=np.intp, count=len(summary.dirty))

@@ -192,10 +192,11 @@ class PlacedPodTerms(StateExtension):
         if term.selector.nothing:
             return  # matches no pod: never a candidate
         hint = term.selector.index_hint()
-        if hint is None or hint[1] is None:
+        values = None if hint is None else hint[1]
+        if hint is None or values is None:
             buckets = [self._unhinted[kind]]
         else:
-            key, values = hint
+            key = hint[0]
             hinted = self._hinted[kind]
             buckets = [hinted.setdefault((key, value), set()) for value in values]
         for bucket in buckets:
@@ -332,7 +333,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             and not state.has_pods_with_required_anti_affinity
         ):
             return Status.skip(), None
-        placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
+        placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         existing = _DomainCounts(state)
         namespace_labels = state.namespace_labels(pod.namespace)
         for term, slots, counts in placed_terms.matching("required_anti_affinity", pod, namespace_labels):
@@ -409,7 +410,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         state, pod = cycle.state, cycle.pod
-        args: InterPodAffinityArgs = self.args  # type: ignore[assignment]
+        args: InterPodAffinityArgs = self.args  # type: ignore[assignment]  # self.args is typed as the base PluginArgs
         terms = compile_terms(pod)
         preferred = [(t.resolved(state), +1) for t in terms.preferred_affinity]
         preferred += [(t.resolved(state), -1) for t in terms.preferred_anti_affinity]
@@ -423,7 +424,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # Placed pods' terms against the incoming pod (symmetry).
         if not args.ignore_preferred_terms_of_existing_pods or preferred:
             namespace_labels = state.namespace_labels(pod.namespace)
-            placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]
+            placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
             hard_weight = args.hard_pod_affinity_weight
             if hard_weight > 0:
                 for term, slots, counts in placed_terms.matching("required_affinity", pod, namespace_labels):

@@ -120,7 +120,7 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
 
     def __init__(self, args: NodeAffinityArgs | None = None) -> None:
         super().__init__(args)
-        added = self.args.added_affinity  # type: ignore[attr-defined]
+        added = self.args.added_affinity  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
         self._added_required = added.required if added else None
         self._added_preferred = added.preferred if added else ()
 

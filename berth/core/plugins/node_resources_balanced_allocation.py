@@ -40,7 +40,7 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
     Args = BalancedAllocationArgs
 
     def _resources(self) -> list[str]:
-        return [r.name for r in self.args.resources]  # type: ignore[attr-defined]
+        return [r.name for r in self.args.resources]  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         requests = cycle.pod.requests

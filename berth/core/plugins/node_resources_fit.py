@@ -132,7 +132,7 @@ def resource_scores(
             # kube caps requested at capacity (pods without requests get non-zero defaults).
             per = np.minimum(requested, allocatable) * MAX_NODE_SCORE // safe
         else:
-            shape = strategy.requested_to_capacity_ratio.shape  # type: ignore[union-attr]
+            shape = strategy.requested_to_capacity_ratio.shape  # type: ignore[union-attr]  # set for the RequestedToCapacityRatio type (validated)
             utilization = np.minimum(requested * MAX_UTILIZATION // safe, MAX_UTILIZATION)
             per = _broken_linear(shape, utilization)
         if ratio:
@@ -219,7 +219,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         state = cycle.state
         demand: _Demand | None = cycle.data.get(NAME)
         if demand is None:
-            demand = cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]
+            demand = cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]  # self.args is typed as the base PluginArgs
         n = nodes.size
         too_many = state.requested_of(PODS, nodes) >= state.allocatable_of(PODS, nodes)
         # Bit 0: too many pods; bit k: check k-1 failed; a parallel mask marks "exceeds the
@@ -249,7 +249,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         return FilterResult.from_codes(codes, statuses)
 
     def _strategy(self, pod: PodInfo) -> ScoringStrategy:
-        args: NodeResourcesFitArgs = self.args  # type: ignore[assignment]
+        args: NodeResourcesFitArgs = self.args  # type: ignore[assignment]  # self.args is typed as the base PluginArgs
         if args.gpu_scoring_strategy is not None and requests_gpus(pod):
             return args.gpu_scoring_strategy
         return args.scoring_strategy

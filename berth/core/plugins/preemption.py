@@ -85,7 +85,7 @@ class DefaultPreemption(PostFilterPlugin):
     NAME: ClassVar[str] = "DefaultPreemption"
 
     def __init__(self, args: object = None) -> None:
-        super().__init__(args)  # type: ignore[arg-type]
+        super().__init__(args)  # type: ignore[arg-type]  # the plugin's own args subclass
         self._probe: FeasibilityProbe | None = None
 
     def bind_framework(self, framework: object) -> None:
@@ -114,7 +114,7 @@ class DefaultPreemption(PostFilterPlugin):
             if total - len(potential):
                 counts[messages.PREEMPTION_NOT_HELPFUL] = total - len(potential)
             return self._nothing(total, counts)
-        pdbs: list[PodDisruptionBudgetInfo] = [p for _, _, p in state.policies("PodDisruptionBudget")]  # type: ignore[misc]
+        pdbs: list[PodDisruptionBudgetInfo] = [p for _, _, p in state.policies("PodDisruptionBudget")]  # type: ignore[misc]  # policies of that kind are PodDisruptionBudgetInfo
         allowed = disruptions_allowed(pdbs, [placed.pod for placed in state.placed_pods()])
         candidates: list[Candidate] = []
         for slot in potential:
@@ -165,7 +165,7 @@ class FrameworkProbe:
     ) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]:
         state = cycle.state
         names = state.names_of(int(s) for s in nodes)
-        result = self.framework.find_feasible(cycle.pod, state, names)  # type: ignore[attr-defined]
+        result = self.framework.find_feasible(cycle.pod, state, names)  # type: ignore[attr-defined]  # the framework's full type would be an import cycle
         diagnosis: Diagnosis = result.diagnosis
         feasible = set(int(s) for s in result.feasible)
         passed = np.array([int(s) in feasible for s in nodes], dtype=bool)

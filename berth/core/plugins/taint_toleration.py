@@ -66,7 +66,8 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
         if state.soft_taint_nodes == 0:
             return np.zeros(nodes.size, dtype=np.int64)
         lookup = _untolerated(cycle, frozenset({"PreferNoSchedule"}))
-        return lookup[state.taint_table[nodes]].sum(axis=1).astype(np.int64)
+        counts: npt.NDArray[np.int64] = lookup[state.taint_table[nodes]].sum(axis=1).astype(np.int64)
+        return counts
 
     def normalize_score(
         self, cycle: CycleContext, nodes: NodeArray, scores: npt.NDArray[np.int64]

@@ -42,9 +42,9 @@ API_REQUESTS = Counter(
 )
 
 STATE_KEY: web.AppKey[ClusterState] = web.AppKey("state", ClusterState)
-SINK_KEY: web.AppKey[EventSink] = web.AppKey("sink", object)  # type: ignore[arg-type]
+SINK_KEY: web.AppKey[EventSink] = web.AppKey("sink", object)  # type: ignore[arg-type]  # aiohttp's AppKey wants a type; the value is a protocol
 CLOCK_KEY: web.AppKey[SimClock] = web.AppKey("clock", SimClock)
-STATUS_KEY: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status", object)  # type: ignore[arg-type]
+STATUS_KEY: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status", object)  # type: ignore[arg-type]  # aiohttp's AppKey wants a type; the value is a callable
 
 
 def _respond(result: ApiResult) -> web.Response:

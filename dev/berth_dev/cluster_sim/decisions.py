@@ -71,7 +71,7 @@ class DecisionWatcher:
 
     def _handle(self, record: object) -> None:
         try:
-            event = decode(DECISIONS, record.key, record.value, record.headers).event  # type: ignore[attr-defined]
+            event = decode(DECISIONS, record.key, record.value, record.headers).event  # type: ignore[attr-defined]  # decisions of the DECISIONS topic
         except EnvelopeError:
             return  # the audit service dead-letters it; we only count verdicts
         if not isinstance(event, DecisionRecord):

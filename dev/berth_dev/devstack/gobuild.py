@@ -203,7 +203,7 @@ def _locked_build(home: Path, *, force: bool, quiet: bool, build: object) -> Non
         if (home / COMPLETE_MARKER).exists() and not force:
             return
         (home / COMPLETE_MARKER).unlink(missing_ok=True)
-        build(home)  # type: ignore[operator]
+        build(home)  # type: ignore[operator]  # set before build runs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def _version_ldflags(kubernetes_version: str, commit: str | None) -> str:
 
 def _origin_hash(info: dict[str, object]) -> str | None:
     origin = info.get("Origin")
-    return origin.get("Hash") if isinstance(origin, dict) else None  # type: ignore[return-value]
+    return origin.get("Hash") if isinstance(origin, dict) else None  # type: ignore[return-value]  # the module origin's hash is a str
 
 
 def _build_kubernetes(go: str, version: str, home: Path, *, quiet: bool) -> None:

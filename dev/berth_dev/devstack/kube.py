@@ -431,7 +431,7 @@ class KubeControlPlane:
     def _launch_apiserver(self, apiserver: Path) -> None:
         assert self.data_dir is not None
         (self.secure_port,) = procs.free_ports(1)
-        self.cert_dir.mkdir(mode=0o700)  # type: ignore[union-attr]
+        self.cert_dir.mkdir(mode=0o700)  # type: ignore[union-attr]  # set in __init__ when TLS is on
         generate_rsa_key(self.data_dir / "service-account.key")
         tokens = self.data_dir / "tokens.csv"
         with open(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
@@ -703,7 +703,7 @@ class KubeSchedulerProcess:
             if self.control_plane is not None:
                 kubeconfig = self.control_plane.kubeconfig_for(SCHEDULER_USER, self.data_dir / "kubeconfig")
             else:
-                kubeconfig = self.kubeconfig  # type: ignore[assignment]
+                kubeconfig = self.kubeconfig  # type: ignore[assignment]  # written by start() before this runs
             (self.secure_port,) = procs.free_ports(1)
             self._popen = procs.spawn(
                 [

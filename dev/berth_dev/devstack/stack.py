@@ -271,7 +271,7 @@ def up(*, out: TextIO | None = None, with_kubernetes: bool = False, with_service
         raise
     kube_note = ""
     if stack.kube is not None:
-        kube_note = f", kube-apiserver {stack.kube.binaries.kubernetes_version} (pid {stack.kube.apiserver_pid})"  # type: ignore[union-attr]
+        kube_note = f", kube-apiserver {stack.kube.binaries.kubernetes_version} (pid {stack.kube.apiserver_pid})"  # type: ignore[union-attr]  # kube is set in this branch
     err_console.print(
         f"[green]✓[/green] Kafka {stack.kafka.version} (pid {stack.kafka.pid}){kube_note} and "
         f"Postgres (pid {stack.postgres.pid}) running; state in {state_file()}. Stop with: berth dev down"

@@ -47,7 +47,7 @@ _POLICY_KINDS: dict[type, tuple[str, str]] = {
 def policy_observed(obj: PolicyObject, at: datetime) -> PolicyObserved:
     """The event announcing a policy object, observed at ``at``."""
     kind, field_name = _POLICY_KINDS[type(obj)]
-    return PolicyObserved(kind=kind, observed_at=at, **{field_name: obj})  # type: ignore[arg-type]
+    return PolicyObserved(kind=kind, observed_at=at, **{field_name: obj})  # type: ignore[arg-type]  # the field named for the object's kind
 
 
 def policy_kind(obj: PolicyObject) -> str:

@@ -66,7 +66,7 @@ def test_spot_max_interruptions_within_an_hour_send_the_pool_to_on_demand_until_
     assert suspended.record.outcome == "spot-suspended"
     assert "2 spot interruptions within 3600s (threshold 2)" in suspended.record.message
     assert capacity_order(state, ctx, KEY, policy_, moving=False) == ["on-demand"]
-    limit = policy_.cost.interruption_limit  # type: ignore[union-attr]
+    limit = policy_.cost.interruption_limit  # type: ignore[union-attr]  # not None in this test's setup
     assert not state.spot[KEY].quiet_since(at(1800 + 3599), limit)
     assert state.spot[KEY].quiet_since(at(1800 + 3600), limit)
     assert capacity_order(state, ctx, KEY, policy_, moving=False) == ["spot", "on-demand"]
@@ -127,7 +127,7 @@ def test_with_the_slo_met_a_short_of_room_pool_keeps_as_is_under_slo_at_risk():
     assert verdict.replicas == 5 and verdict.fallback is None
     assert "fallback model small not asked for 5 replica(s) (the SLO is met)" in verdict.reason
     # Without a trigger every shortfall goes to the fallback model, as before.
-    assert _fallback(None, met, Room(spot=0, on_demand=3)).fallback.replicas == 5  # type: ignore[union-attr]
+    assert _fallback(None, met, Room(spot=0, on_demand=3)).fallback.replicas == 5  # type: ignore[union-attr]  # not None in this test's setup
 
 
 def test_cost_exceeded_false_keeps_the_over_budget_cut_from_the_fallback_model():
@@ -155,7 +155,7 @@ def test_spot_strategy_max_spot_percent_caps_the_spot_replicas():
 def test_max_spot_percent_given_twice_must_agree():
     with pytest.raises(ValueError, match="disagree"):
         spot_pool(maxSpotPercent=80, spotStrategy={"maxSpotPercent": 50})
-    assert spot_pool(maxSpotPercent=50, spotStrategy={"maxSpotPercent": 50}).pools[KEY].cost.spot_percent_cap == 50  # type: ignore[union-attr]
+    assert spot_pool(maxSpotPercent=50, spotStrategy={"maxSpotPercent": 50}).pools[KEY].cost.spot_percent_cap == 50  # type: ignore[union-attr]  # not None in this test's setup
 
 
 def test_instance_types_spread_spot_replicas_and_keep_them_off_other_types():

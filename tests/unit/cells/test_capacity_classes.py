@@ -44,9 +44,9 @@ def test_on_demand_replicas_avoid_and_spot_replicas_take_each_providers_spot_nod
 
 def test_the_spot_class_keeps_the_pods_own_required_terms():
     base = pod("replica", cpu=1000, node_selector={})
-    with_zone = constrained(base, "on-demand").affinity.node_affinity.required  # type: ignore[union-attr]
+    with_zone = constrained(base, "on-demand").affinity.node_affinity.required  # type: ignore[union-attr]  # not None in this test's setup
     assert len(with_zone) == 1 and len(with_zone[0].match_expressions) == len(SPOT_LABELS)
-    spot_terms = constrained(base, "spot").affinity.node_affinity.required  # type: ignore[union-attr]
+    spot_terms = constrained(base, "spot").affinity.node_affinity.required  # type: ignore[union-attr]  # not None in this test's setup
     assert [t.match_expressions for t in spot_terms] == [
         (NodeSelectorRequirement(key=label.key, operator="In", values=label.spot_values),) for label in SPOT_LABELS
     ]

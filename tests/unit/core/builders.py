@@ -100,15 +100,15 @@ def pod(
 
 
 def taint(key: str, value: str = "", effect: str = "NoSchedule") -> Taint:
-    return Taint(key=key, value=value, effect=effect)  # type: ignore[arg-type]
+    return Taint(key=key, value=value, effect=effect)  # type: ignore[arg-type]  # a str for a Literal field, validated by pydantic
 
 
 def toleration(key: str = "", operator: str = "Equal", value: str = "", effect: str | None = None) -> Toleration:
-    return Toleration(key=key, operator=operator, value=value, effect=effect)  # type: ignore[arg-type]
+    return Toleration(key=key, operator=operator, value=value, effect=effect)  # type: ignore[arg-type]  # a str for a Literal field, validated by pydantic
 
 
 def expr(key: str, operator: str, *values: str) -> NodeSelectorRequirement:
-    return NodeSelectorRequirement(key=key, operator=operator, values=values)  # type: ignore[arg-type]
+    return NodeSelectorRequirement(key=key, operator=operator, values=values)  # type: ignore[arg-type]  # a str for a Literal field, validated by pydantic
 
 
 def term(*expressions: NodeSelectorRequirement, fields: Iterable[NodeSelectorRequirement] = ()) -> NodeSelectorTerm:
@@ -132,7 +132,7 @@ def selector(
     return LabelSelector(
         match_labels=dict(match_labels or {}),
         match_expressions=tuple(
-            LabelSelectorRequirement(key=k, operator=op, values=v)  # type: ignore[arg-type]
+            LabelSelectorRequirement(key=k, operator=op, values=v)  # type: ignore[arg-type]  # a str for a Literal field, validated by pydantic
             for k, op, v in expressions
         ),
     )

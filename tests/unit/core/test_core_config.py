@@ -49,7 +49,7 @@ def test_default_profile_follows_kube_order_and_weights() -> None:
     assert profile.points["postFilter"] == ("DynamicResources", "DefaultPreemption")  # kube v1.34's order
     assert profile.keep_top_scores == 10
     fit = profile.args["NodeResourcesFit"]
-    assert fit.gpu_scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]
+    assert fit.gpu_scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]  # the GPU strategy is configured in this test
 
 
 def test_document_without_profiles_gets_the_default_profile() -> None:
@@ -138,9 +138,9 @@ def test_several_profiles_and_plugin_args() -> None:
         """)
     packer = config.profile("packer")
     assert packer.keep_top_scores == 3
-    assert packer.args["NodeResourcesFit"].scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]
+    assert packer.args["NodeResourcesFit"].scoring_strategy.type == "MostAllocated"  # type: ignore[attr-defined]  # NodeResourcesFit's own args
     # A user's pluginConfig replaces the built-in one: no GPU strategy unless given.
-    assert packer.args["NodeResourcesFit"].gpu_scoring_strategy is None  # type: ignore[attr-defined]
+    assert packer.args["NodeResourcesFit"].gpu_scoring_strategy is None  # type: ignore[attr-defined]  # NodeResourcesFit's own args
     with pytest.raises(KeyError, match="packer"):
         config.profile("nope")
 

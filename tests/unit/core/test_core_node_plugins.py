@@ -106,7 +106,7 @@ def test_every_node_with_an_untolerated_hard_taint_fails_with_kubes_one_reason()
 
 
 def test_prefer_no_schedule_scores_fewer_intolerable_taints_higher() -> None:
-    soft = lambda key: taint(key, "", "PreferNoSchedule")  # noqa: E731
+    soft = lambda key: taint(key, "", "PreferNoSchedule")  # noqa: E731 -- a one-line builder, read like the taint() beside it
     state = state_of(node("none"), node("one", taints=(soft("a"),)), node("two", taints=(soft("a"), soft("b"))))
     framework = profile({"preScore": ["TaintToleration"], "score": [("TaintToleration", 1)]})
     # kube: DefaultNormalizeScore(100, reverse): 100 - count*100/max.

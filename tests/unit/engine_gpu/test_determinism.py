@@ -48,7 +48,7 @@ BOUND = [
     ),
 ]
 PENDING = [
-    PodInfo(uid=f"p{i}", namespace="d", name=f"p{i}", creation_time=T0, **kw)  # type: ignore[arg-type]
+    PodInfo(uid=f"p{i}", namespace="d", name=f"p{i}", creation_time=T0, **kw)  # type: ignore[arg-type]  # keyword arguments of mixed types, validated by pydantic
     for i, kw in enumerate(
         [
             {"requests": {"nvidia.com/gpu": 4}, "gpu_locality": "nvlink"},

@@ -20,7 +20,7 @@ def _decision_hashes() -> list[str]:
     for pod in gpu_mixed.build_pods(400, seed=3):
         decision = scheduler.schedule(pod, state)
         if decision.status == "placed":
-            state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]
+            state.assume(pod, decision.node, decision.gpu_devices, decision.gpu_milli)  # type: ignore[arg-type]  # a placed decision has its node
         hashes.append(decision.decision_hash)
     return hashes
 

@@ -113,7 +113,7 @@ def test_a_device_with_a_share_is_not_a_whole_gpu() -> None:
     inv = GpuInventory.of([dgx()])
     inv.allocate(0, GpuAllocation(devices=(0,), milli=250, memory_mib=10240))
     assert int(inv.full_count[0]) == 7
-    assert inv.choose(0, GpuRequest(whole=4, locality="nvlink")).devices == (4, 5, 6, 7)  # type: ignore[union-attr]
+    assert inv.choose(0, GpuRequest(whole=4, locality="nvlink")).devices == (4, 5, 6, 7)  # type: ignore[union-attr]  # not None in this test's setup
 
 
 def test_mig_slices_fill_the_fullest_device_first() -> None:

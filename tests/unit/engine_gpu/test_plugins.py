@@ -112,20 +112,20 @@ def test_reserve_names_devices_and_assume_holds_them() -> None:
     state = state_of(dgx("a"), bound=(pod("nb", 2, node="a", devices=(0, 1)),))
     p = pod("tp", 4, locality="nvlink")
     cycle = CycleContext(p, state, "berth")
-    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]
+    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
     assert reserved.gpu_devices == (4, 5, 6, 7)
     hash_before = state.snapshot_hash()
     state.assume(p, "a", reserved.gpu_devices)
-    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 2  # type: ignore[index]
+    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 2  # type: ignore[index]  # not None in this test's setup
     state.forget("tp")
-    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 6  # type: ignore[index]
+    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 6  # type: ignore[index]  # not None in this test's setup
     assert state.snapshot_hash() == hash_before
 
 
 def test_shares_reserve_the_fullest_device_and_report_milli() -> None:
     state = state_of(dgx("a"), bound=(pod("s0", node="a", fraction=500),))
     cycle = CycleContext(pod("s1", fraction=250), state, "berth")
-    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]
+    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
     assert (reserved.gpu_devices, reserved.gpu_milli) == ((0,), 250)
     state = state_of(dgx("a"), bound=tuple(pod(f"s{i}", node="a", fraction=750) for i in range(8)))
     assert run_filter(state, pod("big", fraction=500)) == {"a": "node(s) had no GPU device with 500 milli free"}
@@ -135,9 +135,9 @@ def test_node_update_keeps_what_pods_hold() -> None:
     state = state_of(dgx("a"), bound=(pod("nb", 3, node="a"),))
     inv = gpu_inventory(state)
     slot = state.slot_of("a")
-    assert int(inv.full_count[slot]) == 5  # type: ignore[index]
+    assert int(inv.full_count[slot]) == 5  # type: ignore[index]  # not None in this test's setup
     state.upsert_node(dgx("a", unhealthy=(7,)))
-    assert int(inv.full_count[slot]) == 4  # type: ignore[index]
+    assert int(inv.full_count[slot]) == 4  # type: ignore[index]  # not None in this test's setup
 
 
 def test_scores_prefer_packed_nodes_and_linked_sets() -> None:
@@ -152,18 +152,18 @@ def test_scores_prefer_packed_nodes_and_linked_sets() -> None:
 class Probe:
     """The profile's filters reduced to GpuDeviceFit, as the framework would run them."""
 
-    def feasible(self, cycle: CycleContext, nodes: np.ndarray):  # type: ignore[no-untyped-def]
+    def feasible(self, cycle: CycleContext, nodes: np.ndarray):  # type: ignore[no-untyped-def]  # a test helper
         plugin = GpuDeviceFit()
         result = plugin.filter(cycle, nodes)
         passed = result.passed(len(nodes))
         reasons = [
-            () if ok else result.statuses[int(result.codes[i])].reasons  # type: ignore[index]
+            () if ok else result.statuses[int(result.codes[i])].reasons  # type: ignore[index]  # not None in this test's setup
             for i, ok in enumerate(passed)
         ]
         return passed, reasons
 
 
-def preempt(state: ClusterState, p: PodInfo, unresolvable: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+def preempt(state: ClusterState, p: PodInfo, unresolvable: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]  # a test helper
     cycle = CycleContext(p, state, "berth")
     cycle.data[PROBE] = Probe()
     nodes = state.order()

@@ -19,11 +19,11 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def node(name: str, **fields: object) -> NodeInfo:
-    return NodeInfo(name=name, allocatable={"cpu": 8000}, **fields)  # type: ignore[arg-type]
+    return NodeInfo(name=name, allocatable={"cpu": 8000}, **fields)  # type: ignore[arg-type]  # keyword arguments of mixed types, validated by pydantic
 
 
 def pod(name: str = "p", node_name: str | None = None, **fields: object) -> PodInfo:
-    return PodInfo(uid=name, namespace="default", name=name, node_name=node_name, creation_time=T0, **fields)  # type: ignore[arg-type]
+    return PodInfo(uid=name, namespace="default", name=name, node_name=node_name, creation_time=T0, **fields)  # type: ignore[arg-type]  # keyword arguments of mixed types, validated by pydantic
 
 
 def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodInfo, ...] = ()) -> dict[str, int | None]:
@@ -39,8 +39,8 @@ def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodIn
     pre = getattr(plugin, "pre_score", None)
     if pre is not None and pre(cycle, order).is_skip:
         return {name: None for name in state.names_of(order)}
-    raw = plugin.score(cycle, order)  # type: ignore[attr-defined]
-    normalized = plugin.normalize_score(cycle, order, raw)  # type: ignore[attr-defined]
+    raw = plugin.score(cycle, order)  # type: ignore[attr-defined]  # the scoring plugins have score()
+    normalized = plugin.normalize_score(cycle, order, raw)  # type: ignore[attr-defined]  # the scoring plugins have normalize_score()
     return dict(zip(state.names_of(order), (int(v) for v in normalized), strict=True))
 
 

@@ -102,11 +102,8 @@ def test_429_says_when_to_come_back():
 
 
 def test_reply_of_an_api_exception_keeps_status_body_and_headers():
-    exc = ApiException(
-        status=409,
-        reason="Conflict",
-        body='{"kind":"Status","message":"Precondition failed: UID in precondition: x","code":409}',
-    )
+    exc = ApiException(status=409, reason="Conflict")
+    exc.body = '{"kind":"Status","message":"Precondition failed: UID in precondition: x","code":409}'
     exc.headers = {"Content-Type": "application/json", "retry-after": "1"}
     reply = k.reply_of_exception(exc)
     assert (reply.status, reply.message, reply.retry_after) == (409, "Precondition failed: UID in precondition: x", "1")

@@ -58,7 +58,7 @@ async def api(state: ClusterState):
     sink = RecordingSink()
     app = make_app(state, sink, SimClock(start=T0))
     async with TestClient(TestServer(app)) as client:
-        client.sink = sink  # type: ignore[attr-defined]
+        client.sink = sink  # type: ignore[attr-defined]  # a test's attribute on the client
         yield client
 
 
@@ -339,7 +339,7 @@ async def test_outbox_sends_in_emit_order_and_resolves_once_acknowledged():
     from berth_dev.cluster_sim.outbox import KafkaOutbox
 
     producer = _SlowAckProducer()
-    outbox = KafkaOutbox(producer)  # type: ignore[arg-type]
+    outbox = KafkaOutbox(producer)  # type: ignore[arg-type]  # a test double for the producer
     runner = asyncio.create_task(outbox.run())
     first = outbox.emit([NodeRemoved(name="a", observed_at=T0), NodeRemoved(name="b", observed_at=T0)])
     second = outbox.emit([NodeRemoved(name="c", observed_at=T0)])

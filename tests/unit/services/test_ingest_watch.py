@@ -30,7 +30,7 @@ def watcher():
     async def publish(events):
         published.extend(events)
 
-    w = ResourceWatcher(api=None, resource="pods", publish=publish, namespace="ml", clock=lambda: T0)  # type: ignore[arg-type]
+    w = ResourceWatcher(api=None, resource="pods", publish=publish, namespace="ml", clock=lambda: T0)  # type: ignore[arg-type]  # no API: the test feeds events itself
     w.published = published
     return w
 
