@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +42,7 @@ from berth.settings import BerthSettings, DatabaseSettings, KafkaSettings
 
 pytestmark = pytest.mark.integration
 
+BERTH = str(Path(sys.executable).with_name("berth"))
 PODS_EACH = 4
 SERVICES = ("audit", "inventory", "decision")
 GROUPS = ("berth-audit", "berth-inventory", "berth-decision")
@@ -102,8 +107,17 @@ def _installation(team: str, run: str, bootstrap: str, database_url: str) -> Ins
 
 
 async def _publish(installation: Installation) -> None:
-    async with EventProducer(installation.settings.kafka, source=f"tests/{installation.team}") as producer:
-        assert await producer.send_all(installation.events()) == 2 + PODS_EACH
+    """The nodes, then (once they reached their cells) the pods: a pod that reached its cell before
+    the nodes, which take one more hop, would wait for the cells' next ticks (30 s) to be tried
+    again."""
+    kafka = installation.settings.kafka
+    nodes, pods = installation.events()[:2], installation.events()[2:]
+    async with EventProducer(kafka, source=f"tests/{installation.team}") as producer:
+        assert await producer.send_all(nodes) == 2
+        await read_matching(
+            kafka, DECISION_INPUTS, lambda event: isinstance(event, NodeObserved), 2, timeout_s=120, name="tests"
+        )
+        assert await producer.send_all(pods) == PODS_EACH
 
 
 async def _placed(installation: Installation) -> set[str]:
@@ -175,9 +189,25 @@ def _audited(installation: Installation) -> tuple[set[str], set[str], set[str]]:
     return subjects, decision_inputs, inputs
 
 
-def _start(services: Supervisor) -> None:
+def _tail_pods(installation: Installation) -> list[dict]:
+    """``berth tail`` of the pod topic, by its contract name, in the installation's environment."""
+    env = {**os.environ, **installation.env}
+    done = subprocess.run(
+        [BERTH, "tail", PODS.name, "--max", "100", "--timeout", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith(f"from {installation.names.topic(PODS)}"), done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _start(services: Supervisor, work: Path) -> None:
+    args = {"inventory": ["run", "--data-dir", str(work / "inventory")]}
     for name in SERVICES:
-        services.start(name, ["run"], wait=False)
+        services.start(name, args.get(name, ["run"]), wait=False)
 
 
 def test_two_installations_share_one_broker_without_crosstalk(
@@ -196,7 +226,7 @@ def test_two_installations_share_one_broker_without_crosstalk(
             log_dir = tmp_path / installation.team
             log_dir.mkdir()
             supervisors[installation.team] = stack.enter_context(Supervisor(log_dir, installation.env))
-            _start(supervisors[installation.team])
+            _start(supervisors[installation.team], log_dir)
         for services in supervisors.values():
             for service in services.services.values():
                 service.wait_ready(timeout=180)
@@ -225,6 +255,10 @@ def test_two_installations_share_one_broker_without_crosstalk(
             assert decision_inputs == inputs == {installation.names.topic(DECISION_INPUTS)}
             report = _replay(installation.settings)
             assert report.compared >= PODS_EACH and not report.mismatches
+            tailed = _tail_pods(installation)
+            assert {f"{e['event']['pod']['namespace']}/{e['event']['pod']['name']}" for e in tailed} == (
+                installation.subjects
+            )
 
         topics, groups = asyncio.run(_broker_view(a.settings.kafka))
         for installation in (a, b):
