@@ -12,9 +12,10 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from berth.logs import get_logger
 from berth.schemas import ALL_TOPICS, Topic
@@ -22,6 +23,10 @@ from berth.settings import KafkaSettings
 
 log = get_logger(__name__)
 
+
+SERVED_PATIENCE_S = 30.0
+"""How long ensure_topics waits for brokers to serve the topics it created (leader elections of a
+new topic take well under a second on a healthy cluster; a broker that is down takes longer)."""
 
 COMPACTION = {"cleanup.policy": "compact", "segment.ms": str(10 * 60 * 1000), "min.cleanable.dirty.ratio": "0.2"}
 """Compacted topics (tables' changelogs, the inventory state, cell snapshots) roll a segment every
@@ -94,20 +99,50 @@ async def create_missing_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec]
             configs = {"min.insync.replicas": str(min_insync)}
             if spec.compacted:
                 configs.update(COMPACTION)
+            new_topic = NewTopic(
+                name=spec.name, num_partitions=spec.partitions, replication_factor=replication, topic_configs=configs
+            )
             try:
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            name=spec.name,
-                            num_partitions=spec.partitions,
-                            replication_factor=replication,
-                            topic_configs=configs,
-                        )
-                    ]
-                )
+                response = await admin.create_topics([new_topic])
+                _raise_for_topic_errors(response)
                 created.append(spec.name)
             except TopicAlreadyExistsError:
                 pass  # another process won the race; the topic exists, which is all we need
+        await _wait_until_served(admin, {spec.name: spec.partitions for spec in wanted})
         return created
     finally:
         await admin.close()
+
+
+def _raise_for_topic_errors(response: Any) -> None:
+    """CreateTopics answers per topic instead of failing the request: raise the first topic's
+    error (``TopicAlreadyExistsError`` included) as the exception aiokafka has for its code."""
+    for entry in response.topic_errors:
+        name, code = entry[0], entry[1]
+        if code:
+            message = entry[2] if len(entry) > 2 and entry[2] else ""
+            raise for_code(code)(f"creating topic {name}: {message}".rstrip(": "))
+
+
+async def _wait_until_served(
+    admin: AIOKafkaAdminClient, partitions: dict[str, int], *, patience_s: float = SERVED_PATIENCE_S
+) -> None:
+    """Return once the metadata of every topic in ``partitions`` lists all of its partitions with
+    a leader. The controller acknowledges a creation before the brokers serve the topic; a
+    producer or a describe in that gap finds no partitions (or no leader), so callers that create
+    topics and use them at once would race. After ``patience_s``, raise naming the topics."""
+    deadline = time.monotonic() + patience_s
+    waiting = dict(partitions)
+    while waiting:
+        for topic in await admin.describe_topics(list(waiting)):
+            served = [p for p in topic.get("partitions", ()) if p.get("leader", -1) >= 0]
+            if not topic.get("error_code") and len(served) >= waiting.get(topic["topic"], 0):
+                waiting.pop(topic["topic"], None)
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaError(
+                f"topics created but not served by the brokers within {patience_s:.0f} s: {sorted(waiting)}; "
+                "check that every broker is up (berth dev status)"
+            )
+        await asyncio.sleep(0.2)
