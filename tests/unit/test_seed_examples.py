@@ -15,8 +15,8 @@ What is in scope — the objects ``berth simulate`` reads as kube-scheduler sees
   (``test_agentpool_under_the_seed_group_is_refused``).
 
 Out of scope (:data:`OUT_OF_SCOPE`), with the reason; 002's ``DeschedulerPolicy`` sits in a shell
-block (``kubectl apply -f - <<EOF``) and needs ``berth deschedule`` (issue 19 point 1), so it is not
-extracted here; blocks without ``apiVersion``/``kind``
+block (``cat <<EOF > advanced-scheduling.yaml``): :func:`test_the_seeds_descheduler_policy_runs`
+takes it from there and runs it through ``berth deschedule``; blocks without ``apiVersion``/``kind``
 (spec fragments such as a lone ``nodeSelector``) are illustrations, not objects, and are skipped.
 :func:`test_every_seed_object_is_classified` fails when a seed gains an object this file does not
 classify.
@@ -374,3 +374,38 @@ def test_the_agentpools_example(capsys: pytest.CaptureFixture[str]) -> None:
         ("default/mistral-0", "gpu-c"),
     ]
     assert "ToolBinding" not in err  # it names its pool
+
+
+def _heredoc_documents() -> list[dict[str, Any]]:
+    """The objects of the seeds' shell here-documents (``<<EOF`` ... ``EOF``)."""
+    found = []
+    for path in sorted(SEEDS.glob("*.txt")):
+        for match in re.finditer(r"<<\s*'?EOF'?[^\n]*\n(.*?)^EOF$", path.read_text(), re.DOTALL | re.MULTILINE):
+            try:
+                documents = list(yaml.safe_load_all(match.group(1)))
+            except yaml.YAMLError:
+                continue
+            found += [d for d in documents if isinstance(d, dict) and d.get("kind")]
+    return found
+
+
+def test_the_seeds_descheduler_policy_runs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from berth.cli import app
+
+    [policy] = [d for d in _heredoc_documents() if d["kind"] == "DeschedulerPolicy"]
+    assert policy["apiVersion"] == "descheduler/v1alpha1"  # as the seed writes it, unchanged
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "descheduling" / "cluster.yaml"
+    result = CliRunner().invoke(app, ["deschedule", "--policy", str(path), str(cluster)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    summary = lines[-1]["summary"]
+    assert summary["evictions"] == len(lines) - 1
+    # Only the seed's two strategies act: the example's taint and GPU fragments are not its business.
+    assert {line["strategy"] for line in lines[:-1]} <= {
+        "RemovePodsViolatingInterPodAntiAffinity",
+        "LowNodeUtilization",
+    }
