@@ -513,3 +513,23 @@ def test_long_names_are_shortened_keeping_the_component(helm: Path) -> None:
         assert f"{fullname[: 63 - len(component) - 1].rstrip('-')}-{component}" in _by(documents, "Deployment")
     assert "x" * 39 + "-ingest-leader-election" in _by(documents, "Role")  # 40 characters, less the "-"
     assert fullname in _by(documents, "ServiceMonitor")
+
+
+def test_the_database_ca_reaches_the_audit_store_and_the_migrations(helm: Path) -> None:
+    documents = _template(
+        helm, "--set", "database.sslmode=verify-full", "--set", "database.tls.existingSecret=postgres-ca"
+    )
+    job = _by(documents, "Job")
+    [migrate] = [spec["spec"]["template"] for spec in job.values()]
+    for pod in (_pod(documents, "berth-audit"), migrate):
+        env = _env(pod)
+        assert env["BERTH_DATABASE__SSLMODE"] == "verify-full"
+        assert env["BERTH_DATABASE__SSLROOTCERT"] == "/etc/berth/database-tls/ca.crt"
+        (container,) = pod["spec"]["containers"]
+        assert {"name": "database-tls", "mountPath": "/etc/berth/database-tls", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+        assert {"name": "database-tls", "secret": {"secretName": "postgres-ca"}} in pod["spec"]["volumes"]
+    # Services that never open the database get neither the setting nor the Secret.
+    assert "BERTH_DATABASE__SSLROOTCERT" not in _env(_pod(documents, "berth-decision"))
+

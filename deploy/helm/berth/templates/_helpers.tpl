@@ -112,6 +112,26 @@ from values, so they stay out of the release's stored manifest.
 - name: BERTH_DATABASE__SSLMODE
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.database.tls.existingSecret }}
+- name: BERTH_DATABASE__SSLROOTCERT
+  value: /etc/berth/database-tls/{{ .Values.database.tls.caKey }}
+{{- end }}
+{{- end -}}
+
+{{- define "berth.databaseTlsVolume" -}}
+{{- if .Values.database.tls.existingSecret }}
+- name: database-tls
+  secret:
+    secretName: {{ .Values.database.tls.existingSecret | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "berth.databaseTlsMount" -}}
+{{- if .Values.database.tls.existingSecret }}
+- name: database-tls
+  mountPath: /etc/berth/database-tls
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "berth.commonEnv" -}}
