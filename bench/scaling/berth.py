@@ -133,7 +133,7 @@ class BerthPolicy:
         self.memory = remember(self.memory, folded, self._decided_with)
         if self._current is None:
             self._current = view.target
-        threshold = self.policy.cost.interruption_threshold if self.policy.cost is not None else None
+        threshold = self.policy.cost.interruption_limit if self.policy.cost is not None else None
         self.spot.quiet_since(folded.updated_at, threshold)
 
         def probe(count: int, capacity: CapacityClass) -> list[ProbedReplica]:
@@ -167,7 +167,7 @@ class BerthPolicy:
         if notice.replicas_on_node == 0:
             return ()
         cost = self.policy.cost
-        self.spot.record(at(notice.now), cost.interruption_threshold if cost is not None else None)
+        self.spot.record(at(notice.now), cost.interruption_limit if cost is not None else None)
         wanted = notice.replicas_on_node
         classes: list[CapacityClass] = ["on-demand"] * len(view.probe(wanted, "on-demand"))
         placed = view.ready + view.loading
@@ -175,7 +175,7 @@ class BerthPolicy:
             cost is not None
             and cost.spot_enabled
             and not self.spot.suspended
-            and view.spot_replicas + 1 <= math.floor(cost.max_spot_percent / 100 * (placed + 1))
+            and view.spot_replicas + 1 <= math.floor(cost.spot_percent_cap / 100 * (placed + 1))
         )
         if len(classes) < wanted and spot_ok:
             classes += ["spot"] * len(view.probe(wanted - len(classes), "spot"))
