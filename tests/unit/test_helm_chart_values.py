@@ -532,4 +532,3 @@ def test_the_database_ca_reaches_the_audit_store_and_the_migrations(helm: Path) 
         assert {"name": "database-tls", "secret": {"secretName": "postgres-ca"}} in pod["spec"]["volumes"]
     # Services that never open the database get neither the setting nor the Secret.
     assert "BERTH_DATABASE__SSLROOTCERT" not in _env(_pod(documents, "berth-decision"))
-
