@@ -26,8 +26,8 @@ def test_berth_dev_registers_its_commands_and_the_simulator_backend():
 def test_the_berth_command_lists_the_dev_tooling_where_it_always_stood():
     result = runner.invoke(berth.cli.app, ["--help"], env={"COLUMNS": "200"})
     commands = re.findall(r"^│ ([a-z][a-z-]*)  ", result.output, flags=re.MULTILINE)
-    assert commands[:4] == ["tail", "demo", "version", "simulate"]
-    assert commands[4:6] == ["dev", "publish"]
+    assert commands[:5] == ["tail", "demo", "version", "simulate", "deschedule"]
+    assert commands[5:7] == ["dev", "publish"]
     assert commands[-1] == "cluster-sim"
 
 

@@ -22,6 +22,12 @@ from berth.schemas.topics import (
     KafkaNames,
     check_kafka_prefix,
 )
+from berth.services.inventory.app import APP_ID as INVENTORY_APP_ID
+from berth.services.inventory.app import NODE_INPUTS, Layout, create_app
+from berth.services.token_lag.app import APP_ID as TOKEN_LAG_APP_ID
+from berth.services.token_lag.app import Layout as LagLayout
+from berth.services.token_lag.app import create_app as create_token_lag_app
+from berth.services.token_lag.fold import LagSettings
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -29,12 +35,6 @@ from berth.bus import EventConsumer, EventProducer
 from berth.bus.streams import FaustOutbox, faust_app_options, internal_topics
 from berth.cli import app
 from berth.settings import BerthSettings, KafkaSettings
-from services.inventory.app import APP_ID as INVENTORY_APP_ID
-from services.inventory.app import NODE_INPUTS, Layout, create_app
-from services.token_lag.app import APP_ID as TOKEN_LAG_APP_ID
-from services.token_lag.app import Layout as LagLayout
-from services.token_lag.app import create_app as create_token_lag_app
-from services.token_lag.fold import LagSettings
 
 TEAM_A = KafkaNames(topic_prefix="team-a.", group_prefix="grp-a.")
 
