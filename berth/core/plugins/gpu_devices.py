@@ -142,6 +142,16 @@ NO_GPU_PACKING = ScoringStrategy(
 (and weights) of kube's default NodeResourcesFit scoring, cpu and memory 1:1."""
 
 
+IDLE_GPU_NODE_PENALTY = MAX_NODE_SCORE // 4
+"""GpuBinPack takes this from its packing score of a pod without GPUs on a GPU node whose GPUs are
+all idle. Such a node is the only kind that can still take a pod asking for all of a node's GPUs,
+and that pod needs the node's CPU too; a node with a GPU in use can never take it, so its CPU is
+the cheaper one to fill. A penalty rather than a strict order: packing CPU tightly still matters
+most where CPU-only pods dominate, and subtracting keeps the packing order among idle nodes.
+A quarter of the score range was the first value tried; the ablation over 10, 25 and 50 is in
+bench/gpu_trace/README.md."""
+
+
 class GpuBinPackArgs(PluginArgs):
     """``pluginConfig`` args of GpuBinPack."""
 
@@ -159,7 +169,8 @@ class GpuBinPack(_GpuScore):
 
     Pods that ask for no GPU, in a cluster that has GPUs, are bin-packed too: a node without GPUs
     scores 100 (whatever CPU or memory the pod takes there can never strand a GPU), a GPU node
-    kube's MostAllocated over cpu and memory (:data:`NO_GPU_PACKING`). Why: NodeResourcesFit's
+    kube's MostAllocated over cpu and memory (:data:`NO_GPU_PACKING`), less on a node whose GPUs
+    are all idle (:data:`IDLE_GPU_NODE_PENALTY`). Why: NodeResourcesFit's
     LeastAllocated spreads such pods, so every GPU node loses a little of the CPU (and memory)
     its idle GPUs need; their GPU pods then stop fitting on CPU long before the GPUs are used.
     Packing keeps the headroom of GPU nodes whole, as bin-packing GPU pods keeps GPUs whole;
@@ -192,7 +203,11 @@ class GpuBinPack(_GpuScore):
                 cycle.state, cycle.pod, nodes, [r.name for r in NO_GPU_PACKING.resources], use_requested=False
             )
             packed = resource_scores(NO_GPU_PACKING, columns, len(nodes))
-            return np.where(inv.node_total[np.asarray(nodes, dtype=np.intp)] == 0, MAX_NODE_SCORE, packed)
+            rows = np.asarray(nodes, dtype=np.intp)
+            total = inv.node_total[rows]
+            idle = (total > 0) & (inv.node_free[rows] == total)
+            packed = np.where(idle, np.maximum(packed - IDLE_GPU_NODE_PENALTY, 0), packed)
+            return np.where(total == 0, MAX_NODE_SCORE, packed)
         request = _request(cycle)
         if request.whole:
             need = request.whole * MILLI

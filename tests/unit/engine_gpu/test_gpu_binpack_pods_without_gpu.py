@@ -10,7 +10,7 @@ from berth.schemas.cluster import GpuDevice, NodeInfo, PodInfo
 from berth.core.config import default_document
 from berth.core.engine import Engine
 from berth.core.framework import CycleContext
-from berth.core.plugins.gpu_devices import GpuBinPack, GpuBinPackArgs, GpuDeviceExtension
+from berth.core.plugins.gpu_devices import IDLE_GPU_NODE_PENALTY, GpuBinPack, GpuBinPackArgs, GpuDeviceExtension
 from berth.core.state import ClusterState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,8 +64,27 @@ def test_pods_without_gpu_are_packed_onto_the_fullest_gpu_node() -> None:
     state = state_of(node("busy", 8), node("idle", 8), bound=(pod("a", 16_000, 64 * GIB, bound_to="busy"),))
     got = scores(state, pod("cpu", 8_000, 16 * GIB))
     assert got is not None
-    # kube's MostAllocated over cpu and memory, after the pod: (24/32 + 80/128) / 2 and (8/32 + 16/128) / 2.
-    assert got == {"busy": (75 + 62) // 2, "idle": (25 + 12) // 2}
+    # kube's MostAllocated over cpu and memory, after the pod: (24/32 + 80/128) / 2 and (8/32 + 16/128) / 2,
+    # each less the penalty (at least 0): neither node has a GPU in use.
+    assert got == {
+        "busy": (75 + 62) // 2 - IDLE_GPU_NODE_PENALTY,
+        "idle": max((25 + 12) // 2 - IDLE_GPU_NODE_PENALTY, 0),
+    }
+
+
+def test_a_gpu_node_with_its_gpus_all_idle_is_kept_for_pods_that_need_all_of_them() -> None:
+    # "whole" runs a CPU pod and nothing else: its 8 idle GPUs are what an 8-GPU pod needs, with CPU.
+    # "partial" runs a 1-GPU pod with less CPU: it can never take an 8-GPU pod, its CPU is cheaper,
+    # and it wins although kube's MostAllocated alone would pick "whole".
+    state = state_of(
+        node("whole", 8),
+        node("partial", 8),
+        bound=(pod("cpu-heavy", 16_000, 64 * GIB, bound_to="whole"), pod("gpu-1", 12_000, 48 * GIB, 1, "partial")),
+    )
+    got = scores(state, pod("cpu", 8_000, 16 * GIB))
+    assert got is not None
+    assert got == {"whole": (75 + 62) // 2 - IDLE_GPU_NODE_PENALTY, "partial": (62 + 50) // 2}
+    assert got["partial"] > got["whole"]
 
 
 def test_nodes_without_gpus_are_best_for_pods_without_gpu() -> None:
