@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from berth.options import DatabaseOption, KafkaOption
 from berth.plugins import CLI_PLUGINS, INSTALL_DEV_TOOLING, load_plugin, plugin_names
 
 # --- exit statuses ----------------------------------------------------------------------------
@@ -506,20 +507,6 @@ app.add_typer(topics_app, name="topics")
 app.add_typer(config_app, name="config")
 
 err = Console(stderr=True)
-
-KafkaOption = Annotated[
-    str | None,
-    typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers, host:port[,host:port]."),
-]
-DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="BERTH_DATABASE_URL",
-        show_default=False,
-        help="SQLAlchemy URL of the audit store, e.g. postgresql+psycopg://u:p@host:5432/berth.",
-    ),
-]
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:

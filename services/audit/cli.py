@@ -9,28 +9,18 @@ from typing import Annotated
 
 import typer
 
+from berth.options import DatabaseOption, HealthPortOption, KafkaOption, MetricsPortOption
 from berth.settings import load_settings
 
 app = typer.Typer(help="Keep every decision in Postgres; replay, explain and what-if from it.", no_args_is_help=True)
 
-DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url", envvar="BERTH_DATABASE_URL", show_default=False, help="SQLAlchemy URL of the audit store."
-    ),
-]
-
 
 @app.command("run")
 def run(
-    kafka: Annotated[
-        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
-    ] = None,
+    kafka: KafkaOption = None,
     database_url: DatabaseOption = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
-    ] = None,
+    metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
 ) -> None:
     """Consume decision inputs, decisions, commands and results into Postgres (append-only)."""
     from berth.health import HealthServer, serving

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from berth.options import HealthPortOption, KafkaOption, MetricsPortOption
+
 if TYPE_CHECKING:
     from .ratelimit import TokenBucket
 
@@ -72,13 +74,9 @@ def run(
             "before it); unschedulable reports use <group>-decisions."
         ),
     ] = "berth-binder",
-    kafka: Annotated[
-        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
-    ] = None,
+    kafka: KafkaOption = None,
+    metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
 ) -> None:
     """Consume commands, apply them (with retries and a client rate limit), publish the results."""
     _check_backend_options(backend, sim_url, kubeconfig, context)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from berth.options import HealthPortOption, KafkaOption, MetricsPortOption
 from berth.settings import load_settings
 
 app = typer.Typer(help="Decide placements and scaling, one writer per cell.", no_args_is_help=True)
@@ -33,13 +34,9 @@ def run(
             help="YAML of inference pools' scaling policies: {pools: {NAMESPACE/NAME: {...}}}.",
         ),
     ] = None,
-    kafka: Annotated[
-        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")
-    ] = None,
+    kafka: KafkaOption = None,
+    metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
 ) -> None:
     """Consume the cells' inputs, decide, and emit commands and decision records."""
     from berth.configfiles import load_cell_config

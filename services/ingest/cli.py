@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from berth.options import HealthPortOption, KafkaOption, MetricsPortOption
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
@@ -97,11 +99,6 @@ WatchTimeoutOption = Annotated[
 PodsTopicOption = Annotated[str | None, typer.Option(help="Override the pods topic's name.")]
 NodesTopicOption = Annotated[str | None, typer.Option(help="Override the nodes topic's name.")]
 PoliciesTopicOption = Annotated[str | None, typer.Option(help="Override the policies topic's name.")]
-KafkaOption = Annotated[
-    str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
-]
-MetricsPortOption = Annotated[int | None, typer.Option(help="Serve /metrics on this port.")]
-HealthPortOption = Annotated[int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one).")]
 
 
 @app.command("run")

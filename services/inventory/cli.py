@@ -7,21 +7,16 @@ from typing import Annotated
 
 import typer
 
+from berth.options import HealthPortOption, KafkaOption, MetricsPortOption
+
 app = typer.Typer(help="Keep the per-node GPU inventory and route cluster facts to their cells.", no_args_is_help=True)
 
 
 @app.command("run")
 def run(
-    kafka: Annotated[
-        str | None,
-        typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers, host:port[,host:port]."),
-    ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on this port once the worker is ready.")
-    ] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one), from the worker's start.")
-    ] = None,
+    kafka: KafkaOption = None,
+    metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/inventory)."),

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from berth.options import HealthPortOption, KafkaOption, MetricsPortOption
+
 from .fold import DEFAULT_HALF_LIFE_SECONDS, DEFAULT_MAX_TTFT_MS, DEFAULT_MODEL_LOAD_SECONDS
 
 app = typer.Typer(help="Track inference pools' token queues: smoothed rate and expected TTFT.", no_args_is_help=True)
@@ -39,16 +41,9 @@ def run(
         float | None,
         typer.Option(help=f"Ceiling of expected TTFT, reported for stalled pools [default: {DEFAULT_MAX_TTFT_MS:g}]."),
     ] = None,
-    kafka: Annotated[
-        str | None,
-        typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers, host:port[,host:port]."),
-    ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on this port once the worker is ready.")
-    ] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="Serve /livez and /readyz on this port (0: a free one), from the worker's start.")
-    ] = None,
+    kafka: KafkaOption = None,
+    metrics_port: MetricsPortOption = None,
+    health_port: HealthPortOption = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Directory of faust's local table store (default: $XDG_STATE_HOME/berth/token-lag)."),

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from berth.options import KafkaOption, MetricsPortOption
+
 app = typer.Typer(
     help="A simulated cluster for demos, tests and benchmarks: publishes node and pod "
     "events from a workload and applies the binder's commands.",
@@ -98,10 +100,8 @@ def run(
     ] = False,
     timeout: Annotated[float | None, typer.Option(min=0, help="Stop after this many seconds.")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
-    kafka: Annotated[
-        str | None, typer.Option("--kafka", envvar="BERTH_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers.")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    kafka: KafkaOption = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Play a workload as a cluster. stdout: `BERTH_SIM_URL=...` once listening, a JSON summary at exit."""
     from berth.logs import configure_logging
