@@ -334,24 +334,38 @@ def _database_tls_problem(text: str, url: str) -> tuple[int, str] | None:
 def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int, str]:
     """The exit status and the one-line message for a failure that escaped a command: what
     failed, where, and what to do. The classes are checked on the whole chain of causes (a
-    service's StartupError over aiokafka's error, SQLAlchemy's over psycopg's)."""
+    service's StartupError over aiokafka's error, SQLAlchemy's over psycopg's); settings first
+    (a bad BERTH_CONFIG is a FileNotFoundError or a YAML error too), then each service Berth
+    talks to, then local files and input."""
     chain = list(_chain(exc))
+    for describe in (_settings_failure, _kafka_failure, _database_failure, _kubernetes_failure, _input_failure):
+        described = describe(chain, argv)
+        if described is not None:
+            return described
+    return EXIT_SOFTWARE, (f"internal error: {_reason(exc)}; rerun with --debug for the traceback and report it")
 
-    def find(module: str, *names: str) -> BaseException | None:
-        return next((link for link in chain if _isinstance(link, module, names)), None)
 
-    # Settings first: a bad BERTH_CONFIG is a FileNotFoundError or a YAML error too.
-    if _from_settings_module(exc):
+def _find(chain: Sequence[BaseException], module: str, *names: str) -> BaseException | None:
+    return next((link for link in chain if _isinstance(link, module, names)), None)
+
+
+def _settings_failure(chain: list[BaseException], argv: Sequence[str]) -> tuple[int, str] | None:
+    """Invalid settings: the environment or the BERTH_CONFIG file."""
+    if _from_settings_module(chain[0]):
         invalid = next((link for link in chain if isinstance(link, ValidationError)), None)
         if invalid is None:
-            return EXIT_SETTINGS, f"invalid settings: {_one_line(exc)}"
+            return EXIT_SETTINGS, f"invalid settings: {_one_line(chain[0])}"
         return EXIT_SETTINGS, (
             f"invalid settings: {_settings_problems(invalid)}; fix the environment "
             "variable or the BERTH_CONFIG file's key"
         )
+    return None
 
-    kafka = find("aiokafka.errors", "KafkaError")
-    if kafka is not None or find("berth.bus.streams", "StartupError") is not None:
+
+def _kafka_failure(chain: list[BaseException], argv: Sequence[str]) -> tuple[int, str] | None:
+    """Kafka unreachable, refusing the credentials or the TLS handshake, or failing a request."""
+    kafka = _find(chain, "aiokafka.errors", "KafkaError")
+    if kafka is not None or _find(chain, "berth.bus.streams", "StartupError") is not None:
         refused = _kafka_refusal(argv, chain)
         if refused is not None:
             return refused
@@ -366,15 +380,19 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
             "aiokafka.errors",
             ("KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "RequestTimedOutError"),
         ):
-            cause = _reason(kafka) if kafka is not None else _one_line(exc)
+            cause = _reason(kafka) if kafka is not None else _one_line(chain[0])
             if "Unable to bootstrap" in cause:  # aiokafka's says which addresses, not why
                 cause = "no broker answered (connection refused, host unknown or unreachable)"
             return EXIT_UNAVAILABLE, (
                 f"cannot reach Kafka at {bootstrap} ({source}): {cause}; {_START_KAFKA} or set BERTH_KAFKA_BOOTSTRAP"
             )
         return EXIT_UNAVAILABLE, f"Kafka at {bootstrap} ({source}) failed the request: {_reason(kafka)}"
+    return None
 
-    database = find("sqlalchemy.exc", "DBAPIError") or find("psycopg", "Error")
+
+def _database_failure(chain: list[BaseException], argv: Sequence[str]) -> tuple[int, str] | None:
+    """The audit database: TLS, credentials, unreachable, not migrated, or a bad URL."""
+    database = _find(chain, "sqlalchemy.exc", "DBAPIError") or _find(chain, "psycopg", "Error")
     if database is not None:
         url, source = _database_target(argv)
         text = _one_line(getattr(database, "orig", None) or database)
@@ -386,7 +404,9 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
                 f"the audit database at {url} ({source}) refused Berth: {text}; "
                 "check the user and password in BERTH_DATABASE_URL"
             )
-        if find("sqlalchemy.exc", "OperationalError", "InterfaceError") or find("psycopg", "OperationalError"):
+        if _find(chain, "sqlalchemy.exc", "OperationalError", "InterfaceError") or _find(
+            chain, "psycopg", "OperationalError"
+        ):
             return EXIT_UNAVAILABLE, (
                 f"cannot reach the audit database at {url} ({source}): {text}; "
                 "start it with `berth dev up` (or `make up`) or set BERTH_DATABASE_URL"
@@ -396,15 +416,19 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
                 f"the audit database at {url} has no audit tables ({text}); run `berth db upgrade`"
             )
         return EXIT_UNAVAILABLE, f"the audit database at {url} ({source}) failed the request: {text}"
-    database_url = find("sqlalchemy.exc", "ArgumentError", "NoSuchModuleError")
+    database_url = _find(chain, "sqlalchemy.exc", "ArgumentError", "NoSuchModuleError")
     if database_url is not None:
         url, source = _database_target(argv)
         return EXIT_SETTINGS, (
             f"the database URL {url} ({source}) is not usable: {_one_line(database_url)}; "
             "use e.g. postgresql+psycopg://USER:PASSWORD@HOST:5432/berth"
         )
+    return None
 
-    api = find("kubernetes.client.exceptions", "ApiException")
+
+def _kubernetes_failure(chain: list[BaseException], argv: Sequence[str]) -> tuple[int, str] | None:
+    """The Kubernetes API server: its answer, unreachable, or no usable kubeconfig."""
+    api = _find(chain, "kubernetes.client.exceptions", "ApiException")
     if api is not None:
         status = getattr(api, "status", 0) or 0
         what = f"the Kubernetes API server answered {status} {getattr(api, 'reason', '') or ''}".rstrip()
@@ -413,7 +437,7 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
         if status == 404:
             return EXIT_NOT_FOUND, f"{what}: {_one_line(getattr(api, 'body', '') or api)}"
         return EXIT_UNAVAILABLE, f"{what}: {_one_line(getattr(api, 'body', '') or api, 200)}"
-    unreachable = find("urllib3.exceptions", "HTTPError")
+    unreachable = _find(chain, "urllib3.exceptions", "HTTPError")
     if unreachable is not None:
         pool = getattr(unreachable, "pool", None)
         where = f"{pool.host}:{pool.port}" if pool is not None else "its address"
@@ -422,13 +446,17 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
             f"cannot reach the Kubernetes API server at {where}: {_reason(reason)}; "
             "check the kubeconfig (--kubeconfig, KUBECONFIG) and that the cluster runs"
         )
-    kubeconfig = find("kubernetes.config.config_exception", "ConfigException")
+    kubeconfig = _find(chain, "kubernetes.config.config_exception", "ConfigException")
     if kubeconfig is not None:
         return EXIT_SETTINGS, (
             f"cannot load a Kubernetes configuration: {_one_line(kubeconfig)}; pass "
             "--kubeconfig (and --context), set KUBECONFIG, or run in a pod with a ServiceAccount"
         )
+    return None
 
+
+def _input_failure(chain: list[BaseException], argv: Sequence[str]) -> tuple[int, str] | None:
+    """Local files and input (missing, unreadable, not YAML/JSON, invalid), then bare connection errors."""
     for link in chain:
         if isinstance(link, (FileNotFoundError, NotADirectoryError)):
             name = link.filename if link.filename is not None else _one_line(link)
@@ -449,7 +477,7 @@ def describe_failure(exc: BaseException, argv: Sequence[str] = ()) -> tuple[int,
     for link in chain:
         if isinstance(link, (ConnectionError, TimeoutError)) or _isinstance(link, "socket", ("gaierror",)):
             return EXIT_UNAVAILABLE, f"cannot connect: {_reason(link)}; is the service it needs running?"
-    return EXIT_SOFTWARE, (f"internal error: {_reason(exc)}; rerun with --debug for the traceback and report it")
+    return None
 
 
 def _truthy(value: str | None) -> bool:
