@@ -45,7 +45,7 @@ bench-gpu-trace: $(STAMP)  ## GPU allocation on the Alibaba v2023 trace vs FGD/B
 	$(BIN)/python -m bench.gpu_trace --record
 
 bench-pipeline: $(STAMP)  ## placements/s through Kafka, inventory and decision at rising load (5,000 nodes)
-	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.pipeline --record
 
 bench-scaling: $(STAMP)  ## a simulated day of bursty chat traffic + spot notices: Berth vs KEDA-like vs Dynamo-like scaling
 	$(BIN)/python -m bench.scaling --record

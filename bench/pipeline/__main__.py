@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import queue
 import re
-import sys
 import threading
 import time
 import urllib.request
@@ -37,6 +35,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.results import RECORD_HELP, emit
 
 console = Console(stderr=True)
 RATES = (25, 50, 100, 200, 400, 800, 1600)
@@ -516,6 +516,12 @@ def _print_table(summary: dict[str, Any]) -> None:
     )
 
 
+RAMP_HEADLINE = ("pods_per_s", "p50_latency_ms", "p99_latency_ms", "saturated_at_offered", "decision_workers")
+"""The figures of a ramp worth a row in the results log (the JSON line has every step)."""
+SOAK_HEADLINE = ("duration_s", "rate_pods_per_s", "achieved_pods_per_s", "p99_latency_ms", "flat")
+"""The same for a soak."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -553,6 +559,7 @@ def main() -> None:
     )
     soak.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples (default 10)")
     soak.add_argument("--json", type=Path, help="write the soak's summary and samples to this file")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
     if args.soak is not None:
         _soak_main(args)
@@ -567,8 +574,8 @@ def main() -> None:
         plot=args.plot,
         secured=args.secured,
     )
-    print(json.dumps(summary))
-    sys.stdout.flush()
+    headline = {key: summary[key] for key in RAMP_HEADLINE}
+    emit("bench.pipeline", summary, headline=headline, record=args.record)
 
 
 def _soak_main(args: argparse.Namespace) -> None:
@@ -592,9 +599,9 @@ def _soak_main(args: argparse.Namespace) -> None:
         plot=args.plot,
     )
     summary = run_soak(options)
-    line = {k: v for k, v in summary.items() if k not in ("samples", "ramp_steps")}
-    print(json.dumps(_json_safe(line)))
-    sys.stdout.flush()
+    line = _json_safe({k: v for k, v in summary.items() if k not in ("samples", "ramp_steps")})
+    headline = {key: line[key] for key in SOAK_HEADLINE if key in line}
+    emit("bench.pipeline", line, headline=headline, record=args.record)
     if not summary["flat"]:
         raise SystemExit(1)
 
