@@ -104,6 +104,7 @@ class Simulator:
                 "bound": counts["bound"],
                 "unschedulable": counts["unschedulable"],
                 "undecided": counts["undecided"],
+                "undecided_uids": sorted(r.pod.uid for r in self.state.undecided()),
                 "deleted": counters["pods_deleted"],
                 "bound_total": counters["pods_bound"],
                 "ledger": self.state.ledger(),
