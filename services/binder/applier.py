@@ -88,10 +88,18 @@ class _Step:
     """It was still failing transiently when the retry budget ran out."""
 
     @property
+    def refused(self) -> bool:
+        """The cluster's policy still refused it when the retry budget ran out (a disruption
+        budget): a conflict to report back, not a failure to dead-letter."""
+        return self.exhausted and self.outcome.refused
+
+    @property
     def failed(self) -> bool:
-        return self.exhausted or self.outcome.kind is OutcomeKind.PERMANENT
+        return (self.exhausted and not self.outcome.refused) or self.outcome.kind is OutcomeKind.PERMANENT
 
     def describe(self) -> str:
+        if self.refused:
+            return f"{self.target}: still refused after {self.attempts} attempts: {self.outcome.reason}"
         if self.exhausted:
             return f"{self.target}: gave up after {self.attempts} attempts: {self.outcome.reason}"
         return f"{self.target}: {self.outcome.reason}" if self.outcome.reason else self.target
@@ -376,6 +384,6 @@ def _status(steps: Sequence[_Step]) -> str:
     """failed beats conflict beats applied."""
     if any(step.failed for step in steps):
         return "failed"
-    if any(step.outcome.kind is OutcomeKind.CONFLICT for step in steps):
+    if any(step.outcome.kind is OutcomeKind.CONFLICT or step.refused for step in steps):
         return "conflict"
     return "applied"

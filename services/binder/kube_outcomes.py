@@ -201,11 +201,12 @@ def eviction_body(namespace: str, name: str, uid: str | None) -> dict[str, Any]:
 
 def eviction_outcome(reply: Reply) -> Outcome:
     """404: already gone (applied); 409: another pod of that name (conflict); 429: a disruption
-    budget forbids it now (retryable: the budget frees up as other pods become ready)."""
+    budget forbids it now (retryable, as a refusal: the budget frees up as other pods become
+    ready, and when it does not within the attempt budget the binder reports a conflict)."""
     if reply.status == 404:
         return Outcome.applied("already gone")
     if reply.status == 429:
-        return Outcome.retryable(f"eviction refused for now: {reply.message}")
+        return Outcome.refused_for_now(f"eviction refused for now: {reply.message}")
     return classify(reply, Access("create", "pods/eviction"))
 
 

@@ -57,6 +57,10 @@ class Outcome:
     """(RETRYABLE only) the cluster did not answer at all — connection refused or cut, as while
     the apiserver restarts — rather than answering with an error. The binder waits longer for it
     than its attempt budget allows (:class:`~.applier.RetryPolicy`)."""
+    refused: bool = False
+    """(RETRYABLE only) the cluster's own policy refuses it for now (a disruption budget forbids
+    an eviction): retried within the attempt budget, then reported as a conflict — the state of
+    the cluster decided, nothing is broken — instead of failing to the dead-letter topic."""
 
     @classmethod
     def applied(cls, reason: str = "") -> Outcome:
@@ -66,6 +70,11 @@ class Outcome:
     def unanswered(cls, reason: str) -> Outcome:
         """Retryable, and the cluster could not be reached (see :attr:`no_answer`)."""
         return cls(OutcomeKind.RETRYABLE, reason, no_answer=True)
+
+    @classmethod
+    def refused_for_now(cls, reason: str) -> Outcome:
+        """Retryable, and refused by the cluster's policy (see :attr:`refused`)."""
+        return cls(OutcomeKind.RETRYABLE, reason, refused=True)
 
     @classmethod
     def conflict(cls, reason: str) -> Outcome:
@@ -120,9 +129,9 @@ class ClusterBackend(Protocol):
     ) -> Outcome:
         """Evict the pod (graceful, respecting disruption budgets). applied: evicted, or already
         gone; conflict: a pod of that name exists with another UID; retryable: a disruption
-        budget forbids it right now (HTTP 429), or a transient error. With ``preemptor`` the pod
-        is a preemption victim: before the eviction it is marked as kube-scheduler marks its
-        victims (where the cluster shows such marks)."""
+        budget forbids it right now (HTTP 429: :meth:`Outcome.refused_for_now`), or a transient
+        error. With ``preemptor`` the pod is a preemption victim: before the eviction it is marked
+        as kube-scheduler marks its victims (where the cluster shows such marks)."""
         ...
 
     async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:

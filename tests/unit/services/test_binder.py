@@ -248,6 +248,27 @@ async def test_evict_scale_and_cordon():
     assert (await b.apply(gone)).result.status == "conflict"
 
 
+async def test_an_eviction_a_disruption_budget_keeps_refusing_is_reported_as_a_conflict_not_dead_lettered():
+    fake = cluster("p1")
+    refusal = "eviction refused for now: Cannot evict pod as it would violate the pod's disruption budget."
+    fake.fail("evict", [Outcome.refused_for_now(refusal)] * 10)
+    outputs = RecordingOutputs()
+    evict = EvictPod(command_id="e", decision_id="d", issued_at=T0, pod_uid="uid-p1", namespace="ml", name="p1")
+    verdict = await CommandHandler(binder(fake), outputs).handle(evict, source())
+    assert fake.count("evict") == NO_WAIT.max_attempts and "ml/p1" in fake.pods
+    assert verdict.result.status == "conflict" and verdict.dead_letter_reason is None
+    assert f"ml/p1: still refused after 3 attempts: {refusal}" == verdict.result.reason
+    assert [r.status for _, r in outputs.results] == ["conflict"] and outputs.dead_letters == []
+
+
+async def test_an_eviction_the_budget_allows_on_a_later_attempt_is_applied():
+    fake = cluster("p1")
+    fake.fail("evict", [Outcome.refused_for_now("eviction refused for now: disruption budget")])
+    evict = EvictPod(command_id="e", decision_id="d", issued_at=T0, pod_uid="uid-p1", namespace="ml", name="p1")
+    verdict = await binder(fake).apply(evict)
+    assert verdict.result.status == "applied" and verdict.result.attempts == 2 and "ml/p1" not in fake.pods
+
+
 # --- the handler: routing, ordering --------------------------------------------------------------
 
 

@@ -185,6 +185,8 @@ def test_eviction_body_has_the_uid_precondition_only_when_known():
 def test_eviction_outcome(reply, kind, words):
     outcome = k.eviction_outcome(reply)
     assert outcome.kind is kind and words in outcome.reason
+    # Only a 429 is the cluster's policy refusing (reported as a conflict once retries run out).
+    assert outcome.refused is (reply.status == 429)
 
 
 def test_nomination_sets_the_node_with_the_uid_as_precondition():
