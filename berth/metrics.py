@@ -84,7 +84,8 @@ POOL_DESIRED_REPLICAS = Gauge(
 )
 DESCHEDULER_EVICTIONS = Counter(
     "berth_descheduler_evictions_total",
-    "Evictions the descheduler planned (berth deschedule), by strategy of the DeschedulerPolicy.",
+    "Evictions the descheduler planned (berth deschedule) or the decision cells issued, by strategy of the "
+    "DeschedulerPolicy.",
     ["strategy"],
 )
 DESCHEDULER_LOOPS_PREVENTED = Counter(

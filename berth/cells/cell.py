@@ -2,7 +2,8 @@
 
 The cell is a router over small folds, each with a state of its own: the pending-pod queue
 (:mod:`.queue`), hand-overs between cells (:mod:`.handovers`), gangs (:mod:`.gangs`), pool
-scaling (:mod:`.pool_scaling`), spot drains (:mod:`.spot_drain`) and the census of the other
+scaling (:mod:`.pool_scaling`), spot drains (:mod:`.spot_drain`), descheduling rounds on
+ticks (:mod:`.descheduling`) and the census of the other
 cells' nodes (:mod:`.foreign_nodes`, for messages over the whole cluster), over one engine
 (:class:`berth.core.engine.Engine`, the cell's snapshot and the only commit path). An input's
 kind selects its handler in :data:`HANDLERS`; the handler calls the folds that care, in a fixed
@@ -42,7 +43,7 @@ from berth.schemas import (
     event_time,
 )
 
-from . import foreign_nodes, gangs, handovers, pool_scaling, queue, spot_drain
+from . import descheduling, foreign_nodes, gangs, handovers, pool_scaling, queue, spot_drain
 from .config import CellConfig
 from .context import CellContext
 from .nodes import NodeBook, forget_node, observe_node, release_reservations
@@ -77,6 +78,7 @@ class Cell:
         self.gangs = gangs.GangState()
         self.pools = pool_scaling.PoolState.of(config.pools)
         self.drain = spot_drain.DrainState()
+        self.descheduling = descheduling.DeschedulingState()
         self.decisions_made = 0
 
     def folded(self) -> dict[str, Any]:
@@ -92,6 +94,7 @@ class Cell:
             "gangs": self.gangs,
             "pools": self.pools,
             "drain": self.drain,
+            "descheduling": self.descheduling,
             "decisions_made": self.decisions_made,
         }
 
@@ -110,6 +113,7 @@ class Cell:
         )
         restored.handovers, restored.gangs = folded["handovers"], folded["gangs"]
         restored.pools, restored.drain = folded["pools"], folded["drain"]
+        restored.descheduling = folded["descheduling"]
         restored.decisions_made = folded["decisions_made"]
         return restored
 
@@ -223,7 +227,7 @@ def _lag_state(cell: Cell, event: PoolLagState, position: InputPosition, now: da
 
 def _tick(cell: Cell, event: CellTick, position: InputPosition, now: datetime) -> Handled:
     handovers.on_tick(cell.queue)
-    return [], False
+    return descheduling.on_tick(cell.descheduling, cell.config.descheduler, cell.ctx, position, now), False
 
 
 def _foreign_node_observed(cell: Cell, event: ForeignNodeObserved, position: InputPosition, now: datetime) -> Handled:

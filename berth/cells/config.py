@@ -18,6 +18,7 @@ from berth.core.config import default_document
 from berth.core.engine import Engine
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 
+from .descheduling import DeschedulerSettings
 from .pools import PoolPolicy, parse_pools
 
 __all__ = ["CellConfig"]
@@ -35,6 +36,9 @@ class CellConfig:
     spot_labels: tuple[SpotLabel, ...] = SPOT_LABELS
     """The node labels that mark spot capacity; in the document only when not the providers'
     own, so that the hashes of configurations that never set them stay as they were."""
+    descheduler: DeschedulerSettings | None = None
+    """Descheduling on the cell's live state (:mod:`.descheduling`); None: none. In the document
+    only when set, for the same reason as the spot labels."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", dict(sorted(self.pools.items())))
@@ -51,6 +55,8 @@ class CellConfig:
         if self.spot_labels != SPOT_LABELS:
             # A list, not a mapping: the canonical encoding sorts keys, and the order is the table's.
             document["spotLabels"] = [[label.key, list(label.spot_values)] for label in self.spot_labels]
+        if self.descheduler is not None:
+            document["descheduler"] = self.descheduler.to_document()
         return _canonical(document)
 
     @property
@@ -73,4 +79,10 @@ class CellConfig:
         spot_labels = (
             tuple(SpotLabel(key, tuple(values)) for key, values in labels) if labels is not None else SPOT_LABELS
         )
-        return cls(data["scheduler"], parse_pools({"pools": data.get("pools", {})}), spot_labels)
+        descheduler = data.get("descheduler")
+        return cls(
+            data["scheduler"],
+            parse_pools({"pools": data.get("pools", {})}),
+            spot_labels,
+            DeschedulerSettings.from_document(descheduler) if descheduler is not None else None,
+        )

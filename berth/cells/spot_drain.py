@@ -44,7 +44,7 @@ from .pool_scaling import (
 from .records import CellDecision, digest
 from .spot import PoolMove
 
-__all__ = ["DrainState", "advance_moves", "on_spot", "pod_gone", "track_bound"]
+__all__ = ["DrainState", "advance_moves", "eviction", "on_spot", "pod_gone", "track_bound"]
 
 
 @dataclass
@@ -113,7 +113,9 @@ def on_spot(
         decisions.extend(_surge(state, pools, ctx, key, by_pool[key], notice, position, now))
     for pod in others:
         decisions.append(
-            _evict(ctx, pod, f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: drained", position, now)
+            eviction(
+                ctx, pod, f"spot node {notice.node} reclaimed at {notice.deadline:%H:%M:%S}: drained", position, now
+            )
         )
     return decisions
 
@@ -195,7 +197,7 @@ def advance_moves(
                 current = current_replicas(pools, ctx, key, pools.pools.get(key))
                 extra = (scale_command(ctx.cell, key, current, current - 1, "surge replica given back", now),)
                 pools.replicas[key] = current - 1
-            decisions.append(_evict(ctx, pod, reason, position, now, extra=extra))
+            decisions.append(eviction(ctx, pod, reason, position, now, extra=extra))
         if move.done:
             del state.moves[key]
     return decisions
@@ -238,9 +240,11 @@ def pod_gone(
     return decisions
 
 
-def _evict(
+def eviction(
     ctx: CellContext, pod: PodInfo, reason: str, position: InputPosition, now: datetime, extra: tuple[Any, ...] = ()
 ) -> CellDecision:
+    """The ``evicting`` record of ``pod`` (bound to ``pod.node_name``) and its EvictPod command,
+    with ``extra`` commands issued by the same decision (their ids re-derived from it)."""
     record = ctx.recorder.record(position, pod.key, "evicting", now, node=pod.node_name, message=reason)
     command = EvictPod(
         command_id=digest(record.decision_id, "evict"),

@@ -22,6 +22,7 @@ import asyncio
 import pickle
 import time
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +36,14 @@ from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 from berth.bus import EventConsumer, ensure_topics
 from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
-from berth.metrics import PENDING_PODS, PODS_HANDED_OVER, POOL_DESIRED_REPLICAS, SchedulingMetrics
+from berth.metrics import (
+    DESCHEDULER_EVICTIONS,
+    DESCHEDULER_LOOPS_PREVENTED,
+    PENDING_PODS,
+    PODS_HANDED_OVER,
+    POOL_DESIRED_REPLICAS,
+    SchedulingMetrics,
+)
 from berth.settings import BerthSettings, KafkaSettings
 
 from .snapshots import (
@@ -70,6 +78,19 @@ class CellWorker:
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a transaction is open: revocation waits for it instead of closing the producer
     under a batch in flight."""
+    evictions_counted: Counter[str] = field(default_factory=Counter)
+    loops_counted: Counter[str] = field(default_factory=Counter)
+    """The cell's descheduling totals already in the metrics (those folded before this worker
+    took the cell over are not counted again)."""
+
+    def count_descheduling(self) -> None:
+        """Add what the cell's descheduling rounds did since the last call to the metrics."""
+        state = self.cell.descheduling
+        for strategy, total in sorted(state.evictions.items()):
+            DESCHEDULER_EVICTIONS.labels(strategy).inc(total - self.evictions_counted[strategy])
+        for strategy, total in sorted(state.loops_prevented.items()):
+            DESCHEDULER_LOOPS_PREVENTED.labels(strategy).inc(total - self.loops_counted[strategy])
+        self.evictions_counted, self.loops_counted = Counter(state.evictions), Counter(state.loops_prevented)
 
     async def stop(self) -> None:
         async with self.busy:
@@ -164,7 +185,12 @@ class DecisionService:
                 await producer.stop()  # nothing left open when the broker refuses
                 raise
             self.workers[tp.partition] = CellWorker(
-                tp.partition, cell, producer, since_snapshot=committed - restored_at
+                tp.partition,
+                cell,
+                producer,
+                since_snapshot=committed - restored_at,
+                evictions_counted=Counter(cell.descheduling.evictions),
+                loops_counted=Counter(cell.descheduling.loops_prevented),
             )
             self.consumer.raw.seek(tp, committed)
             self.consumer.raw.resume(tp)
@@ -289,6 +315,7 @@ class DecisionService:
                 await self._snapshot(worker, records[-1].offset + 1)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, names.group(GROUP))
         worker.decided += len(outputs)
+        worker.count_descheduling()
 
     async def _snapshot(self, worker: CellWorker, offset: int) -> None:
         """Snapshot the cell as of ``offset`` in the open transaction, which commits that offset:
