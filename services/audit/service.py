@@ -1,8 +1,9 @@
 """The audit service's loop: Kafka → Postgres, exactly once in effect.
 
 Positions live in Postgres (written with the rows), so on start the consumer seeks to them; Kafka
-offsets are committed too, but only as a hint for lag dashboards (committed after the rows, so
-never ahead of them).
+offsets are committed too, but only as a hint for lag dashboards (at most once a second, after
+the rows, so never ahead of them). Records are gathered for a short window (:data:`COLLECT_S`)
+before each write, so a low rate pays one transaction per window rather than one per record.
 
 Postgres may go away (a restart, a fail-over, a network cut). Decisions do not wait for it: Kafka
 is the log, and the audit only follows. While the database is unreachable the service keeps the
@@ -48,6 +49,14 @@ WRITE_RETRIES = Counter(
     "berth_audit_write_retries_total",
     "Audit batch writes retried because Postgres was unreachable (each batch is written once).",
 )
+COLLECT_S = 0.05
+"""How long the records of one write are gathered after the first arrives: a decision reaches
+Postgres within this plus one write, and at low rates several records share the write."""
+MAX_BATCH_RECORDS = 2000
+"""Records per write at most (a catching-up audit writes batches of this size)."""
+OFFSET_HINT_INTERVAL_S = 1.0
+"""Kafka offsets are committed at most this often (and on stop): they are a hint for lag dashboards
+and a safe place to start if Postgres is down at assignment, never ahead of the stored rows."""
 MAX_BACKOFF_S = 10.0
 """Longest wait between two attempts while Postgres is away (the first waits ~0.5 s)."""
 
@@ -148,6 +157,31 @@ async def write_with_backoff(
     return report
 
 
+async def collect_batch(consumer: EventConsumer, stop: asyncio.Event) -> list[AuditRecord]:
+    """The records of one write: whole polls, gathered for up to :data:`COLLECT_S` after the first
+    record arrives or until :data:`MAX_BATCH_RECORDS` are in, so that a trickle of records costs
+    one transaction per window rather than one per record. Empty if nothing came within 0.2 s."""
+    batch: list[AuditRecord] = []
+    polled = await consumer.poll(timeout_s=0.2, max_records=MAX_BATCH_RECORDS)
+    deadline = time.monotonic() + COLLECT_S
+    while polled:
+        batch.extend(AuditRecord(item.topic, item.partition, item.offset, item.event) for item in polled)
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0 or len(batch) >= MAX_BATCH_RECORDS or stop.is_set():
+            break
+        polled = await consumer.poll(timeout_s=remaining_s, max_records=MAX_BATCH_RECORDS - len(batch))
+    return batch
+
+
+async def commit_offset_hint(consumer: EventConsumer) -> None:
+    try:
+        await consumer.commit()
+    except KafkaError as exc:
+        # Kafka's offsets are only a hint here (positions live in Postgres, written with the
+        # rows); a rebalance that wins the race costs nothing.
+        log.info("offset hint not committed", error=repr(exc))
+
+
 async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = None, migrate: bool = True) -> None:
     """Consume the audited topics into Postgres until ``stop`` is set (or SIGTERM/SIGINT)."""
     stop = stop or stop_on_signals()
@@ -182,16 +216,18 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
     )
     await consumer.start()
     outage = DatabaseOutage()
+    hint_committed_at, hint_pending = 0.0, False
     try:
         while not stop.is_set():
             # Whole fetches only: stopping half-way through one skipped the rest of it, because
             # the consumer's position was already past them (one lost input broke replay).
-            polled = await consumer.poll(timeout_s=0.2, max_records=2000)
-            if not polled:
+            batch = await collect_batch(consumer, stop)
+            if not batch:
                 continue
-            batch = [AuditRecord(item.topic, item.partition, item.offset, item.event) for item in polled]
             written = await write_with_backoff(store, batch, outage, stop)
             if written is None:
+                # The consumer is past records that are not stored: no hint may say otherwise.
+                hint_pending = False
                 break
             report = written
             log.info(
@@ -204,12 +240,12 @@ async def run_audit(settings: BerthSettings, *, stop: asyncio.Event | None = Non
             )
             for decision_id in report.determinism_errors:
                 log.error("determinism error: same input, different decision", decision_id=decision_id)
-            try:
-                await consumer.commit()
-            except KafkaError as exc:
-                # Kafka's offsets are only a hint here (positions live in Postgres, written with
-                # the rows); a rebalance that wins the race costs nothing.
-                log.info("offset hint not committed", error=repr(exc))
+            hint_pending = True
+            if time.monotonic() - hint_committed_at >= OFFSET_HINT_INTERVAL_S:
+                hint_committed_at, hint_pending = time.monotonic(), False
+                await commit_offset_hint(consumer)
+        if hint_pending:
+            await commit_offset_hint(consumer)
     finally:
         await consumer.stop()
         engine.dispose()
