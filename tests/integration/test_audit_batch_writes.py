@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from berth.schemas.envelope import event_time
 from berth.schemas.samples import one_of_each
 from berth.schemas.topics import COMMANDS, DECISION_INPUTS, DECISIONS, RESULTS
 from berth.services.audit import db
@@ -71,7 +72,14 @@ def _records(partition: int):
 def _stored(engine, partition: int, decision, other, command):
     with engine.connect() as connection:
         inputs = connection.execute(
-            select(InputRow.offset, InputRow.cell, InputRow.sequence, InputRow.event_type, InputRow.body)
+            select(
+                InputRow.offset,
+                InputRow.cell,
+                InputRow.sequence,
+                InputRow.event_type,
+                InputRow.event_time,
+                InputRow.body,
+            )
             .where(InputRow.topic == DECISION_INPUTS.name, InputRow.partition == partition)
             .order_by(InputRow.offset)
         ).all()
@@ -87,9 +95,9 @@ def _stored(engine, partition: int, decision, other, command):
             )
         ).all()
         results = connection.execute(
-            select(CommandResultRow.status, CommandResultRow.attempts, CommandResultRow.applied_at).where(
-                CommandResultRow.command_id == command.command_id
-            )
+            select(CommandResultRow.decision_id, CommandResultRow.status, CommandResultRow.reason)
+            .add_columns(CommandResultRow.attempts, CommandResultRow.applied_at)
+            .where(CommandResultRow.command_id == command.command_id)
         ).all()
     return inputs, decisions, commands, results
 
@@ -108,8 +116,8 @@ def test_a_batch_with_duplicates_and_its_redelivery_store_every_row_once_as_the_
     inputs, decisions, commands, results = _stored(engine, partition, decision, other, command)
     body = pod_event.model_dump(mode="json")
     assert [tuple(row) for row in inputs] == [
-        (0, f"cell-{partition}", 0, pod_event.type, body),
-        (1, f"cell-{partition}", 1, pod_event.type, body),
+        (0, f"cell-{partition}", 0, pod_event.type, event_time(pod_event), body),
+        (1, f"cell-{partition}", 1, pod_event.type, event_time(pod_event), body),
     ]
     assert [tuple(row) for row in decisions] == [
         (
@@ -125,7 +133,9 @@ def test_a_batch_with_duplicates_and_its_redelivery_store_every_row_once_as_the_
     ]
     assert decision.verdicts, "the sample decision must carry verdicts for this check to mean anything"
     assert [tuple(row) for row in commands] == [(command.type, command.model_dump(mode="json"), command.issued_at)]
-    assert [tuple(row) for row in results] == [(result.status, result.attempts, result.applied_at)]
+    assert [tuple(row) for row in results] == [
+        (result.decision_id, result.status, result.reason, result.attempts, result.applied_at)
+    ]
 
     # Re-delivered after a crash that came between the commit and Kafka's offsets: nothing twice.
     again = audit.write_batch(records, consumer=consumer)
