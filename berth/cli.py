@@ -783,14 +783,15 @@ def topics_list() -> None:
 
     from berth.schemas import ALL_TOPICS
 
-    names = _settings().kafka.names
+    kafka = _settings().kafka
+    names = kafka.names
     table = Table()
     table.add_column("topic", no_wrap=True)
     table.add_column("key")
     table.add_column("partitions", justify="right")
     table.add_column("events", overflow="fold")
     for topic in ALL_TOPICS:
-        table.add_row(names.topic(topic), topic.key, str(topic.partitions), "\n".join(sorted(topic.event_types)))
+        table.add_row(names.topic(topic), topic.key, str(kafka.partitions(topic)), "\n".join(sorted(topic.event_types)))
     Console().print(table)
 
 

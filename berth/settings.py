@@ -23,7 +23,7 @@ from pydantic_settings import (
 
 from berth.kube.capacity import SpotLabel, parse_spot_labels, with_spot_labels
 from berth.logs import hide_secret
-from berth.schemas.topics import KafkaNames, check_kafka_prefix
+from berth.schemas.topics import DECISION_INPUTS, KafkaNames, Topic, check_kafka_prefix
 
 
 class KafkaSettings(BaseModel):
@@ -54,6 +54,11 @@ class KafkaSettings(BaseModel):
     group_prefix: str = ""
     """Starts every consumer group, transactional id and faust app id of this installation
     (``BERTH_KAFKA__GROUP_PREFIX``)."""
+    cells: int = Field(default=DECISION_INPUTS.partitions, ge=1, le=256)
+    """Decision cells: the partitions ``berth.scheduler.inputs.v1`` is created with
+    (``BERTH_KAFKA__CELLS``). Up to this many decision processes share the work, one cell each at
+    most. Every service reads the count from the brokers, so it is chosen once, before the topics
+    are first created: adding partitions later would move nodes and pods between cells."""
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
@@ -74,6 +79,11 @@ class KafkaSettings(BaseModel):
     def names(self) -> KafkaNames:
         """This installation's topic, group and transactional-id names on the brokers."""
         return KafkaNames(self.topic_prefix, self.group_prefix)
+
+    def partitions(self, topic: Topic) -> int:
+        """The partitions this installation creates ``topic`` with: the registry's count, except
+        for the cells' input log, which has :attr:`cells`."""
+        return self.cells if topic.name == DECISION_INPUTS.name else topic.partitions
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments for aiokafka's producer, consumer and admin clients."""

@@ -410,6 +410,7 @@ def run(
         "steps": steps,
         "nodes": nodes,
         "decision_workers": decision_workers,
+        "cells": running.settings.kafka.cells,
         "secured": secured,
         "cpus": os.cpu_count(),
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -539,7 +540,7 @@ def _print_table(summary: dict[str, Any]) -> None:
     )
 
 
-RAMP_HEADLINE = ("pods_per_s", "p50_latency_ms", "p99_latency_ms", "saturated_at_offered", "decision_workers")
+RAMP_HEADLINE = ("pods_per_s", "p50_latency_ms", "p99_latency_ms", "saturated_at_offered", "decision_workers", "cells")
 """The figures of a ramp worth a row in the results log (the JSON line has every step)."""
 SOAK_HEADLINE = ("duration_s", "rate_pods_per_s", "achieved_pods_per_s", "p99_latency_ms", "flat")
 """The same for a soak."""
@@ -560,7 +561,13 @@ def main() -> None:
         type=int,
         default=1,
         help="decision processes sharing the cells (default %(default)s; the cells are "
-        "the partitions of berth.scheduler.inputs.v1, so more than that idle)",
+        "the partitions of berth.scheduler.inputs.v1, so more than --cells idle)",
+    )
+    parser.add_argument(
+        "--cells",
+        type=int,
+        help="decision cells, i.e. partitions of berth.scheduler.inputs.v1 (sets BERTH_KAFKA__CELLS for the "
+        "stack and every service; default: that setting's default, 2)",
     )
     parser.add_argument(
         "--plot", type=Path, metavar="PNG", help="write throughput and latency over time to this PNG (needs matplotlib)"
@@ -584,6 +591,10 @@ def main() -> None:
     soak.add_argument("--json", type=Path, help="write the soak's summary and samples to this file")
     parser.add_argument("--record", action="store_true", help=RECORD_HELP)
     args = parser.parse_args()
+    if args.cells is not None:
+        if args.cells < 1:
+            parser.error("--cells must be at least 1")
+        os.environ["BERTH_KAFKA__CELLS"] = str(args.cells)  # read by this process and the services it starts
     if args.soak is not None:
         _soak_main(args)
         return

@@ -126,14 +126,13 @@ class StandInCluster:
 
     async def _serve(self) -> None:
         from berth.schemas import CommandResult, PodDeleted, PodObserved
-        from berth.schemas.topics import DECISION_INPUTS
         from berth.services.binder.service import KafkaOutputs
 
         from berth.bus import EventProducer
 
         departures: list[tuple[float, str]] = []
         async with EventProducer(self.kafka, source="bench/pipeline-soak", linger_ms=5) as producer:
-            outputs = KafkaOutputs(producer, frozenset(range(DECISION_INPUTS.partitions)))
+            outputs = KafkaOutputs(producer, frozenset(range(self.kafka.cells)))
             sent: list[Any] = []
             while not self._stopping.is_set():
                 now, wall = time.monotonic(), datetime.now(UTC)

@@ -40,7 +40,8 @@ async def ensure_topics(kafka: KafkaSettings, topics: Iterable[Topic] = ALL_TOPI
     """Create any of ``topics`` that do not exist (with the installation's names, see
     :class:`~berth.schemas.topics.KafkaNames`); returns the names created. Idempotent."""
     return await create_missing_topics(
-        kafka, [TopicSpec(kafka.names.topic(topic), topic.partitions, compacted=topic.compacted) for topic in topics]
+        kafka,
+        [TopicSpec(kafka.names.topic(topic), kafka.partitions(topic), compacted=topic.compacted) for topic in topics],
     )
 
 

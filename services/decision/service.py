@@ -34,6 +34,7 @@ from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.topics import DECISION_INPUTS, DECISIONS, topic_for_event
 
 from berth.bus import EventConsumer, ensure_topics
+from berth.bus.streams import partition_counts
 from berth.cells import Cell, CellConfig, CellDecision
 from berth.logs import get_logger
 from berth.metrics import (
@@ -228,7 +229,9 @@ class DecisionService:
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_topics(self.settings.kafka)
         if self.settings.snapshot_every:
-            await ensure_snapshot_topic(self.settings.kafka, DECISION_INPUTS.partitions)
+            inputs = self.settings.kafka.names.topic(DECISION_INPUTS)
+            cells = (await partition_counts(self.settings.kafka, [inputs]))[inputs]
+            await ensure_snapshot_topic(self.settings.kafka, cells)
         await self.consumer.start()
         self._report_queues()  # the queues' series exist (at 0) before the first batch
         try:

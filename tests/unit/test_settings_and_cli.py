@@ -84,3 +84,20 @@ def test_help_lists_every_command_group():
 def test_topics_list_names_every_topic():
     result = runner.invoke(app, ["topics", "list"])
     assert result.exit_code == 0 and "berth.scheduler.commands.v1" in result.output
+
+
+def test_cells_setting_sizes_only_the_cells_input_log(monkeypatch):
+    from berth.schemas.topics import ALL_TOPICS, DECISION_INPUTS
+
+    default = KafkaSettings()
+    assert default.cells == DECISION_INPUTS.partitions
+    monkeypatch.setenv("BERTH_KAFKA__CELLS", "4")
+    kafka = BerthSettings().kafka
+    assert kafka.partitions(DECISION_INPUTS) == 4
+    assert all(kafka.partitions(t) == t.partitions for t in ALL_TOPICS if t is not DECISION_INPUTS)
+    listed = CliRunner().invoke(app, ["topics", "list"], terminal_width=300)
+    assert listed.exit_code == 0
+    row = next(line for line in listed.output.splitlines() if DECISION_INPUTS.name in line)
+    assert [cell.strip() for cell in row.split("│")][3] == "4"  # topic, key, partitions
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        KafkaSettings(cells=0)

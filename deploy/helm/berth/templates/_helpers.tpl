@@ -77,6 +77,8 @@ from values, so they stay out of the release's stored manifest.
   value: {{ $kafka.topicPrefix | default "" | quote }}
 - name: BERTH_KAFKA__GROUP_PREFIX
   value: {{ $kafka.groupPrefix | default "" | quote }}
+- name: BERTH_KAFKA__CELLS
+  value: {{ $kafka.cells | default 2 | quote }}
 {{- if hasPrefix "SASL_" $kafka.securityProtocol }}
 {{- if not $kafka.sasl.existingSecret }}
 {{- fail (printf "kafka.securityProtocol=%s needs kafka.sasl.existingSecret: a Secret with the keys %s and %s" $kafka.securityProtocol $kafka.sasl.usernameKey $kafka.sasl.passwordKey) }}
