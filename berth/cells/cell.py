@@ -3,8 +3,8 @@
 The cell is a router over small folds, each with a state of its own: the pending-pod queue
 (:mod:`.queue`), hand-overs between cells (:mod:`.handovers`), gangs (:mod:`.gangs`), pool
 scaling (:mod:`.pool_scaling`), spot drains (:mod:`.spot_drain`), descheduling rounds on
-ticks (:mod:`.descheduling`) and the census of the other
-cells' nodes (:mod:`.foreign_nodes`, for messages over the whole cluster), over one engine
+ticks (:mod:`.descheduling`) and the census of the other cells' nodes (:mod:`.foreign_nodes`,
+for messages over the whole cluster), over one engine
 (:class:`berth.core.engine.Engine`, the cell's snapshot and the only commit path). An input's
 kind selects its handler in :data:`HANDLERS`; the handler calls the folds that care, in a fixed
 order. After every input the open spot moves advance, a change of the cluster sends the
