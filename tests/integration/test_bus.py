@@ -152,6 +152,40 @@ async def test_compacted_topics_roll_segments_so_compaction_bounds_what_recovery
     assert configs == COMPACTION
 
 
+async def test_faust_table_changelogs_get_the_compaction_settings(kafka_bootstrap):
+    """The inventory's changelogs, created as the service creates them, keep tombstones an hour, not
+    Kafka's default day: else a restarted inventory reads every pod deleted in the last day."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+    from berth.services.inventory.app import Layout, create_app
+
+    from berth.bus.streams import internal_topics
+    from berth.bus.topics_admin import COMPACTION, create_missing_topics
+
+    kafka = KafkaSettings(bootstrap=kafka_bootstrap)
+    built = create_app(
+        Layout(cells=2, pod_partitions=2, node_partitions=2),
+        app_options={"broker": f"kafka://{kafka_bootstrap}"},
+        app_id=f"test-inventory-{uuid.uuid4().hex[:8]}",
+    )
+    changelogs = [spec for spec in internal_topics(built.app) if spec.compacted]
+    assert {spec.name.rsplit("-", 2)[-2] for spec in changelogs} == {"routes", "nodes"}
+    await create_missing_topics(kafka, changelogs)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, spec.name, dict.fromkeys(COMPACTION)) for spec in changelogs]
+        )
+    finally:
+        await admin.close()
+    for response in responses:
+        for resource in response.resources:
+            configs = {entry[0]: entry[1] for entry in resource[4]}
+            assert configs == COMPACTION, resource[2]
+            assert int(configs["delete.retention.ms"]) <= 3600 * 1000
+
+
 def test_cli_publishes_what_producers_send_and_tail_reads_it_back(kafka_bootstrap):
     from typer.testing import CliRunner
 

@@ -1,0 +1,554 @@
+"""``python -m bench.recovery.inventory``: how long the inventory service takes to recover its
+tables after a long history, before and after the broker compacted their changelogs.
+
+The inventory (``berth inventory run``, faust, ``memory://`` store) rebuilds its two tables at
+every start from their compacted changelog topics (``berth-inventory-pod-routes-changelog``, key
+pod UID; ``berth-inventory-nodes-changelog``, key node name). What it reads is what the broker
+kept: the whole history until the log cleaner has run, about one record per live key after.
+
+How the history is made: ``--events`` inputs (default 1,000,000): 200 GPU nodes, then a churn in
+which pods arrive pending (scheduler ``berth``), are bound to a node and deleted, the live set
+staying a few hundred pods, among node status updates (each a new ``resourceVersion``). They are
+not sent through the service (about a millisecond an input, two hops for node inputs): the bench
+folds them with the service's own pure folds (``fold_pod_input`` then ``fold_node_input`` on what
+the pod stage hands to the node stage, as the agents do) and writes every table change to the
+changelogs as faust writes it (JSON key, raw value, a null value for a deleted key, the partition
+the input's key hashes to). Topics are created by the same code the service runs
+(``internal_topics`` + ``create_missing_topics``, the product's compaction settings).
+
+Then, on a broker of its own:
+
+1. **before compaction**: the changelogs hold the whole history (the bench sets
+   ``min.compaction.lag.ms`` to a day on them meanwhile, so that a segment rolled by size is not
+   cleaned yet). The service is started; the bench times it until faust reports its table
+   recovery complete and until a new input (a ``NodeObserved`` of a node ``probe-…``, sent
+   before the start) has come out of it on ``berth.inventory.state.v1``; then SIGTERM.
+2. **compaction**: the bench sets ``segment.ms`` to 1 s (production: 10 min) and
+   ``min.compaction.lag.ms`` back to 0, appends to each partition the record it last wrote there
+   again (the same value: the table does not change) so that the active segment rolls, and waits
+   for the broker's log cleaner to have cleaned every partition up to that roll.
+3. **after compaction**: the same restart and timings.
+
+Both restarts must recover tables equal to the ones the bench wrote (key count and SHA-256 of the
+sorted keys and values, reported by :mod:`bench.recovery.inventory_worker`, which runs the
+command's own function plus that observer). Progress on stderr; a summary, then as the LAST line
+one JSON object (see :func:`bench.results.emit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.recovery.inventory_worker import PROBE_PREFIX, table_digest
+from bench.results import RECORD_HELP, emit
+
+console = Console(stderr=True)
+NODES = 200
+LIVE_PODS = 300
+DAY_MS = 24 * 3600 * 1000
+BENCH_SEGMENT_MS = 1000
+"""``segment.ms`` the bench sets for its compaction step (production: 10 min)."""
+BENCH_DELETE_RETENTION_MS = 1000
+"""``delete.retention.ms`` the bench sets for its compaction step (production: an hour): the whole
+history is written in minutes, so this stands for tombstones older than the production retention."""
+BENCH_DIRTY_RATIO = "0.01"
+"""``min.cleanable.dirty.ratio`` the bench sets for its compaction step (production: 0.2): the
+rewrite of the live keys that makes the second clean is small next to a partition's tombstones."""
+WORKER_TIMEOUT_S = 900.0
+
+
+@dataclass
+class Changelogs:
+    """Where each table's changelog records go, and what the bench expects the tables to hold."""
+
+    topics: dict[str, str]
+    """table name → changelog topic on the broker"""
+    partitions: dict[str, int]
+    tables: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    last_record: dict[tuple[str, int], tuple[bytes, bytes | None]] = field(default_factory=dict)
+    records: int = 0
+    tombstones: int = 0
+
+
+def _partition(key: str, partitions: int) -> int:
+    """The partition the Java-compatible default partitioner (aiokafka's and faust's) gives ``key``."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def inventory_inputs(events: int) -> Iterator[Any]:
+    """``events`` inventory inputs: the nodes, then pods arriving, bound and deleted among node updates."""
+    from berth.schemas import NodeObserved, PodDeleted, PodInfo, PodObserved
+    from berth.schemas.samples import T0, h100_node
+
+    nodes = [h100_node(f"gpu-{i:03d}") for i in range(NODES)]
+    for node in nodes:
+        yield NodeObserved(node=node, resource_version="0", observed_at=T0)
+    produced = NODES
+    pending: list[PodInfo] = []
+    bound: list[PodInfo] = []
+    serial = 0
+    while produced < events:
+        at = T0 + timedelta(seconds=produced // 100)
+        step = produced % 4
+        if step == 0:
+            serial += 1
+            pod = PodInfo(
+                uid=f"uid-{serial}",
+                namespace="ml",
+                name=f"p-{serial}",
+                scheduler_name="berth",
+                requests={"cpu": 1000, "memory": 2**30, "nvidia.com/gpu": 1},
+                creation_time=at,
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},),
+            )
+            pending.append(pod)
+            yield PodObserved(pod=pod, observed_at=at)
+        elif step == 1 and pending:
+            pod = pending.pop(0)
+            node = nodes[int(pod.uid.removeprefix("uid-")) % NODES].name
+            pod = pod.model_copy(update={"node_name": node, "gpu_devices": (len(bound) % 8,), "phase": "Running"})
+            bound.append(pod)
+            yield PodObserved(pod=pod, observed_at=at)
+        elif step == 2 and len(bound) > LIVE_PODS:
+            pod = bound.pop(0)
+            yield PodDeleted(
+                uid=pod.uid, namespace=pod.namespace, name=pod.name, node_name=pod.node_name, observed_at=at
+            )
+        else:
+            node = nodes[produced % NODES]
+            yield NodeObserved(node=node, resource_version=str(produced), observed_at=at)
+        produced += 1
+
+
+async def _write_changelogs(kafka: Any, changelogs: Changelogs, events: int, cells: int) -> None:
+    """Fold ``events`` inputs as the service's agents do and write each table change to its changelog."""
+    from aiokafka import AIOKafkaProducer
+    from berth.schemas import PodDeleted, PodObserved
+    from berth.services.inventory.fold import (
+        NODE_STATE,
+        POD_ROUTE,
+        NodeInput,
+        ToNode,
+        fold_node_input,
+        fold_pod_input,
+    )
+
+    routes: dict[str, Any] = {}
+    node_states: dict[str, Any] = {}
+    pending: list[Any] = []
+    producer = AIOKafkaProducer(**kafka.client_options(), linger_ms=20, max_batch_size=256 * 1024)
+    await producer.start()
+
+    async def put(table: str, key: str, value: bytes | None) -> None:
+        partition = _partition(key, changelogs.partitions[table])
+        encoded_key = json.dumps(key).encode()
+        pending.append(await producer.send(changelogs.topics[table], value, key=encoded_key, partition=partition))
+        changelogs.last_record[(table, partition)] = (encoded_key, value)
+        changelogs.records += 1
+        if value is None:
+            changelogs.tombstones += 1
+            changelogs.tables[table].pop(key, None)
+        else:
+            changelogs.tables[table][key] = value
+        if len(pending) >= 5000:
+            for future in pending:
+                await future
+            pending.clear()
+
+    async def node_stage(item: Any) -> None:
+        state = node_states.get(item.node)
+        folded = fold_node_input(state, item, cells)
+        if folded.state != state:
+            node_states[item.node] = folded.state
+            await put("nodes", item.node, NODE_STATE.dump_json(folded.state))
+
+    changelogs.tables = {table: {} for table in changelogs.topics}
+    started = time.perf_counter()
+    try:
+        for index, event in enumerate(inventory_inputs(events)):
+            if isinstance(event, (PodObserved, PodDeleted)):
+                uid = event.partition_key
+                route = routes.get(uid)
+                folded = fold_pod_input(
+                    route, event, cells, partition=_partition(uid, changelogs.partitions["pod-routes"])
+                )
+                if folded.state != route:
+                    if folded.state is None:
+                        routes.pop(uid, None)
+                        await put("pod-routes", uid, None)
+                    else:
+                        routes[uid] = folded.state
+                        await put("pod-routes", uid, POD_ROUTE.dump_json(folded.state))
+                for output in folded.outputs:
+                    if isinstance(output, ToNode):
+                        await node_stage(output.payload)
+            else:
+                await node_stage(NodeInput.of(event))
+            if index % 100_000 == 0 and index:
+                rate = index / (time.perf_counter() - started)
+                console.print(f"  {index:,} inputs folded, {changelogs.records:,} changelog records ({rate:,.0f}/s)")
+        for future in pending:
+            await future
+    finally:
+        await producer.stop()
+
+
+def _log_bytes(data_dir: Path, topics: dict[str, str]) -> int:
+    """Bytes of the changelogs' segment files on the broker's disk."""
+    return sum(
+        segment.stat().st_size
+        for topic in topics.values()
+        for directory in data_dir.glob(f"{topic}-*")
+        for segment in directory.glob("*.log")
+    )
+
+
+def _cleaned_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
+    """The log cleaner's checkpoint: partition → the offset up to which it has cleaned."""
+    checkpoint = data_dir / "cleaner-offset-checkpoint"
+    offsets: dict[tuple[str, int], int] = {}
+    if checkpoint.exists():
+        for line in checkpoint.read_text().splitlines()[2:]:
+            topic, partition, offset = line.split()
+            offsets[(topic, int(partition))] = int(offset)
+    return offsets
+
+
+async def _set_topic_configs(kafka: Any, topics: Iterator[str] | list[str], overrides: dict[str, str]) -> None:
+    """Set the changelogs' configs to the product's (``COMPACTION``) with ``overrides`` (AlterConfigs
+    replaces a topic's whole set, so the product's are sent again)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from berth.bus.topics_admin import COMPACTION
+
+    admin = AIOKafkaAdminClient(**kafka.client_options())
+    await admin.start()
+    try:
+        resources = [
+            ConfigResource(
+                ConfigResourceType.TOPIC, topic, configs={"min.insync.replicas": "1", **COMPACTION, **overrides}
+            )
+            for topic in topics
+        ]
+        await admin.alter_configs(resources)
+    finally:
+        await admin.close()
+
+
+async def _roll_and_clean(kafka: Any, changelogs: Changelogs, data_dir: Path, rewrite: list[Any]) -> None:
+    """Append ``rewrite`` (``(topic, partition, key, value)``: values the tables already hold) and,
+    after ``segment.ms``, the last record of each partition again, which rolls its active segment;
+    then wait until the log cleaner has cleaned every partition up to that roll."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    producer = AIOKafkaProducer(**kafka.client_options(), linger_ms=20)
+    await producer.start()
+    try:
+        for topic, partition, key, value in rewrite:
+            await producer.send(topic, value, key=key, partition=partition)
+        await producer.flush()
+        await asyncio.sleep(2 * BENCH_SEGMENT_MS / 1000)
+        reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False)
+        await reader.start()
+        try:
+            partitions = [TopicPartition(changelogs.topics[table], p) for (table, p) in changelogs.last_record]
+            ends = await reader.end_offsets(partitions)
+        finally:
+            await reader.stop()
+        for (table, partition), (key, value) in changelogs.last_record.items():
+            await producer.send_and_wait(changelogs.topics[table], value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+    started = time.perf_counter()
+    while True:
+        cleaned = _cleaned_offsets(data_dir)
+        if all(cleaned.get((tp.topic, tp.partition), -1) >= offset for tp, offset in ends.items()):
+            return
+        if time.perf_counter() - started > WORKER_TIMEOUT_S:
+            raise SystemExit(f"error: the log cleaner did not clean the changelogs in {WORKER_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(1.0)
+
+
+async def _compact(kafka: Any, changelogs: Changelogs, data_dir: Path) -> tuple[float, tuple[int, int]]:
+    """Roll the changelogs' active segments and wait for the cleaner to clean up to the roll, then
+    once more so that it drops the tombstones; seconds taken, and the records and tombstones left
+    after the first clean.
+
+    The first clean stamps each tombstone with its deletion horizon (now + ``delete.retention.ms``);
+    the cleaner drops it in a later clean after that, and cleans again only when enough is dirty.
+    In production the tables' updates make the next clean; here the bench writes every live key's
+    value again (the tables do not change), with ``min.cleanable.dirty.ratio`` lowered so that this
+    is enough."""
+    started = time.perf_counter()
+    await _set_topic_configs(
+        kafka,
+        list(changelogs.topics.values()),
+        {
+            "segment.ms": str(BENCH_SEGMENT_MS),
+            "delete.retention.ms": str(BENCH_DELETE_RETENTION_MS),
+            "min.cleanable.dirty.ratio": BENCH_DIRTY_RATIO,
+        },
+    )
+    await asyncio.sleep(2 * BENCH_SEGMENT_MS / 1000)
+    await _roll_and_clean(kafka, changelogs, data_dir, [])
+    counts = {changelogs.topics[table]: count for table, count in changelogs.partitions.items()}
+    first_clean = await _count_records(kafka, counts)
+    await asyncio.sleep(2 * BENCH_DELETE_RETENTION_MS / 1000)
+    live = [
+        (changelogs.topics[table], _partition(key, changelogs.partitions[table]), json.dumps(key).encode(), value)
+        for table, values in changelogs.tables.items()
+        for key, value in values.items()
+    ]
+    await _roll_and_clean(kafka, changelogs, data_dir, live)
+    return time.perf_counter() - started, first_clean
+
+
+async def _count_records(kafka: Any, partitions: dict[str, int]) -> tuple[int, int]:
+    """Records and tombstones the changelogs (topic → partition count) hold now: what a recovery reads."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False, auto_offset_reset="earliest")
+    await reader.start()
+    try:
+        assigned = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
+        reader.assign(assigned)
+        await reader.seek_to_beginning(*assigned)
+        ends = await reader.end_offsets(assigned)
+        records = tombstones = 0
+        remaining = {tp for tp in assigned if ends[tp] > 0}
+        while remaining:
+            batches = await reader.getmany(timeout_ms=1000, max_records=10_000)
+            for messages in batches.values():
+                records += len(messages)
+                tombstones += sum(1 for message in messages if message.value is None)
+            for tp in list(remaining):
+                if await reader.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        return records, tombstones
+    finally:
+        await reader.stop()
+
+
+async def _send_probe(kafka: Any, name: str) -> Any:
+    """Send a new node's ``NodeObserved`` and return a reader of the inventory state topic positioned
+    at its end (the caller stops it)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from berth.schemas import NodeObserved
+    from berth.schemas.samples import T0, h100_node
+    from berth.schemas.topics import INVENTORY_STATE
+
+    from berth.bus import EventProducer
+
+    reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False)
+    await reader.start()
+    topic = kafka.names.topic(INVENTORY_STATE)
+    partitions = [TopicPartition(topic, p) for p in range(INVENTORY_STATE.partitions)]
+    reader.assign(partitions)
+    for tp, offset in (await reader.end_offsets(partitions)).items():
+        reader.seek(tp, offset)
+    async with EventProducer(kafka, source="bench/recovery") as producer:
+        await producer.send_and_wait(NodeObserved(node=h100_node(name), resource_version="1", observed_at=T0))
+    return reader
+
+
+async def _wait_for_probe(reader: Any, name: str, worker: subprocess.Popen[bytes], log: Path) -> float:
+    """Wait until the inventory of node ``name`` is published; returns ``time.time()`` then."""
+    try:
+        while True:
+            batches = await reader.getmany(timeout_ms=200)
+            for messages in batches.values():
+                for message in messages:
+                    if name.encode() in (message.key or b"") or name.encode() in (message.value or b""):
+                        return time.time()
+            if worker.poll() is not None:
+                raise SystemExit(f"error: the inventory exited ({worker.returncode}) before the probe; see {log}")
+    finally:
+        await reader.stop()
+
+
+async def _restart(kafka: Any, name: str, workdir: Path) -> dict[str, Any]:
+    """Start the inventory, time its recovery and the new input ``name``, stop it; the timings and
+    the recovered tables' digests."""
+    report = workdir / f"{name}.json"
+    log = workdir / f"{name}.log"
+    reader = await _send_probe(kafka, name)
+    started = time.time()
+    with log.open("wb") as output:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "bench.recovery.inventory_worker", str(report), kafka.bootstrap],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    try:
+        probed_at = await _wait_for_probe(reader, name, worker, log)
+        deadline = time.time() + 60
+        while not report.exists() and time.time() < deadline:
+            await asyncio.sleep(0.1)
+        if not report.exists():
+            raise SystemExit(f"error: the inventory never reported its tables recovered; see {log}")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    recovered = json.loads(report.read_text())
+    return {
+        "recovered_s": round(recovered["recovered_at"] - started, 2),
+        "first_event_s": round(probed_at - started, 2),
+        "tables": recovered["tables"],
+    }
+
+
+@contextlib.contextmanager
+def _broker() -> Iterator[tuple[str, Path]]:
+    """A broker of the bench's own: its bootstrap servers and its data directory (segment files,
+    the log cleaner's checkpoint)."""
+    from berth_dev.devstack.cache import ensure_kafka_jars, kafka_jars_present
+    from berth_dev.devstack.kafka import KafkaProcess
+
+    if not kafka_jars_present():
+        ensure_kafka_jars(quiet=True)
+    with KafkaProcess() as broker:
+        assert broker.data_dir is not None
+        yield broker.bootstrap_servers, broker.data_dir / "data"
+
+
+async def _prepare(kafka: Any) -> tuple[Changelogs, int]:
+    """Create Berth's topics and the inventory's own as the service does; the changelogs and the cell count."""
+    from berth.services.inventory.app import LAYOUT_TOPICS, Layout, create_app
+
+    from berth.bus import ensure_topics
+    from berth.bus.streams import faust_app_options, internal_topics, partition_counts
+    from berth.bus.topics_admin import create_missing_topics
+
+    await ensure_topics(kafka)
+    contract = {kafka.names.topic(name): name for name in LAYOUT_TOPICS}
+    counts = {contract[name]: count for name, count in (await partition_counts(kafka, contract)).items()}
+    built = create_app(Layout.of(counts), app_options=faust_app_options(kafka), names=kafka.names)
+    await create_missing_topics(kafka, internal_topics(built.app))
+    tables = {"pod-routes": built.pod_routes.table, "nodes": built.nodes.table}
+    changelogs = Changelogs(
+        topics={name: table.changelog_topic.get_topic_name() for name, table in tables.items()},
+        partitions={name: table.partitions for name, table in tables.items()},
+    )
+    return changelogs, built.layout.cells
+
+
+def run(events: int) -> dict[str, Any]:
+    """The whole bench on a broker of its own; the summary."""
+    from berth.settings import load_settings
+
+    with _broker() as (bootstrap, data_dir), tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
+        kafka = load_settings(kafka=bootstrap).kafka
+        workdir = Path(scratch)
+        changelogs, cells = asyncio.run(_prepare(kafka))
+        topics = list(changelogs.topics.values())
+        asyncio.run(_set_topic_configs(kafka, topics, {"min.compaction.lag.ms": str(DAY_MS)}))
+        console.print(f"folding {events:,} inputs into the changelogs ({cells} cells) …")
+        started = time.perf_counter()
+        asyncio.run(_write_changelogs(kafka, changelogs, events, cells))
+        write_s = time.perf_counter() - started
+        expected = {table: table_digest(values.items()) for table, values in changelogs.tables.items()}
+        bytes_before = _log_bytes(data_dir, changelogs.topics)
+        console.print(
+            f"{changelogs.records:,} changelog records ({changelogs.tombstones:,} tombstones, "
+            f"{bytes_before / 2**20:.0f} MiB) in {write_s:.0f} s; restarting the inventory …"
+        )
+        before = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}before", workdir))
+        console.print(
+            f"before compaction: tables recovered in {before['recovered_s']} s, "
+            f"new input out at {before['first_event_s']} s"
+        )
+        console.print(
+            "compacting (segment.ms 1 s, delete.retention.ms 1 s, dirty ratio 0.01, min.compaction.lag.ms 0) …"
+        )
+        compact_s, (records_first_clean, tombstones_first_clean) = asyncio.run(_compact(kafka, changelogs, data_dir))
+        bytes_after = _log_bytes(data_dir, changelogs.topics)
+        records_after, tombstones_after = asyncio.run(
+            _count_records(kafka, {changelogs.topics[t]: changelogs.partitions[t] for t in changelogs.topics})
+        )
+        console.print(
+            f"compacted in {compact_s:.0f} s: {records_after:,} records ({tombstones_after:,} tombstones, "
+            f"{bytes_after / 2**20:.1f} MiB); restarting the inventory …"
+        )
+        after = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}after", workdir))
+    same = before["tables"] == expected and after["tables"] == expected
+    return {
+        "events": events,
+        "history": "folded by the service's pure folds and written to the changelogs as faust writes them",
+        "changelog_records_before": changelogs.records,
+        "tombstones_before": changelogs.tombstones,
+        "changelog_bytes_before": bytes_before,
+        "changelog_records_first_clean": records_first_clean,
+        "tombstones_first_clean": tombstones_first_clean,
+        "changelog_records_after": records_after,
+        "tombstones_after": tombstones_after,
+        "changelog_bytes_after": bytes_after,
+        "live_keys": {table: digest["keys"] for table, digest in expected.items()},
+        "before_recovered_s": before["recovered_s"],
+        "before_first_event_s": before["first_event_s"],
+        "after_recovered_s": after["recovered_s"],
+        "after_first_event_s": after["first_event_s"],
+        "compaction_s": round(compact_s, 1),
+        "write_s": round(write_s, 1),
+        "same_tables": same,
+        "bench_topic_settings": f"segment.ms {BENCH_SEGMENT_MS}, delete.retention.ms {BENCH_DELETE_RETENTION_MS} and "
+        f"min.cleanable.dirty.ratio {BENCH_DIRTY_RATIO} for the compaction step, "
+        f"min.compaction.lag.ms {DAY_MS} before it",
+        "niceness": os.nice(0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.recovery.inventory", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="inputs of history (default %(default)s)")
+    parser.add_argument("--record", action="store_true", help=RECORD_HELP)
+    args = parser.parse_args()
+    if args.events <= NODES:
+        parser.error(f"--events must exceed {NODES}")
+    summary = run(args.events)
+    if not summary["same_tables"]:
+        emit("bench.recovery.inventory", summary, headline={"same_tables": False}, record=False)
+        raise SystemExit("error: the recovered tables differ from the ones written")
+    console.print(
+        f"{summary['events']:,} inputs: inventory tables recovered in {summary['before_recovered_s']} s "
+        f"({summary['changelog_records_before']:,} changelog records) before compaction, in "
+        f"{summary['after_recovered_s']} s ({summary['changelog_records_after']:,} records) after"
+    )
+    headline = {
+        key: summary[key]
+        for key in (
+            "events",
+            "changelog_records_before",
+            "before_recovered_s",
+            "changelog_records_after",
+            "after_recovered_s",
+        )
+    }
+    emit("bench.recovery.inventory", summary, headline=headline, record=args.record)
+
+
+if __name__ == "__main__":
+    main()
