@@ -249,7 +249,7 @@ async def test_evict_applies_once_and_honours_uid_and_disruption_budgets(api, na
     assert (gone.kind, gone.reason) == (APPLIED, "already gone")
 
     blocked = await backend.evict(namespace, "guarded", guarded_uid)
-    assert blocked.kind is RETRYABLE and "disruption budget" in blocked.reason
+    assert blocked.kind is RETRYABLE and blocked.refused and "disruption budget" in blocked.reason
     assert read_pod(api, namespace, "guarded").metadata.deletion_timestamp is None
 
 
