@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.k8s.catchup import wait_caught_up
+from bench.k8s.cpu import CpuSampler, ms_per_pod
 from bench.k8s.workload import (
     DEFAULT_MIX,
     GpuPod,
@@ -138,6 +140,11 @@ class RunResult:
     bind_latency_p99_s: float | None = None
     """Create→bound per bound pod: from the apiserver's answer to the pod's creation to the watch
     seeing it with a node (None when no pod was bound)."""
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    """CPU milliseconds per pod created, by process, from the first creation until every pod's fate
+    was visible (``settled_seconds``, to within the 1 s sampling; :mod:`bench.k8s.cpu`): the
+    scheduler's own processes, the control plane's and this bench's, which creates and watches the
+    pods for either scheduler."""
 
 
 # --- talking to the apiserver --------------------------------------------------------------------
@@ -532,9 +539,18 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
             catch_up(running, scheduler, timeout=args.catch_up_timeout)
             console.print(f"[green]✓[/] {scheduler}: its consumers caught up {time.monotonic() - warmed:.1f} s later")
         before, handed_before = running.api_requests(), running.handed_over()
-        result = measure(
-            api, pods, scheduler, nodes=nodes, settle=args.settle, timeout=args.timeout, check_alive=running.check_alive
-        )
+        with CpuSampler(os.getpid()) as cpu:
+            started_at = time.monotonic()
+            result = measure(
+                api,
+                pods,
+                scheduler,
+                nodes=nodes,
+                settle=args.settle,
+                timeout=args.timeout,
+                check_alive=running.check_alive,
+            )
+        result.cpu_ms_per_pod = ms_per_pod(*cpu.used_until(started_at + result.settled_seconds), result.pods)
         after = running.api_requests()
         result.api_requests = {method: after[method] - before.get(method, 0) for method in after}
         result.handed_over = running.handed_over() - handed_before
@@ -544,6 +560,10 @@ def run_one(scheduler: str, pods: Sequence[GpuPod], args: argparse.Namespace, wo
         f"({result.pods_per_s:.1f} pods/s), GPU allocation {result.gpu_allocation:.2%}; its API "
         f"requests during the run, by method: {result.api_requests}"
         + (f"; {result.handed_over} pods handed over between cells" if scheduler == "berth" else "")
+    )
+    console.print(
+        f"  CPU ms per pod during the run ({sum(result.cpu_ms_per_pod.values()):.2f} in all): "
+        + ", ".join(f"{name} {ms}" for name, ms in result.cpu_ms_per_pod.items())
     )
     return result
 
@@ -643,6 +663,7 @@ SUMMARY_FIGURES: tuple[tuple[str, str], ...] = (
     ("settled_s", "settled_seconds"),
     ("bind_latency_p50_s", "bind_latency_p50_s"),
     ("bind_latency_p99_s", "bind_latency_p99_s"),
+    ("cpu_ms_per_pod", "cpu_ms_per_pod"),
 )
 """(key suffix in the JSON line, :class:`RunResult` field), in the order the line gives them."""
 
