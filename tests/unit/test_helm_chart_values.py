@@ -276,6 +276,52 @@ def test_by_default_the_kafka_prefixes_are_empty(defaults: list[dict[str, Any]])
         assert (env["BERTH_KAFKA__TOPIC_PREFIX"], env["BERTH_KAFKA__GROUP_PREFIX"]) == ("", ""), name
 
 
+def test_cells_reach_every_service(helm: Path, defaults: list[dict[str, Any]]) -> None:
+    documents = _template(helm, "--set", "kafka.cells=4")
+    for name in SERVICES.values():
+        assert _env(_pod(documents, f"berth-{name}"))["BERTH_KAFKA__CELLS"] == "4", name
+        assert _env(_pod(defaults, f"berth-{name}"))["BERTH_KAFKA__CELLS"] == "2", name
+
+
+def test_a_descheduler_policy_reaches_the_decision_service_as_it_reads_it(helm: Path, tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from berth.configfiles import read_descheduler
+
+    policy = {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "profiles": [
+            {
+                "name": "gpu",
+                "pluginConfig": [{"name": "GpuDefragmentation", "args": {"maxPodGpus": 1}}],
+                "plugins": {"balance": {"enabled": ["GpuDefragmentation"]}},
+            }
+        ],
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"descheduler": {"policy": policy, "intervalSeconds": 120}}))
+    documents = _template(helm, "-f", str(values))
+    args = _pod(documents, "berth-decision")["spec"]["containers"][0]["args"]
+    at = args.index("--descheduler-policy")
+    assert args[at + 1 : at + 6] == [
+        "/etc/berth/config/descheduler-policy.yaml",
+        "--descheduling-interval",
+        "120",
+        "--descheduling-cooldown",
+        "3600",
+    ]
+    mounted = tmp_path / "descheduler-policy.yaml"
+    mounted.write_text(_by(documents, "ConfigMap")["berth-config"]["data"]["descheduler-policy.yaml"])
+    read = read_descheduler(mounted, timedelta(seconds=120), timedelta(seconds=3600))  # as the service reads it
+    assert [strategy.name for strategy in read.policy.strategies] == ["GpuDefragmentation"]
+
+
+def test_without_a_policy_the_decision_service_does_not_deschedule(defaults: list[dict[str, Any]]) -> None:
+    assert "--descheduler-policy" not in _pod(defaults, "berth-decision")["spec"]["containers"][0]["args"]
+    assert "descheduler-policy.yaml" not in _by(defaults, "ConfigMap")["berth-config"]["data"]
+
+
 def test_everything_on_probes_take_their_timings(everything_on: list[dict[str, Any]]) -> None:
     containers = {name: _pod(everything_on, f"gpu-sched-{name}")["spec"]["containers"][0] for name in SERVICES.values()}
     for container in containers.values():

@@ -253,7 +253,7 @@ the decision service API access.
 ingest: {component: ingest, kubernetes: true, database: false, config: false, lease: true, args: [--lease-name, {{ .Values.ingest.leaseName | quote }}{{ range (include "berth.schedulerNames" . | fromYamlArray) }}, --scheduler-name, {{ . | quote }}{{ end }}]}
 inventory: {component: inventory, kubernetes: false, database: false, config: false, args: []}
 tokenLag: {component: token-lag, kubernetes: false, database: false, config: true, args: [--pools, /etc/berth/config/pools.yaml]}
-decision: {component: decision, kubernetes: false, database: false, config: true, args: [--config, /etc/berth/config/scheduler.yaml, --pools, /etc/berth/config/pools.yaml]}
+decision: {component: decision, kubernetes: false, database: false, config: true, args: [--config, /etc/berth/config/scheduler.yaml, --pools, /etc/berth/config/pools.yaml{{ if .Values.descheduler.policy }}, --descheduler-policy, /etc/berth/config/descheduler-policy.yaml, --descheduling-interval, {{ .Values.descheduler.intervalSeconds | quote }}, --descheduling-cooldown, {{ .Values.descheduler.cooldownSeconds | quote }}{{ end }}]}
 binder: {component: binder, kubernetes: true, database: false, config: false, args: [--backend, kube, --qps, {{ .Values.binder.qps | quote }}, --burst, {{ .Values.binder.burst | quote }}]}
 audit: {component: audit, kubernetes: false, database: true, config: false, args: []}
 {{- end -}}
