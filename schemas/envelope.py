@@ -74,6 +74,7 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
     time = event_time(event)
     if time is not None:
         attributes["time"] = time
+    attributes.update(getattr(event, "cloudevent_extensions", {}))
     cloud_event = CloudEvent(attributes=attributes, data=event.model_dump_json().encode())
     message = to_binary(cloud_event, _FORMAT)
     key = message.key.encode() if isinstance(message.key, str) else (message.key or b"")

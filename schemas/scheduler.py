@@ -363,6 +363,13 @@ class DecisionRecord(FrozenModel):
     def partition_key(self) -> str:
         return self.cell
 
+    @property
+    def cloudevent_extensions(self) -> dict[str, str]:
+        """CloudEvents extension attributes of the record's envelope (Kafka header ``ce_outcome``):
+        a consumer that acts on some outcomes only (the binder's unschedulable reports) passes
+        over the others without parsing their bodies, which carry every node's verdict."""
+        return {"outcome": self.outcome}
+
 
 class SchedulerConfigAnnounced(FrozenModel):
     """A decision cell's configuration document, published before its first decision under it,

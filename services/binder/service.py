@@ -253,6 +253,11 @@ class BinderService:
                 events = []
                 for tp in sorted(batches, key=lambda t: t.partition):
                     for record in batches[tp]:
+                        # Most records are placements of pods never reported: decided by their
+                        # headers, their bodies (every node's verdict) are not parsed at all.
+                        header = dict(record.headers or ()).get
+                        if not reporter.wants(header("ce_type"), header("ce_outcome"), header("ce_subject")):
+                            continue
                         consumed = await consumer.accept(record)
                         if consumed is not None:
                             events.append(consumed.event)

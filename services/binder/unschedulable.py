@@ -32,6 +32,7 @@ from .applier import Binder
 from .ports import OutcomeKind
 
 log = get_logger(__name__)
+_DECISION_TYPE = DecisionRecord.model_fields["type"].default.encode()
 REPORTS = Counter(
     "berth_binder_unschedulable_reports_total",
     "Unschedulable verdicts the binder handled, by result: reported (condition and event "
@@ -66,10 +67,34 @@ class UnschedulableReporter:
         self.binder = binder
         self._remember = remember
         self._reported: OrderedDict[str, str] = OrderedDict()
+        self._gangs: OrderedDict[str, None] = OrderedDict()
+        """Subjects (pod groups) of gang verdicts seen: their placed records name the members."""
         self._slots = asyncio.Semaphore(max_in_flight)
+
+    def wants(self, event_type: bytes | None, outcome: bytes | None, subject: bytes | None) -> bool:
+        """Whether a record of the decisions topic, known by its envelope's ``ce_type``,
+        ``ce_outcome`` and ``ce_subject`` headers, can change what this reporter does: an
+        unschedulable verdict, or a placement of a pod (or gang) it may have reported. A record
+        without an outcome header (an older producer) is always wanted."""
+        if event_type is not None and event_type != _DECISION_TYPE:
+            return False  # configuration announcements
+        if outcome is None or outcome == b"unschedulable":
+            return True
+        if outcome != b"placed":
+            return False
+        name = (subject or b"").decode(errors="replace")
+        return name in self._reported or name in self._gangs
 
     async def handle_batch(self, records: Iterable[Any]) -> dict[str, str]:
         """Handle a batch; returns each subject's result (the metric's ``result`` label)."""
+        for record in records:
+            # Kept after a placement too: a gang may be placed in parts (minMember), each
+            # placement naming the members it placed.
+            if isinstance(record, DecisionRecord) and record.pods and record.outcome == "unschedulable":
+                self._gangs[record.subject] = None
+                self._gangs.move_to_end(record.subject)
+                if len(self._gangs) > self._remember:
+                    self._gangs.popitem(last=False)
         results: dict[str, str] = {}
         work = []
         for subject, message in latest_verdicts(records).items():

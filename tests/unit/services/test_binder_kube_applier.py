@@ -161,3 +161,29 @@ async def test_a_transient_failure_is_retried_then_counted_failed_and_not_rememb
     assert await reporter.handle_batch([verdict("ml/p1")]) == {"ml/p1": "failed"}
     assert fake.count("report_unschedulable") == 3
     assert await reporter.handle_batch([verdict("ml/p1", offset=1)]) == {"ml/p1": "reported"}
+
+
+def _headers(record: DecisionRecord) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """What the binder's report loop reads of a record before deciding to parse it."""
+    from berth.schemas.envelope import encode
+
+    header = dict(encode(record, source="berth/decision").headers).get
+    return header("ce_type"), header("ce_outcome"), header("ce_subject")
+
+
+async def test_the_report_loop_parses_only_records_that_can_change_a_report():
+    fake = cluster("p1", "t0", "t1")
+    reporter = UnschedulableReporter(binder(fake))
+    assert reporter.wants(*_headers(verdict("ml/p1")))
+    assert not reporter.wants(*_headers(verdict("ml/p1", "placed", offset=1)))  # never reported
+    assert not reporter.wants(*_headers(verdict("ml/p1", "preempting", offset=1)))
+    assert not reporter.wants(b"io.berth.scheduler.config.v1", None, None)
+    assert reporter.wants(b"io.berth.scheduler.decision.v1", None, b"ml/p1")  # an older producer: no ce_outcome
+    await reporter.handle_batch([verdict("ml/p1")])
+    assert reporter.wants(*_headers(verdict("ml/p1", "placed", offset=2)))  # forgets the reported message
+    gang = verdict("ml/train", offset=3).model_copy(update={"pods": ("ml/t0", "ml/t1")})
+    await reporter.handle_batch([gang])
+    assert reporter.wants(*_headers(verdict("ml/train", "placed", offset=4)))  # its members were reported
+    await reporter.handle_batch([verdict("ml/train", "placed", offset=4).model_copy(update={"pods": ("ml/t0",)})])
+    assert reporter.wants(*_headers(verdict("ml/train", "placed", offset=5)))  # placed in parts: t1 later
+    assert not reporter.wants(*_headers(verdict("ml/other", "placed", offset=6)))
