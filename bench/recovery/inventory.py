@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -67,7 +67,7 @@ BENCH_SEGMENT_MS = 1000
 BENCH_DELETE_RETENTION_MS = 1000
 """``delete.retention.ms`` the bench sets for its compaction step (production: an hour): the whole
 history is written in minutes, so this stands for tombstones older than the production retention."""
-BENCH_DIRTY_RATIO = "0.01"
+BENCH_DIRTY_RATIO = "0.0001"
 """``min.cleanable.dirty.ratio`` the bench sets for its compaction step (production: 0.2): the
 rewrite of the live keys that makes the second clean is small next to a partition's tombstones."""
 WORKER_TIMEOUT_S = 900.0
@@ -371,7 +371,7 @@ async def _send_probe(kafka: Any, name: str) -> Any:
 
 
 async def _wait_for_probe(reader: Any, name: str, worker: subprocess.Popen[bytes], log: Path) -> float:
-    """Wait until the inventory of node ``name`` is published; returns ``time.time()`` then."""
+    """Wait until ``reader`` sees a record naming ``name``; returns ``time.time()`` then."""
     try:
         while True:
             batches = await reader.getmany(timeout_ms=200)
@@ -380,21 +380,28 @@ async def _wait_for_probe(reader: Any, name: str, worker: subprocess.Popen[bytes
                     if name.encode() in (message.key or b"") or name.encode() in (message.value or b""):
                         return time.time()
             if worker.poll() is not None:
-                raise SystemExit(f"error: the inventory exited ({worker.returncode}) before the probe; see {log}")
+                raise SystemExit(f"error: the service exited ({worker.returncode}) before the probe; see {log}")
     finally:
         await reader.stop()
 
 
-async def _restart(kafka: Any, name: str, workdir: Path) -> dict[str, Any]:
-    """Start the inventory, time its recovery and the new input ``name``, stop it; the timings and
-    the recovered tables' digests."""
+async def _restart(
+    kafka: Any,
+    name: str,
+    workdir: Path,
+    worker_module: str = "bench.recovery.inventory_worker",
+    send_probe: Callable[[Any, str], Awaitable[Any]] = _send_probe,
+) -> dict[str, Any]:
+    """Start the service (``worker_module``: the inventory by default), time its recovery and the
+    new input ``name`` (``send_probe`` sends it and returns a reader of where its output comes
+    out), stop it; the timings and the recovered tables' digests."""
     report = workdir / f"{name}.json"
     log = workdir / f"{name}.log"
-    reader = await _send_probe(kafka, name)
+    reader = await send_probe(kafka, name)
     started = time.time()
     with log.open("wb") as output:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "bench.recovery.inventory_worker", str(report), kafka.bootstrap],
+            [sys.executable, "-m", worker_module, str(report), kafka.bootstrap],
             stdout=output,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parents[2],
@@ -405,7 +412,7 @@ async def _restart(kafka: Any, name: str, workdir: Path) -> dict[str, Any]:
         while not report.exists() and time.time() < deadline:
             await asyncio.sleep(0.1)
         if not report.exists():
-            raise SystemExit(f"error: the inventory never reported its tables recovered; see {log}")
+            raise SystemExit(f"error: the service never reported its tables recovered; see {log}")
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -481,9 +488,7 @@ def run(events: int) -> dict[str, Any]:
             f"before compaction: tables recovered in {before['recovered_s']} s, "
             f"new input out at {before['first_event_s']} s"
         )
-        console.print(
-            "compacting (segment.ms 1 s, delete.retention.ms 1 s, dirty ratio 0.01, min.compaction.lag.ms 0) …"
-        )
+        console.print("compacting (bench settings: segment.ms 1 s, delete.retention.ms 1 s, dirty ratio 0.0001) …")
         compact_s, (records_first_clean, tombstones_first_clean) = asyncio.run(_compact(kafka, changelogs, data_dir))
         bytes_after = _log_bytes(data_dir, changelogs.topics)
         records_after, tombstones_after = asyncio.run(
