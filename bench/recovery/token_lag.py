@@ -12,6 +12,11 @@ queue topic); the same steps follow: a restart before compaction, the compaction
 settings), a restart after, each timed until the table is recovered and until a new observation
 (pool ``p`` of namespace ``probe-…``) comes out on ``berth.inference.lag-state.v1``, and the
 recovered table compared with the one written.
+
+Measured (2026-11-26, ``nice -n 19 python -m bench.recovery.token_lag --events 1000000`` on the
+shared 2-core machine, load average 12 falling to 2): 1,000,000 changelog records (315 MiB) before
+compaction, the table recovered in 185.0 s (the new observation out at 186.0 s); 317 records
+(0.1 MiB) after, recovered in 2.1 s; the same table both times.
 """
 
 from __future__ import annotations
