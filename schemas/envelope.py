@@ -15,11 +15,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from cloudevents.core.bindings.kafka import KafkaMessage, from_binary, to_binary
+from cloudevents.core.bindings.kafka import KafkaMessage, from_binary
 from cloudevents.core.formats.json import JSONFormat
-from cloudevents.core.v1.event import CloudEvent
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
@@ -58,6 +58,11 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
 
     ``event_id`` defaults to a random UUID; pass a deterministic one (e.g. a command id) when a
     re-sent event must be recognisable as the same event.
+
+    The headers are those the CloudEvents SDK's ``to_binary`` writes for the same attributes
+    (``tests/unit/test_envelope_sdk_parity.py`` holds the two equal), written directly: every
+    service encodes every event it sends, and the SDK's event object validates attributes this
+    function makes valid by construction.
     """
     attributes: dict[str, Any] = {
         "id": event_id or str(uuid.uuid4()),
@@ -75,10 +80,28 @@ def encode(event: Any, *, source: str, event_id: str | None = None) -> EncodedRe
     if time is not None:
         attributes["time"] = time
     attributes.update(getattr(event, "cloudevent_extensions", {}))
-    cloud_event = CloudEvent(attributes=attributes, data=event.model_dump_json().encode())
-    message = to_binary(cloud_event, _FORMAT)
-    key = message.key.encode() if isinstance(message.key, str) else (message.key or b"")
-    return EncodedRecord(key=key, value=message.value, headers=sorted(message.headers.items()))
+    headers = sorted(
+        (_HEADER_OF.get(name) or f"ce_{name}", _header_value(value))
+        for name, value in attributes.items()
+        if value is not None
+    )
+    key = attributes["partitionkey"]
+    return EncodedRecord(
+        key=key.encode() if isinstance(key, str) else (key or b""),
+        value=event.model_dump_json().encode(),
+        headers=headers,
+    )
+
+
+_HEADER_OF = {"datacontenttype": "content-type"}
+
+
+def _header_value(value: Any) -> bytes:
+    """As the SDK writes an attribute: a datetime in ISO 8601 with ``Z`` for UTC, else ``str``."""
+    if isinstance(value, datetime):
+        text = value.isoformat()
+        return (text[:-6] + "Z" if text.endswith("+00:00") else text).encode()
+    return str(value).encode()
 
 
 @dataclass(frozen=True)
@@ -106,11 +129,10 @@ def decode(
     missing = [h for h in ("ce_id", "ce_source", "ce_type", "ce_specversion") if h not in header_map]
     if missing:
         raise EnvelopeError(f"not a CloudEvent in Kafka binary mode: missing header(s) {', '.join(missing)}")
-    try:
-        cloud_event = from_binary(KafkaMessage(headers=header_map, key=key, value=value or b""), _FORMAT)
-    except Exception as exc:  # the SDK raises several types for bad attributes
-        raise EnvelopeError(f"invalid CloudEvent attributes: {exc}") from exc
-    event_type = cloud_event.get_type()
+    attributes = _plain_attributes(header_map, key)
+    if attributes is None:  # anything unusual: the SDK reads it, and words what is wrong
+        attributes = _attributes_by_sdk(header_map, key, value)
+    event_type = attributes["type"]
     model = topic.event_types.get(event_type)
     if model is None:
         known = ", ".join(sorted(topic.event_types))
@@ -118,7 +140,7 @@ def decode(
     if not value:
         raise EnvelopeError(f"{event_type}: empty body")
     declared = None
-    dataschema = cloud_event.get_dataschema()
+    dataschema = attributes.get("dataschema")
     if dataschema is not None:
         try:
             declared = parse_dataschema(str(dataschema), event_type)
@@ -133,14 +155,76 @@ def decode(
         raise EnvelopeError(f"{event_type}: {_describe(exc)}") from exc
     return DecodedEvent(
         event=event,
-        id=cloud_event.get_id(),
-        source=cloud_event.get_source(),
+        id=attributes["id"],
+        source=attributes["source"],
         type=event_type,
-        subject=cloud_event.get_subject(),
-        partition_key=cloud_event.get_extension("partitionkey"),
+        subject=attributes.get("subject"),
+        partition_key=attributes.get("partitionkey"),
         schema_version=declared,
         ignored_fields=tuple(ignored),
     )
+
+
+_PLAIN_HEADERS = frozenset(
+    {"ce_id", "ce_source", "ce_type", "ce_specversion", "ce_subject", "ce_time", "ce_dataschema", "ce_partitionkey"}
+    | {"ce_outcome", "content-type"}
+)
+"""The headers :func:`encode` writes. A record with exactly these (and any non-``ce_`` header,
+which CloudEvents ignores) is read by :func:`_plain_attributes`; any other is left to the SDK."""
+
+
+def _plain_attributes(headers: dict[str, bytes], key: bytes | None) -> dict[str, Any] | None:
+    """The CloudEvent attributes :func:`decode` uses (``id``, ``source``, ``type``, ``subject``,
+    ``dataschema``, ``partitionkey``), read straight from headers of the form :func:`encode`
+    writes, checked as the SDK checks them; None when the headers are of any other form or fail a
+    check, for :func:`_attributes_by_sdk` to read (and refuse in its words). Every consumer reads
+    every record through here: the SDK's reading builds and validates an event object and parses
+    ``time`` with dateutil, which nothing here uses, and cost more than validating the body."""
+    attributes: dict[str, Any] = {}
+    for name, data in headers.items():
+        try:
+            text = data.decode()  # every header, as the SDK reads them all
+        except (UnicodeDecodeError, AttributeError):
+            return None
+        if name not in _PLAIN_HEADERS:
+            if name.lower().startswith("ce_") or name.lower() == "content-type":
+                return None
+            continue
+        if not text:
+            return None  # every attribute the SDK accepts empty is one encode never writes empty
+        attributes[name[3:] if name.startswith("ce_") else name] = text
+    if attributes.get("specversion") != "1.0" or not all(a in attributes for a in ("id", "source", "type")):
+        return None
+    time = attributes.get("time")
+    if time is not None:
+        try:
+            if datetime.fromisoformat(time).tzinfo is None:
+                return None
+        except ValueError:
+            return None
+    if key is not None:
+        try:
+            attributes["partitionkey"] = key.decode()
+        except UnicodeDecodeError:
+            return None
+    return attributes
+
+
+def _attributes_by_sdk(headers: dict[str, bytes], key: bytes | None, value: bytes | None) -> dict[str, Any]:
+    """The attributes as the CloudEvents SDK reads and validates them; :class:`EnvelopeError`
+    with its reason when it refuses them."""
+    try:
+        cloud_event = from_binary(KafkaMessage(headers=headers, key=key, value=value or b""), _FORMAT)
+    except Exception as exc:  # the SDK raises several types for bad attributes
+        raise EnvelopeError(f"invalid CloudEvent attributes: {exc}") from exc
+    return {
+        "id": cloud_event.get_id(),
+        "source": cloud_event.get_source(),
+        "type": cloud_event.get_type(),
+        "subject": cloud_event.get_subject(),
+        "dataschema": cloud_event.get_dataschema(),
+        "partitionkey": cloud_event.get_extension("partitionkey"),
+    }
 
 
 _VALIDATION_SCHEMAS: dict[type, dict[str, Any]] = {}

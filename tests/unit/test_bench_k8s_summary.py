@@ -15,6 +15,7 @@ def test_figures_side_by_side_and_none_for_a_scheduler_not_run():
         stranded_gpus=0,
         marked_unschedulable=1,
         settled_seconds=2.25,
+        cpu_ms_per_pod={"decision": 1.5, "kafka": 0.5},
     )
     line = per_scheduler_figures(10, {"berth": berth})
     assert list(line)[:5] == [
@@ -27,8 +28,9 @@ def test_figures_side_by_side_and_none_for_a_scheduler_not_run():
     assert (line["berth_bound"], line["berth_gpu_allocation"], line["berth_settled_s"]) == (9, 0.9, 2.25)
     assert line["berth_marked_unschedulable"] == 1 and line["berth_stranded_gpus"] == 0
     assert all(line[key] is None for key in line if key.startswith("kube_scheduler_"))
-    assert len(line) == 1 + 2 * 8
+    assert len(line) == 1 + 2 * 9
     assert line["berth_bind_latency_p99_s"] is None
+    assert line["berth_cpu_ms_per_pod"] == {"decision": 1.5, "kafka": 0.5}
 
 
 def test_bind_latencies_are_nearest_rank_over_the_bound_pods():
