@@ -7,7 +7,7 @@ the binder can drop the duplicate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -114,12 +114,20 @@ class CordonNode(_Command):
 
 
 class EvictPod(NamesOnePod, _Command):
+    schema_minor: ClassVar[int] = 1
+
     type: Literal["io.berth.scheduler.evict-pod.v1"] = "io.berth.scheduler.evict-pod.v1"
     pod_uid: str = Field(min_length=1)
     namespace: DnsLabel
     name: DnsLabel
     node: str | None = None
     reason: str = ""
+    keep_with_local_storage: bool = False
+    """Leave the pod if it has local storage (an ``emptyDir`` or ``hostPath`` volume): a
+    descheduler policy's ``evictLocalStoragePods: false``. The binder checks the pod it reads from
+    the cluster (the cells do not see volumes) and reports a conflict instead of evicting."""
+    keep_with_pvc: bool = False
+    """Leave the pod if it mounts a PersistentVolumeClaim: a policy's ``ignorePvcPods: true``."""
 
 
 class RejectedNodes(FrozenModel):

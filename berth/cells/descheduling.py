@@ -28,7 +28,7 @@ from typing import Any
 from berth.core.descheduling import DEFAULT_COOLDOWN, Eviction, Plan, plan_evictions, workload_of
 from berth.core.engine import Engine
 from berth.schemas import InputPosition
-from berth.schemas.descheduler import DeschedulingPolicy, parse_policy
+from berth.schemas.descheduler import DeschedulingPolicy, EvictorRules, parse_policy
 
 from .context import CellContext
 from .queue import queue_key
@@ -109,8 +109,28 @@ def on_tick(
             continue
         state.evicted_at[workload_of(planned.pod)] = now
         state.evictions[planned.strategy] += 1
-        decisions.append(eviction(ctx, planned.pod, _reason(planned), position, now))
+        rules = _evictor_rules(settings, planned)
+        decisions.append(
+            eviction(
+                ctx,
+                planned.pod,
+                _reason(planned),
+                position,
+                now,
+                keep_with_local_storage=not rules.evict_local_storage_pods,
+                keep_with_pvc=rules.ignore_pvc_pods,
+            )
+        )
     return decisions
+
+
+def _evictor_rules(settings: DeschedulerSettings, planned: Eviction) -> EvictorRules:
+    """The DefaultEvictor rules of the profile that planned ``planned``. The planner applies the
+    rules it can judge from the cell's state; those about volumes go to the binder on the command."""
+    for strategy in settings.policy.strategies:
+        if strategy.name == planned.strategy and strategy.profile == planned.profile:
+            return strategy.evictor
+    return EvictorRules()
 
 
 def _due(state: DeschedulingState, settings: DeschedulerSettings, now: datetime) -> bool:

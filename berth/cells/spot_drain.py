@@ -241,10 +241,19 @@ def pod_gone(
 
 
 def eviction(
-    ctx: CellContext, pod: PodInfo, reason: str, position: InputPosition, now: datetime, extra: tuple[Any, ...] = ()
+    ctx: CellContext,
+    pod: PodInfo,
+    reason: str,
+    position: InputPosition,
+    now: datetime,
+    extra: tuple[Any, ...] = (),
+    *,
+    keep_with_local_storage: bool = False,
+    keep_with_pvc: bool = False,
 ) -> CellDecision:
     """The ``evicting`` record of ``pod`` (bound to ``pod.node_name``) and its EvictPod command,
-    with ``extra`` commands issued by the same decision (their ids re-derived from it)."""
+    with ``extra`` commands issued by the same decision (their ids re-derived from it). The
+    ``keep_with_*`` conditions travel on the command for the binder to check (see EvictPod)."""
     record = ctx.recorder.record(position, pod.key, "evicting", now, node=pod.node_name, message=reason)
     command = EvictPod(
         command_id=digest(record.decision_id, "evict"),
@@ -256,6 +265,8 @@ def eviction(
         name=pod.name,
         node=pod.node_name,
         reason=reason,
+        keep_with_local_storage=keep_with_local_storage,
+        keep_with_pvc=keep_with_pvc,
     )
     fixed = tuple(
         c.model_copy(

@@ -39,7 +39,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_expone
 from berth.logs import get_logger
 from berth.metrics import COMMANDS_BY_RESULT
 
-from .ports import ClusterBackend, Outcome, OutcomeKind, Preemptor
+from .ports import ClusterBackend, KeepIf, Outcome, OutcomeKind, Preemptor
 from .ratelimit import TokenBucket
 
 log = get_logger(__name__)
@@ -154,7 +154,12 @@ class Binder:
                 await self._call(
                     "evict",
                     f"{command.namespace}/{command.name}",
-                    lambda: self.backend.evict(command.namespace, command.name, command.pod_uid),
+                    lambda: self.backend.evict(
+                        command.namespace,
+                        command.name,
+                        command.pod_uid,
+                        keep_if=KeepIf(command.keep_with_local_storage, command.keep_with_pvc),
+                    ),
                 )
             ]
             status = _status(steps)

@@ -62,7 +62,7 @@ from . import kube_outcomes as k
 from .kube_outcomes import Access, Reply
 from .kube_transport import KubeTransport
 from .node_informer import NodeInformer
-from .ports import Outcome, Preemptor
+from .ports import KeepIf, Outcome, Preemptor
 from .ratelimit import TokenBucket
 
 if TYPE_CHECKING:
@@ -327,8 +327,22 @@ class KubeBackend:
         return k.bind_conflict(current.body, placement, outcome)
 
     async def evict(
-        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        preemptor: Preemptor | None = None,
+        keep_if: KeepIf | None = None,
     ) -> Outcome:
+        if keep_if is not None and (keep_if.local_storage or keep_if.pvc):
+            read = await self._read_pod(namespace, name)
+            if read.status == 404:
+                return Outcome.applied("already gone")
+            if not read.ok or read.body is None:
+                return k.classify(read, Access("get", "pods"))
+            stays = keep_if.reason((read.body.get("spec") or {}).get("volumes") or [])
+            if stays is not None:
+                return Outcome.conflict(stays)
         if preemptor is not None and not await _mark_victim(self, namespace, name, uid, preemptor):
             return Outcome.conflict(f"pod {namespace}/{name} was re-created (UID {uid} is gone)")
         reply = await self._api.send(

@@ -101,6 +101,25 @@ class Preemptor:
     node: str
 
 
+@dataclass(frozen=True)
+class KeepIf:
+    """Volumes that make a pod stay instead of being evicted (a descheduler policy's
+    DefaultEvictor: ``evictLocalStoragePods: false``, ``ignorePvcPods: true``)."""
+
+    local_storage: bool = False
+    """An ``emptyDir`` or ``hostPath`` volume."""
+    pvc: bool = False
+    """A ``persistentVolumeClaim`` volume."""
+
+    def reason(self, volumes: list[dict[str, object]]) -> str | None:
+        """Why a pod with these ``spec.volumes`` stays, or None when it may go."""
+        if self.local_storage and any("emptyDir" in v or "hostPath" in v for v in volumes):
+            return "the pod has local storage (emptyDir or hostPath) and the policy does not evict such pods"
+        if self.pvc and any("persistentVolumeClaim" in v for v in volumes):
+            return "the pod mounts a PersistentVolumeClaim and the policy ignores such pods"
+        return None
+
+
 class ClusterBackend(Protocol):
     """Where commands take effect. Every operation must be idempotent in the sense below, because
     the binder re-applies commands after a crash (at-least-once delivery)."""
@@ -125,13 +144,19 @@ class ClusterBackend(Protocol):
         ...
 
     async def evict(
-        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        preemptor: Preemptor | None = None,
+        keep_if: KeepIf | None = None,
     ) -> Outcome:
         """Evict the pod (graceful, respecting disruption budgets). applied: evicted, or already
-        gone; conflict: a pod of that name exists with another UID; retryable: a disruption
-        budget forbids it right now (HTTP 429: :meth:`Outcome.refused_for_now`), or a transient
-        error. With ``preemptor`` the pod is a preemption victim: before the eviction it is marked
-        as kube-scheduler marks its victims (where the cluster shows such marks)."""
+        gone; conflict: a pod of that name exists with another UID, or it has volumes ``keep_if``
+        names (read from the cluster before the eviction); retryable: a disruption budget forbids
+        it right now (HTTP 429: :meth:`Outcome.refused_for_now`), or a transient error. With
+        ``preemptor`` the pod is a preemption victim: before the eviction it is marked as
+        kube-scheduler marks its victims (where the cluster shows such marks)."""
         ...
 
     async def scale(self, namespace: str, pool: str, replicas: int) -> Outcome:

@@ -23,7 +23,7 @@ import yaml
 from berth.schemas import CommandResult, DecisionRecord, InputPosition, PlacePods, PodPlacement
 from berth.schemas.topics import DECISIONS, RESULTS
 from berth.services.binder.kube_backend import KubeBackend
-from berth.services.binder.ports import OutcomeKind, Preemptor
+from berth.services.binder.ports import KeepIf, OutcomeKind, Preemptor
 from berth.services.binder.ratelimit import TokenBucket
 from berth_dev.devstack.fakenodes import create_fake_nodes
 from berth_dev.devstack.kube import KubeConnection
@@ -251,6 +251,42 @@ async def test_evict_applies_once_and_honours_uid_and_disruption_budgets(api, na
     blocked = await backend.evict(namespace, "guarded", guarded_uid)
     assert blocked.kind is RETRYABLE and blocked.refused and "disruption budget" in blocked.reason
     assert read_pod(api, namespace, "guarded").metadata.deletion_timestamp is None
+
+
+async def test_evict_leaves_pods_with_the_volumes_a_descheduler_policy_keeps(api, namespace, nodes, backend):
+    volumes = {
+        "scratch": [{"name": "scratch", "emptyDir": {}}],
+        "host": [{"name": "logs", "hostPath": {"path": "/var/log"}}],
+        "claim": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        "plain": [{"name": "config", "configMap": {"name": "settings"}}],
+    }
+    uids = {}
+    for name, pod_volumes in volumes.items():
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "schedulerName": "berth",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                "volumes": pod_volumes,
+            },
+        }
+        uids[name] = CoreV1Api(api).create_namespaced_pod(namespace, body).metadata.uid
+        assert (await backend.bind(placement(namespace, name, uids[name], nodes[0]))).kind is APPLIED
+
+    keep = KeepIf(local_storage=True, pvc=True)
+    for name in ("scratch", "host"):
+        kept = await backend.evict(namespace, name, uids[name], keep_if=keep)
+        assert kept.kind is CONFLICT and "local storage" in kept.reason
+        assert read_pod(api, namespace, name).metadata.deletion_timestamp is None
+    kept = await backend.evict(namespace, "claim", uids["claim"], keep_if=keep)
+    assert kept.kind is CONFLICT and "PersistentVolumeClaim" in kept.reason
+    assert (await backend.evict(namespace, "plain", uids["plain"], keep_if=keep)).kind is APPLIED
+    # The same pods go when the policy evicts local storage and PVC pods.
+    for name in ("scratch", "claim"):
+        assert (await backend.evict(namespace, name, uids[name], keep_if=KeepIf())).kind is APPLIED
+        assert read_pod(api, namespace, name).metadata.deletion_timestamp is not None
+    gone = await backend.evict(namespace, "never-existed", None, keep_if=keep)
+    assert (gone.kind, gone.reason) == (APPLIED, "already gone")
 
 
 async def test_a_preemption_victim_is_marked_and_told_who_preempts_it_before_it_is_evicted(

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from berth.schemas import PodPlacement
-from berth.services.binder.ports import Outcome, Preemptor
+from berth.services.binder.ports import KeepIf, Outcome, Preemptor
 
 
 @dataclass
@@ -19,6 +19,7 @@ class FakePod:
     uid: str
     node: str | None = None
     gpu_devices: tuple[int, ...] = ()
+    volumes: list[dict[str, object]] = field(default_factory=list)
 
 
 @dataclass
@@ -40,8 +41,15 @@ class FakeCluster:
     failures: dict[str, deque[Outcome]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
 
-    def add_pod(self, namespace: str, name: str, uid: str | None = None, node: str | None = None) -> None:
-        self.pods[f"{namespace}/{name}"] = FakePod(uid or f"uid-{name}", node)
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        node: str | None = None,
+        volumes: list[dict[str, object]] | None = None,
+    ) -> None:
+        self.pods[f"{namespace}/{name}"] = FakePod(uid or f"uid-{name}", node, volumes=volumes or [])
 
     def fail(self, operation: str, outcomes: Iterable[Outcome]) -> None:
         """Script the next answers of ``operation`` (``bind``, ``check_bind``, ``evict``, ...)."""
@@ -83,7 +91,12 @@ class FakeCluster:
         return scripted if scripted is not None else self._bindable(placement)
 
     async def evict(
-        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        preemptor: Preemptor | None = None,
+        keep_if: KeepIf | None = None,
     ) -> Outcome:
         key = f"{namespace}/{name}"
         scripted = self._scripted("evict", key)
@@ -94,6 +107,9 @@ class FakeCluster:
             return Outcome.applied("already gone")
         if uid is not None and pod.uid != uid:
             return Outcome.conflict(f"UID in precondition: {uid}, UID in object meta: {pod.uid}")
+        stays = keep_if.reason(pod.volumes) if keep_if is not None else None
+        if stays is not None:
+            return Outcome.conflict(stays)
         del self.pods[key]
         return Outcome.applied()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 from berth.schemas import PodPlacement
-from berth.services.binder.ports import ANNOTATION_GPU_MILLI, Outcome, Preemptor
+from berth.services.binder.ports import ANNOTATION_GPU_MILLI, KeepIf, Outcome, Preemptor
 
 from berth.kube.manifests import ANNOTATION_GPU_DEVICES
 
@@ -138,8 +138,14 @@ class SimulatorBackend:
         return await self._read_pod(placement)
 
     async def evict(
-        self, namespace: str, name: str, uid: str | None = None, preemptor: Preemptor | None = None
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None = None,
+        preemptor: Preemptor | None = None,
+        keep_if: KeepIf | None = None,
     ) -> Outcome:
+        # keep_if is not checked: the simulated cluster's pods have no volumes.
         eviction: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",

@@ -84,6 +84,26 @@ def test_a_tick_plans_a_round_that_evicts_the_pod_violating_a_taint():
     assert [p.node_name for p in log.cell.engine.state.pods_on("bad")] == ["bad"]
 
 
+def test_the_eviction_carries_the_policys_volume_rules_for_the_binder_to_check():
+    # The cell does not see volumes: evictLocalStoragePods (false by default) and ignorePvcPods
+    # travel on the command, and the binder leaves a pod that has them.
+    [command] = _first_eviction(TAINTS_POLICY).commands
+    assert (command.keep_with_local_storage, command.keep_with_pvc) == (True, False)
+    profile = {
+        **TAINTS_POLICY["profiles"][0],
+        "pluginConfig": [{"name": "DefaultEvictor", "args": {"evictLocalStoragePods": True, "ignorePvcPods": True}}],
+    }
+    [command] = _first_eviction({**TAINTS_POLICY, "profiles": [profile]}).commands
+    assert (command.keep_with_local_storage, command.keep_with_pvc) == (False, True)
+
+
+def _first_eviction(policy: dict[str, Any]) -> Any:
+    log = Log(config(policy))
+    nodes_and_a_bound_replica(log)
+    [decision] = log(CellTick(issued_at=at(10)))
+    return decision
+
+
 def test_no_round_without_a_policy_or_before_the_interval_and_none_without_a_tick():
     plain = Log(CellConfig())
     nodes_and_a_bound_replica(plain)

@@ -269,6 +269,32 @@ async def test_an_eviction_the_budget_allows_on_a_later_attempt_is_applied():
     assert verdict.result.status == "applied" and verdict.result.attempts == 2 and "ml/p1" not in fake.pods
 
 
+async def test_an_eviction_keeps_a_pod_with_the_volumes_its_command_protects():
+    fake = cluster()
+    fake.add_pod("ml", "scratch", volumes=[{"name": "tmp", "emptyDir": {}}])
+    fake.add_pod("ml", "claim", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+
+    def evict(name: str, **keep: bool) -> EvictPod:
+        return EvictPod(
+            command_id=f"e-{name}-{sorted(keep.items())}",
+            decision_id="d",
+            issued_at=T0,
+            pod_uid=f"uid-{name}",
+            namespace="ml",
+            name=name,
+            **keep,
+        )
+
+    kept = await binder(fake).apply(evict("scratch", keep_with_local_storage=True))
+    assert kept.result.status == "conflict" and "local storage" in kept.result.reason and "ml/scratch" in fake.pods
+    assert kept.dead_letter_reason is None and kept.result.attempts == 1  # not retried: the pod will not change
+    kept = await binder(fake).apply(evict("claim", keep_with_local_storage=True, keep_with_pvc=True))
+    assert kept.result.status == "conflict" and "PersistentVolumeClaim" in kept.result.reason
+    assert (await binder(fake).apply(evict("claim", keep_with_local_storage=True))).result.status == "applied"
+    assert (await binder(fake).apply(evict("scratch"))).result.status == "applied"
+    assert fake.pods == {}
+
+
 # --- the handler: routing, ordering --------------------------------------------------------------
 
 
