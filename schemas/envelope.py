@@ -179,7 +179,8 @@ def _plain_attributes(headers: dict[str, bytes], key: bytes | None) -> dict[str,
     writes, checked as the SDK checks them; None when the headers are of any other form or fail a
     check, for :func:`_attributes_by_sdk` to read (and refuse in its words). Every consumer reads
     every record through here: the SDK's reading builds and validates an event object and parses
-    ``time`` with dateutil, which nothing here uses, and cost more than validating the body."""
+    ``time`` with dateutil, which nothing here uses (in the audit's profile it took 19 % of the
+    service's Python time, against 34 % for validating the bodies)."""
     attributes: dict[str, Any] = {}
     for name, data in headers.items():
         try:
