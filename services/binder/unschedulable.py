@@ -87,6 +87,7 @@ class UnschedulableReporter:
 
     async def handle_batch(self, records: Iterable[Any]) -> dict[str, str]:
         """Handle a batch; returns each subject's result (the metric's ``result`` label)."""
+        records = list(records)  # read twice below
         for record in records:
             # Kept after a placement too: a gang may be placed in parts (minMember), each
             # placement naming the members it placed.
