@@ -53,6 +53,7 @@ from .snapshots import (
     encode_cell,
     ensure_snapshot_topic,
     latest_snapshot,
+    return_free_memory,
     write_snapshot,
 )
 
@@ -314,9 +315,12 @@ class DecisionService:
                         POOL_DESIRED_REPLICAS.labels(command.namespace, command.pool).set(command.replicas)
             worker.since_snapshot += len(records)
             every = self.settings.snapshot_every
-            if every and worker.since_snapshot >= every:
+            snapshot = bool(every and worker.since_snapshot >= every)
+            if snapshot:
                 await self._snapshot(worker, records[-1].offset + 1)
             await worker.producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, names.group(GROUP))
+        if snapshot:
+            return_free_memory()  # the snapshot's buffers, sent and committed by now
         worker.decided += len(outputs)
         worker.count_descheduling()
 

@@ -80,3 +80,17 @@ def test_a_snapshot_of_another_cell_or_configuration_is_refused(recorded):
         decode_cell(data, 1, config)
     with pytest.raises(ValueError, match="configuration"):
         decode_cell(data, 0, CellConfig())
+
+
+def test_after_a_snapshot_the_heap_s_free_memory_goes_back_to_the_system(monkeypatch):
+    import ctypes
+
+    from berth.services.decision import snapshots
+
+    assert snapshots.return_free_memory() is True  # glibc (Debian): malloc_trim is there
+
+    def no_libc(*_: Any, **__: Any) -> Any:
+        raise OSError("no C library of that name")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    assert snapshots.return_free_memory() is False  # another C library: nothing to do, no error
