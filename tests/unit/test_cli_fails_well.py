@@ -317,6 +317,9 @@ def test_each_class_of_failure_has_its_status() -> None:
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     script = (
         "import os, signal, sys, threading, time\n"
+        # A shell runs background jobs with SIGINT ignored, and children inherit that: restore
+        # the default so that the test does not depend on how its runner was started.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from berth.cli import app\n"
         "@app.command('sleepy', hidden=True)\n"
         "def sleepy():\n"

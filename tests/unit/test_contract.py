@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from berth.schemas import ALL_TOPICS, PodInfo, topic_for_event
-from berth.schemas.compat import check, compare
+from berth.schemas.compat import check, compare, version_of
 from berth.schemas.envelope import EnvelopeError, decode, encode
 from berth.schemas.export import SCHEMA_DIR, committed_schemas, event_schemas, render
 from berth.schemas.quantity import QuantityError, format_canonical, resource_list, to_canonical
@@ -26,7 +26,8 @@ def test_every_event_type_round_trips_through_cloudevents_binary_mode(event):
     assert headers["ce_source"] == b"tests"
     assert headers["ce_partitionkey"] == event.partition_key.encode()
     assert headers["content-type"] == b"application/json"
-    assert headers["ce_dataschema"] == f"https://berth.io/schemas/{event.type}.json?version=1.0".encode()
+    version = version_of(type(event))  # the model's MAJOR.MINOR (schema_minor raised by additions)
+    assert headers["ce_dataschema"] == f"https://berth.io/schemas/{event.type}.json?version={version}".encode()
     assert record.key == event.partition_key.encode()
     decoded = decode(topic_for_event(event), record.key, record.value, record.headers)
     assert decoded.event == event
