@@ -30,7 +30,7 @@ Then, on a broker of its own:
    record it last wrote there again (the same value: the table does not change) so that the
    active segment rolls, and waits for the broker's log cleaner to have cleaned every partition
    up to that roll; then writes every live key's value again and rolls once more, for the clean
-   that drops the tombstones (:func:`_compact`).
+   that drops the tombstones (:func:`compact`).
 3. **after compaction**: the same restart and timings.
 
 Both restarts must recover tables equal to the ones the bench wrote (key count and SHA-256 of the
@@ -54,58 +54,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from bench.recovery.changelogs import (
+    DAY_MS,
+    Changelogs,
+    broker,
+    compact,
+    console,
+    count_records,
+    log_bytes,
+    partition_of,
+    restart,
+    restart_figures,
+    set_topic_configs,
+)
 from bench.recovery.inventory_worker import PROBE_PREFIX, table_digest
 from bench.results import RECORD_HELP, emit
 
-console = Console(stderr=True)
+WORKER = "bench.recovery.inventory_worker"
 NODES = 200
 LIVE_PODS = 300
-DAY_MS = 24 * 3600 * 1000
-BENCH_SEGMENT_MS = 1000
-"""``segment.ms`` the bench sets for its compaction step (production: 10 min)."""
-BENCH_DELETE_RETENTION_MS = 1000
-"""``delete.retention.ms`` the bench sets for its compaction step (production: an hour): the whole
-history is written in minutes, so this stands for tombstones older than the production retention."""
-BENCH_DIRTY_RATIO = "0.0001"
-"""``min.cleanable.dirty.ratio`` the bench sets for its compaction step (production: 0.2): the
-rewrite of the live keys that makes the second clean is small next to a partition's tombstones."""
-WORKER_TIMEOUT_S = 900.0
-
-
-@dataclass
-class Changelogs:
-    """Where each table's changelog records go, and what the bench expects the tables to hold."""
-
-    topics: dict[str, str]
-    """table name → changelog topic on the broker"""
-    partitions: dict[str, int]
-    tables: dict[str, dict[str, bytes]] = field(default_factory=dict)
-    last_record: dict[tuple[str, int], tuple[bytes, bytes | None]] = field(default_factory=dict)
-    records: int = 0
-    tombstones: int = 0
-
-
-def _partition(key: str, partitions: int) -> int:
-    """The partition the Java-compatible default partitioner (aiokafka's and faust's) gives ``key``."""
-    from aiokafka.partitioner import murmur2
-
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 def inventory_inputs(events: int) -> Iterator[Any]:
@@ -173,7 +148,7 @@ async def _write_changelogs(kafka: Any, changelogs: Changelogs, events: int, cel
     await producer.start()
 
     async def put(table: str, key: str, value: bytes | None) -> None:
-        partition = _partition(key, changelogs.partitions[table])
+        partition = partition_of(key, changelogs.partitions[table])
         encoded_key = json.dumps(key).encode()
         pending.append(await producer.send(changelogs.topics[table], value, key=encoded_key, partition=partition))
         changelogs.last_record[(table, partition)] = (encoded_key, value)
@@ -203,7 +178,7 @@ async def _write_changelogs(kafka: Any, changelogs: Changelogs, events: int, cel
                 uid = event.partition_key
                 route = routes.get(uid)
                 folded = fold_pod_input(
-                    route, event, cells, partition=_partition(uid, changelogs.partitions["pod-routes"])
+                    route, event, cells, partition=partition_of(uid, changelogs.partitions["pod-routes"])
                 )
                 if folded.state != route:
                     if folded.state is None:
@@ -226,143 +201,6 @@ async def _write_changelogs(kafka: Any, changelogs: Changelogs, events: int, cel
         await producer.stop()
 
 
-def _log_bytes(data_dir: Path, topics: dict[str, str]) -> int:
-    """Bytes of the changelogs' segment files on the broker's disk."""
-    return sum(
-        segment.stat().st_size
-        for topic in topics.values()
-        for directory in data_dir.glob(f"{topic}-*")
-        for segment in directory.glob("*.log")
-    )
-
-
-def _cleaned_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
-    """The log cleaner's checkpoint: partition → the offset up to which it has cleaned."""
-    checkpoint = data_dir / "cleaner-offset-checkpoint"
-    offsets: dict[tuple[str, int], int] = {}
-    if checkpoint.exists():
-        for line in checkpoint.read_text().splitlines()[2:]:
-            topic, partition, offset = line.split()
-            offsets[(topic, int(partition))] = int(offset)
-    return offsets
-
-
-async def _set_topic_configs(kafka: Any, topics: Iterator[str] | list[str], overrides: dict[str, str]) -> None:
-    """Set the changelogs' configs to the product's (``COMPACTION``) with ``overrides`` (AlterConfigs
-    replaces a topic's whole set, so the product's are sent again)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-    from berth.bus.topics_admin import COMPACTION
-
-    admin = AIOKafkaAdminClient(**kafka.client_options())
-    await admin.start()
-    try:
-        resources = [
-            ConfigResource(
-                ConfigResourceType.TOPIC, topic, configs={"min.insync.replicas": "1", **COMPACTION, **overrides}
-            )
-            for topic in topics
-        ]
-        await admin.alter_configs(resources)
-    finally:
-        await admin.close()
-
-
-async def _roll_and_clean(kafka: Any, changelogs: Changelogs, data_dir: Path, rewrite: list[Any]) -> None:
-    """Append ``rewrite`` (``(topic, partition, key, value)``: values the tables already hold) and,
-    after ``segment.ms``, the last record of each partition again, which rolls its active segment;
-    then wait until the log cleaner has cleaned every partition up to that roll."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    producer = AIOKafkaProducer(**kafka.client_options(), linger_ms=20)
-    await producer.start()
-    try:
-        for topic, partition, key, value in rewrite:
-            await producer.send(topic, value, key=key, partition=partition)
-        await producer.flush()
-        await asyncio.sleep(2 * BENCH_SEGMENT_MS / 1000)
-        reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False)
-        await reader.start()
-        try:
-            partitions = [TopicPartition(changelogs.topics[table], p) for (table, p) in changelogs.last_record]
-            ends = await reader.end_offsets(partitions)
-        finally:
-            await reader.stop()
-        for (table, partition), (key, value) in changelogs.last_record.items():
-            await producer.send_and_wait(changelogs.topics[table], value, key=key, partition=partition)
-    finally:
-        await producer.stop()
-    started = time.perf_counter()
-    while True:
-        cleaned = _cleaned_offsets(data_dir)
-        if all(cleaned.get((tp.topic, tp.partition), -1) >= offset for tp, offset in ends.items()):
-            return
-        if time.perf_counter() - started > WORKER_TIMEOUT_S:
-            raise SystemExit(f"error: the log cleaner did not clean the changelogs in {WORKER_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(1.0)
-
-
-async def _compact(kafka: Any, changelogs: Changelogs, data_dir: Path) -> tuple[float, tuple[int, int]]:
-    """Roll the changelogs' active segments and wait for the cleaner to clean up to the roll, then
-    once more so that it drops the tombstones; seconds taken, and the records and tombstones left
-    after the first clean.
-
-    The first clean stamps each tombstone with its deletion horizon (now + ``delete.retention.ms``);
-    the cleaner drops it in a later clean after that, and cleans again only when enough is dirty.
-    In production the tables' updates make the next clean; here the bench writes every live key's
-    value again (the tables do not change), with ``min.cleanable.dirty.ratio`` lowered so that this
-    is enough."""
-    started = time.perf_counter()
-    await _set_topic_configs(
-        kafka,
-        list(changelogs.topics.values()),
-        {
-            "segment.ms": str(BENCH_SEGMENT_MS),
-            "delete.retention.ms": str(BENCH_DELETE_RETENTION_MS),
-            "min.cleanable.dirty.ratio": BENCH_DIRTY_RATIO,
-        },
-    )
-    await asyncio.sleep(2 * BENCH_SEGMENT_MS / 1000)
-    await _roll_and_clean(kafka, changelogs, data_dir, [])
-    counts = {changelogs.topics[table]: count for table, count in changelogs.partitions.items()}
-    first_clean = await _count_records(kafka, counts)
-    await asyncio.sleep(2 * BENCH_DELETE_RETENTION_MS / 1000)
-    live = [
-        (changelogs.topics[table], _partition(key, changelogs.partitions[table]), json.dumps(key).encode(), value)
-        for table, values in changelogs.tables.items()
-        for key, value in values.items()
-    ]
-    await _roll_and_clean(kafka, changelogs, data_dir, live)
-    return time.perf_counter() - started, first_clean
-
-
-async def _count_records(kafka: Any, partitions: dict[str, int]) -> tuple[int, int]:
-    """Records and tombstones the changelogs (topic → partition count) hold now: what a recovery reads."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    reader = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False, auto_offset_reset="earliest")
-    await reader.start()
-    try:
-        assigned = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
-        reader.assign(assigned)
-        await reader.seek_to_beginning(*assigned)
-        ends = await reader.end_offsets(assigned)
-        records = tombstones = 0
-        remaining = {tp for tp in assigned if ends[tp] > 0}
-        while remaining:
-            batches = await reader.getmany(timeout_ms=1000, max_records=10_000)
-            for messages in batches.values():
-                records += len(messages)
-                tombstones += sum(1 for message in messages if message.value is None)
-            for tp in list(remaining):
-                if await reader.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
-        return records, tombstones
-    finally:
-        await reader.stop()
-
-
 async def _send_probe(kafka: Any, name: str) -> Any:
     """Send a new node's ``NodeObserved`` and return a reader of the inventory state topic positioned
     at its end (the caller stops it)."""
@@ -383,78 +221,6 @@ async def _send_probe(kafka: Any, name: str) -> Any:
     async with EventProducer(kafka, source="bench/recovery") as producer:
         await producer.send_and_wait(NodeObserved(node=h100_node(name), resource_version="1", observed_at=T0))
     return reader
-
-
-async def _wait_for_probe(reader: Any, name: str, worker: subprocess.Popen[bytes], log: Path) -> float:
-    """Wait until ``reader`` sees a record naming ``name``; returns ``time.time()`` then."""
-    try:
-        while True:
-            batches = await reader.getmany(timeout_ms=200)
-            for messages in batches.values():
-                for message in messages:
-                    if name.encode() in (message.key or b"") or name.encode() in (message.value or b""):
-                        return time.time()
-            if worker.poll() is not None:
-                raise SystemExit(f"error: the service exited ({worker.returncode}) before the probe; see {log}")
-    finally:
-        await reader.stop()
-
-
-async def _restart(
-    kafka: Any,
-    name: str,
-    workdir: Path,
-    worker_module: str = "bench.recovery.inventory_worker",
-    send_probe: Callable[[Any, str], Awaitable[Any]] = _send_probe,
-) -> dict[str, Any]:
-    """Start the service (``worker_module``: the inventory by default), time its recovery and the
-    new input ``name`` (``send_probe`` sends it and returns a reader of where its output comes
-    out), stop it; the timings and the recovered tables' digests."""
-    report = workdir / f"{name}.json"
-    log = workdir / f"{name}.log"
-    reader = await send_probe(kafka, name)
-    started = time.time()
-    with log.open("wb") as output:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", worker_module, str(report), kafka.bootstrap],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-    try:
-        probed_at = await _wait_for_probe(reader, name, worker, log)
-        deadline = time.time() + 60
-        while not report.exists() and time.time() < deadline:
-            await asyncio.sleep(0.1)
-        if not report.exists():
-            raise SystemExit(f"error: the service never reported its tables recovered; see {log}")
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-    recovered = json.loads(report.read_text())
-    return {
-        "recovered_s": round(recovered["recovered_at"] - started, 2),
-        "first_event_s": round(probed_at - started, 2),
-        "tables": recovered["tables"],
-    }
-
-
-@contextlib.contextmanager
-def _broker() -> Iterator[tuple[str, Path]]:
-    """A broker of the bench's own: its bootstrap servers and its data directory (segment files,
-    the log cleaner's checkpoint)."""
-    from berth_dev.devstack.cache import ensure_kafka_jars, kafka_jars_present
-    from berth_dev.devstack.kafka import KafkaProcess
-
-    if not kafka_jars_present():
-        ensure_kafka_jars(quiet=True)
-    with KafkaProcess() as broker:
-        assert broker.data_dir is not None
-        yield broker.bootstrap_servers, broker.data_dir / "data"
 
 
 async def _prepare(kafka: Any) -> tuple[Changelogs, int]:
@@ -482,38 +248,38 @@ def run(events: int) -> dict[str, Any]:
     """The whole bench on a broker of its own; the summary."""
     from berth.settings import load_settings
 
-    with _broker() as (bootstrap, data_dir), tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
+    with broker() as (bootstrap, data_dir), tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
         kafka = load_settings(kafka=bootstrap).kafka
         workdir = Path(scratch)
         changelogs, cells = asyncio.run(_prepare(kafka))
         topics = list(changelogs.topics.values())
-        asyncio.run(_set_topic_configs(kafka, topics, {"min.compaction.lag.ms": str(DAY_MS)}))
+        asyncio.run(set_topic_configs(kafka, topics, {"min.compaction.lag.ms": str(DAY_MS)}))
         console.print(f"folding {events:,} inputs into the changelogs ({cells} cells) …")
         started = time.perf_counter()
         asyncio.run(_write_changelogs(kafka, changelogs, events, cells))
         write_s = time.perf_counter() - started
         expected = {table: table_digest(values.items()) for table, values in changelogs.tables.items()}
-        bytes_before = _log_bytes(data_dir, changelogs.topics)
+        bytes_before = log_bytes(data_dir, changelogs.topics)
         console.print(
             f"{changelogs.records:,} changelog records ({changelogs.tombstones:,} tombstones, "
             f"{bytes_before / 2**20:.0f} MiB) in {write_s:.0f} s; restarting the inventory …"
         )
-        before = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}before", workdir))
+        before = asyncio.run(restart(kafka, f"{PROBE_PREFIX}before", workdir, WORKER, _send_probe))
         console.print(
             f"before compaction: tables recovered in {before['recovered_s']} s, "
             f"new input out at {before['first_event_s']} s"
         )
         console.print("compacting (bench settings: segment.ms 1 s, delete.retention.ms 1 s, dirty ratio 0.0001) …")
-        compact_s, (records_first_clean, tombstones_first_clean) = asyncio.run(_compact(kafka, changelogs, data_dir))
-        bytes_after = _log_bytes(data_dir, changelogs.topics)
+        compact_s, (records_first_clean, tombstones_first_clean) = asyncio.run(compact(kafka, changelogs, data_dir))
+        bytes_after = log_bytes(data_dir, changelogs.topics)
         records_after, tombstones_after = asyncio.run(
-            _count_records(kafka, {changelogs.topics[t]: changelogs.partitions[t] for t in changelogs.topics})
+            count_records(kafka, {changelogs.topics[t]: changelogs.partitions[t] for t in changelogs.topics})
         )
         console.print(
             f"compacted in {compact_s:.0f} s: {records_after:,} records ({tombstones_after:,} tombstones, "
             f"{bytes_after / 2**20:.1f} MiB); restarting the inventory …"
         )
-        after = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}after", workdir))
+        after = asyncio.run(restart(kafka, f"{PROBE_PREFIX}after", workdir, WORKER, _send_probe))
     same = before["tables"] == expected and after["tables"] == expected
     return {
         "events": events,
@@ -527,17 +293,8 @@ def run(events: int) -> dict[str, Any]:
         "tombstones_after": tombstones_after,
         "changelog_bytes_after": bytes_after,
         "live_keys": {table: digest["keys"] for table, digest in expected.items()},
-        "before_recovered_s": before["recovered_s"],
-        "before_first_event_s": before["first_event_s"],
-        "after_recovered_s": after["recovered_s"],
-        "after_first_event_s": after["first_event_s"],
-        "compaction_s": round(compact_s, 1),
-        "write_s": round(write_s, 1),
         "same_tables": same,
-        "bench_topic_settings": f"segment.ms {BENCH_SEGMENT_MS}, delete.retention.ms {BENCH_DELETE_RETENTION_MS} and "
-        f"min.cleanable.dirty.ratio {BENCH_DIRTY_RATIO} for the compaction step, "
-        f"min.compaction.lag.ms {DAY_MS} before it",
-        "niceness": os.nice(0),
+        **restart_figures(before, after, compact_s, write_s),
     }
 
 

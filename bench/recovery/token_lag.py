@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -32,20 +31,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.recovery.inventory import (
-    BENCH_DELETE_RETENTION_MS,
-    BENCH_DIRTY_RATIO,
-    BENCH_SEGMENT_MS,
+from bench.recovery.changelogs import (
     DAY_MS,
     Changelogs,
-    _broker,
-    _compact,
-    _count_records,
-    _log_bytes,
-    _partition,
-    _restart,
-    _set_topic_configs,
+    broker,
+    compact,
     console,
+    count_records,
+    log_bytes,
+    partition_of,
+    restart,
+    restart_figures,
+    set_topic_configs,
 )
 from bench.recovery.inventory_worker import PROBE_PREFIX, table_digest
 from bench.results import RECORD_HELP, emit
@@ -95,7 +92,7 @@ async def _write_changelog(kafka: Any, changelogs: Changelogs, events: int, pool
                 continue
             states[key] = state
             value = POOL_STATE.dump_json(state)
-            partition = _partition(observation.pool, changelogs.partitions["pools"])
+            partition = partition_of(observation.pool, changelogs.partitions["pools"])
             encoded_key = json.dumps(key).encode()
             pending.append(await producer.send(changelogs.topics["pools"], value, key=encoded_key, partition=partition))
             changelogs.last_record[("pools", partition)] = (encoded_key, value)
@@ -158,27 +155,27 @@ async def _send_probe(kafka: Any, name: str) -> Any:
 def run(events: int, pools: int) -> dict[str, Any]:
     from berth.settings import load_settings
 
-    with _broker() as (bootstrap, data_dir), tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
+    with broker() as (bootstrap, data_dir), tempfile.TemporaryDirectory(prefix="bench-recovery-") as scratch:
         kafka = load_settings(kafka=bootstrap).kafka
         workdir = Path(scratch)
         changelogs = asyncio.run(_prepare(kafka))
         topics = list(changelogs.topics.values())
-        asyncio.run(_set_topic_configs(kafka, topics, {"min.compaction.lag.ms": str(DAY_MS)}))
+        asyncio.run(set_topic_configs(kafka, topics, {"min.compaction.lag.ms": str(DAY_MS)}))
         console.print(f"folding {events:,} observations of {pools} pools into the changelog …")
         started = time.perf_counter()
         asyncio.run(_write_changelog(kafka, changelogs, events, pools))
         write_s = time.perf_counter() - started
         expected = {"pools": table_digest(changelogs.tables["pools"].items())}
-        bytes_before = _log_bytes(data_dir, changelogs.topics)
+        bytes_before = log_bytes(data_dir, changelogs.topics)
         console.print(f"{changelogs.records:,} changelog records ({bytes_before / 2**20:.0f} MiB) in {write_s:.0f} s")
         worker = "bench.recovery.token_lag_worker"
-        before = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}before", workdir, worker, _send_probe))
+        before = asyncio.run(restart(kafka, f"{PROBE_PREFIX}before", workdir, worker, _send_probe))
         console.print(f"before compaction: table recovered in {before['recovered_s']} s")
-        compact_s, _ = asyncio.run(_compact(kafka, changelogs, data_dir))
-        bytes_after = _log_bytes(data_dir, changelogs.topics)
-        records_after, _ = asyncio.run(_count_records(kafka, {topics[0]: changelogs.partitions["pools"]}))
+        compact_s, _ = asyncio.run(compact(kafka, changelogs, data_dir))
+        bytes_after = log_bytes(data_dir, changelogs.topics)
+        records_after, _ = asyncio.run(count_records(kafka, {topics[0]: changelogs.partitions["pools"]}))
         console.print(f"compacted in {compact_s:.0f} s: {records_after:,} records ({bytes_after / 2**20:.1f} MiB)")
-        after = asyncio.run(_restart(kafka, f"{PROBE_PREFIX}after", workdir, worker, _send_probe))
+        after = asyncio.run(restart(kafka, f"{PROBE_PREFIX}after", workdir, worker, _send_probe))
     return {
         "events": events,
         "pools": pools,
@@ -187,17 +184,8 @@ def run(events: int, pools: int) -> dict[str, Any]:
         "changelog_bytes_before": bytes_before,
         "changelog_records_after": records_after,
         "changelog_bytes_after": bytes_after,
-        "before_recovered_s": before["recovered_s"],
-        "before_first_event_s": before["first_event_s"],
-        "after_recovered_s": after["recovered_s"],
-        "after_first_event_s": after["first_event_s"],
-        "compaction_s": round(compact_s, 1),
-        "write_s": round(write_s, 1),
         "same_tables": before["tables"] == expected and after["tables"] == expected,
-        "bench_topic_settings": f"segment.ms {BENCH_SEGMENT_MS}, delete.retention.ms {BENCH_DELETE_RETENTION_MS} and "
-        f"min.cleanable.dirty.ratio {BENCH_DIRTY_RATIO} for the compaction step, "
-        f"min.compaction.lag.ms {DAY_MS} before it",
-        "niceness": os.nice(0),
+        **restart_figures(before, after, compact_s, write_s),
     }
 
 
