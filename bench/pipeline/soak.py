@@ -1,9 +1,10 @@
 """``python -m bench.pipeline --soak 30m [--rate N]``: the pipeline at a steady rate for a long time,
 watching the services' memory and the consumer groups' lag for growth.
 
-The rate is ``--rate``, or half the highest achieved rate of a short ramp run first on the same
-stack (the bench's steps, 6 s each, until one falls below 0.9 × offered or leaves pods unplaced:
-throughput, not the 1 s latency goal, is what a soak's rate is half of). Pods must leave again or 5,000 nodes fill
+The rate is ``--rate``, or half the highest rate a short ramp run first on the same stack
+sustained (the bench's steps, 6 s each, until one falls below 0.9 × offered or leaves pods
+unplaced: throughput, not the 1 s latency goal, is what a soak's rate is half of; see
+:func:`.soak_stats.soak_rate`). Pods must leave again or 5,000 nodes fill
 in minutes, so a stand-in cluster (:class:`StandInCluster`, in this process) plays the binder and
 the cluster for every placement: it reports the command applied (to the results topic and the
 issuing cell's input partition, as the binder does), publishes the pod observed bound to its node
@@ -263,9 +264,8 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
                 latency_bound=False,
             )
             if options.rate is None:
-                peak = max(s["achieved_pods_per_s"] for s in steps)
-                rate = round(peak / 2, 1)
-                rate_from = f"half the ramp's highest achieved rate ({peak} pods/s)"
+                rate, peak = soak_stats.soak_rate(steps)
+                rate_from = f"half the ramp's highest sustained rate ({peak} pods/s)"
             else:
                 rate, rate_from = options.rate, "--rate"
             _wait_placed(running, [p.uid for p in warm_up])

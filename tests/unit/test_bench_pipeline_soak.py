@@ -19,6 +19,7 @@ from bench.pipeline.soak_stats import (
     rss_kib,
     rss_verdict,
     second_half,
+    soak_rate,
     tree_rss_mib,
 )
 
@@ -157,3 +158,13 @@ def test_the_pod_factory_reuses_templates_under_new_unique_uids_and_names():
     assert len({p.uid for p in pods}) == 5 and len({p.name for p in pods}) == 5
     assert [p.requests for p in pods] == [_pod().requests] * 5
     assert [p.uid for p in PodFactory(factory.templates, seed=1).take(5)] == [p.uid for p in pods]
+
+
+def test_the_soak_rate_is_half_the_highest_step_that_kept_up():
+    steps = [
+        {"achieved_pods_per_s": 99.7, "sustained": True},
+        {"achieved_pods_per_s": 197.6, "sustained": True},
+        {"achieved_pods_per_s": 283.6, "sustained": False},  # a backlog draining, not a steady rate
+    ]
+    assert soak_rate(steps) == (98.8, 197.6)
+    assert soak_rate([{**s, "sustained": False} for s in steps]) == (141.8, 283.6)
