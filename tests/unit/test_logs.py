@@ -167,3 +167,16 @@ def test_the_cli_log_format_option_reaches_a_command(tmp_path) -> None:
             assert json.loads(warning)["event"] == "about to fail"
         else:
             assert "about to fail" in warning and "step=1" in warning
+
+
+def test_a_logger_follows_each_new_set_up_and_is_built_once_per_set_up(capsys: pytest.CaptureFixture[str]) -> None:
+    log = get_logger("berth.services.inventory")  # as modules do, before logging is set up
+    configure_logging("info", "json", service="inventory")
+    log.debug("pod routed", pod="ml/a")
+    first = log._logger()
+    assert log._logger() is first  # no new logger per line
+    configure_logging("debug", "json", service="inventory")
+    log.debug("pod routed", pod="ml/b")
+    assert log._logger() is not first
+    routed = [r for r in records(capsys.readouterr().err) if r["event"] == "pod routed"]
+    assert [r["pod"] for r in routed] == ["ml/b"]
