@@ -121,11 +121,17 @@ class ModelTable(Generic[V]):
     faust chooses a table's codec from its ``value_type`` (faust models only), so the table holds
     each value's JSON bytes and this view converts at the boundary. Create it with
     :meth:`declare`; read and write it only inside an agent (faust tables' rule).
+
+    Values must be immutable (frozen models, changed by copying): the view keeps the value it last
+    decoded or stored for each key beside the bytes it came from, and hands the same object out
+    while the table holds those very bytes (decoding every read was 6 % of the inventory's time).
+    A value the table got another way (restored from the changelog) is decoded afresh.
     """
 
     def __init__(self, table: Any, adapter: TypeAdapter[V]) -> None:
         self.table = table
         self._adapter = adapter
+        self._decoded: dict[str, tuple[bytes, V]] = {}
 
     @classmethod
     def declare(
@@ -135,15 +141,31 @@ class ModelTable(Generic[V]):
 
     def get(self, key: str) -> V | None:
         data = self.table.get(key)
-        return None if data is None else self._adapter.validate_json(data)
+        if data is None:
+            return None
+        known = self._decoded.get(key)
+        if known is not None and known[0] is data:
+            return known[1]
+        value = self._adapter.validate_json(data)
+        self._remember(key, data, value)
+        return value
 
     def put(self, key: str, value: V | None) -> None:
         """Store ``value`` (None deletes the key; writing it a tombstone on the changelog)."""
         if value is None:
+            self._decoded.pop(key, None)
             if key in self.table:
                 del self.table[key]
         else:
-            self.table[key] = self._adapter.dump_json(value)
+            data = self._adapter.dump_json(value)
+            self.table[key] = data
+            self._remember(key, data, value)
+
+    def _remember(self, key: str, data: bytes, value: V) -> None:
+        self._decoded[key] = (data, value)
+        if len(self._decoded) > 2 * len(self.table) + 1024:
+            # Keys the table lost without a put (partitions handed to another worker): forget them.
+            self._decoded = {k: v for k, v in self._decoded.items() if k in self.table}
 
     def __len__(self) -> int:
         return len(self.table)
