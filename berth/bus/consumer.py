@@ -72,6 +72,7 @@ class EventConsumer:
     ) -> None:
         names = kafka.names
         self._topics = {names.topic(t): t for t in (topic_named(x) if isinstance(x, str) else x for x in topics)}
+        self._consumed: dict[str, Any] = {}
         self._name = name
         self._kafka = kafka
         self._listener = _Listener(on_assign, on_revoke) if (on_assign or on_revoke) else None
@@ -165,7 +166,12 @@ class EventConsumer:
     async def accept(self, record: Any) -> ConsumedEvent | None:
         """Decode one raw record; a bad one is dead-lettered (and None returned)."""
         topic = self._topics[record.topic]
-        RECORDS_CONSUMED.labels(self._name, record.topic).inc()
+        consumed = self._consumed.get(record.topic)
+        if consumed is None:
+            # One child per topic, looked up once: labels() takes a lock and builds its key on
+            # every call (13 % of the audit's time when it was called per record).
+            consumed = self._consumed[record.topic] = RECORDS_CONSUMED.labels(self._name, record.topic)
+        consumed.inc()
         result = decode_or_dead_letter(
             topic,
             partition=record.partition,

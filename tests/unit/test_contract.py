@@ -166,3 +166,12 @@ def test_bad_quantities_say_what_is_expected():
         to_canonical("cpu", "-1")
     assert resource_list({"memory": "1Gi", "cpu": "250m"}) == {"cpu": 250, "memory": 2**30}
     assert format_canonical("cpu", 250) == "250m" and format_canonical("memory", 2**30) == "1Gi"
+
+
+def test_a_quantity_remembered_for_1_still_refuses_true():
+    from berth.schemas.quantity import QuantityError, to_canonical
+
+    assert to_canonical("nvidia.com/gpu", 1) == 1
+    assert to_canonical("cpu", "250m") == to_canonical("cpu", "250m") == 250
+    with pytest.raises(QuantityError):
+        to_canonical("nvidia.com/gpu", True)
