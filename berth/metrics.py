@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -164,6 +165,21 @@ class SchedulingMetrics:
 
     def preemption_victims(self, victims: int) -> None:
         PREEMPTION_VICTIMS.observe(victims)
+
+
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def labelled(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, looked up once per label set: prometheus-client's ``labels()``
+    takes a lock and builds its key on every call, which per record or per request showed in the
+    services' profiles. Only for label sets of bounded cardinality (topics, event types, status
+    codes), and not for metrics whose children are ever removed."""
+    key = (id(metric), values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 def serve_metrics(port: int | None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from berth.metrics import EVENTS_PUBLISHED
+from berth.metrics import EVENTS_PUBLISHED, labelled
 from berth.schemas import KafkaNames, topic_for_event
 from berth.schemas.envelope import encode
 from berth.settings import KafkaSettings
@@ -84,7 +84,7 @@ class EventProducer:
         target = self._names.topic(topic or topic_for_event(event))
         record = encode(event, source=self._source, event_id=event_id)
         future = await self.raw.send(target, value=record.value, key=record.key, headers=record.headers)
-        EVENTS_PUBLISHED.labels(target, event.type).inc()
+        labelled(EVENTS_PUBLISHED, target, event.type).inc()
         return future
 
     async def send_and_wait(self, event: Any, *, event_id: str | None = None, topic: str | None = None) -> Any:

@@ -29,7 +29,7 @@ from faust.assignor import LeaderAssignor
 from pydantic import TypeAdapter
 
 from berth.logs import get_logger
-from berth.metrics import CONSUMER_LAG, DEAD_LETTERED, EVENTS_PUBLISHED, RECORDS_CONSUMED, serve_metrics
+from berth.metrics import CONSUMER_LAG, DEAD_LETTERED, EVENTS_PUBLISHED, RECORDS_CONSUMED, labelled, serve_metrics
 from berth.schemas import DeadLetter, KafkaNames, Topic
 from berth.schemas.envelope import DecodedEvent, encode
 from berth.schemas.topics import DEAD_LETTER
@@ -221,7 +221,7 @@ class FaustOutbox:
     def publish(self, topic: str, event: Any, *, partition: int | None = None, event_id: str | None = None) -> None:
         record = encode(event, source=self._source, event_id=event_id)
         self._topic(topic).send_soon(key=record.key, value=record.value, headers=record.headers, partition=partition)
-        EVENTS_PUBLISHED.labels(self._names.topic(topic), event.type).inc()
+        labelled(EVENTS_PUBLISHED, self._names.topic(topic), event.type).inc()
 
     def publish_raw(self, topic: str, key: bytes, value: bytes, *, partition: int | None = None) -> None:
         self._topic(topic).send_soon(key=key, value=value, partition=partition)
@@ -260,7 +260,7 @@ def accept(topic: Topic, event: Any, *, consumer: str, outbox: Outbox) -> Decode
     """Decode the raw faust ``event`` of ``topic``; a record that is not a valid event is
     dead-lettered (with its headers, all of them, as they came) and None returned."""
     message = event.message
-    RECORDS_CONSUMED.labels(consumer, message.topic).inc()
+    labelled(RECORDS_CONSUMED, consumer, message.topic).inc()
     result = decode_or_dead_letter(
         topic,
         partition=message.partition,

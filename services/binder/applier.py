@@ -37,7 +37,7 @@ from prometheus_client import Counter
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_exponential_jitter
 
 from berth.logs import get_logger
-from berth.metrics import COMMANDS_BY_RESULT
+from berth.metrics import COMMANDS_BY_RESULT, labelled
 
 from .ports import ClusterBackend, KeepIf, Outcome, OutcomeKind, Preemptor
 from .ratelimit import TokenBucket
@@ -182,7 +182,7 @@ class Binder:
             self._done[command.command_id] = verdict
             if len(self._done) > self._remember:
                 self._done.popitem(last=False)
-        COMMANDS_BY_RESULT.labels(command_label(command), verdict.result.status).inc()
+        labelled(COMMANDS_BY_RESULT, command_label(command), verdict.result.status).inc()
         self._log(command, verdict, time.perf_counter() - started)
         return verdict
 

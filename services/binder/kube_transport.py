@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import Counter, Histogram
 
+from berth.metrics import labelled
+
 from . import kube_outcomes as k
 from .kube_outcomes import Reply
 from .ratelimit import TokenBucket
@@ -70,8 +72,8 @@ class KubeTransport:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         reply = await loop.run_in_executor(self._pool, lambda: self._invoke(call, args, kwargs))
-        REQUESTS.labels(str(reply.status), method, self._host).inc()
-        REQUEST_LATENCY.labels(method, self._host).observe(time.perf_counter() - started)
+        labelled(REQUESTS, str(reply.status), method, self._host).inc()
+        labelled(REQUEST_LATENCY, method, self._host).observe(time.perf_counter() - started)
         return reply
 
     def _invoke(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:

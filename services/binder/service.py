@@ -35,7 +35,7 @@ from berth.schemas.topics import COMMANDS, DEAD_LETTER, DECISION_INPUTS, DECISIO
 
 from berth.bus import EventConsumer, EventProducer, dead_letter_for, ensure_topics
 from berth.logs import get_logger
-from berth.metrics import EVENTS_PUBLISHED
+from berth.metrics import EVENTS_PUBLISHED, labelled
 from berth.settings import BerthSettings
 
 from .applier import Binder, Verdict
@@ -95,7 +95,7 @@ class KafkaOutputs:
         self._in_flight.append(
             await self._producer.raw.send(inputs, record.value, key=record.key, headers=record.headers, partition=cell)
         )
-        EVENTS_PUBLISHED.labels(inputs, result.type).inc()
+        labelled(EVENTS_PUBLISHED, inputs, result.type).inc()
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         self._in_flight.append(await self._producer.send(letter, topic=DEAD_LETTER.name))

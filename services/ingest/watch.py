@@ -36,7 +36,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_ex
 
 from berth.kube.capacity import SPOT_LABELS, SpotLabel
 from berth.logs import get_logger
-from berth.metrics import PENDING_PODS
+from berth.metrics import PENDING_PODS, labelled
 
 from .kubeapi import PATHS, ApiException, KubeApi, close_stream, lines
 from .metrics import RELISTS, UNCONVERTIBLE, WATCH_EVENTS, WATCH_LAG
@@ -274,7 +274,7 @@ class ResourceWatcher:
             obj = event.get("object") or {}
             if not isinstance(kind, str) or not isinstance(obj, dict):
                 raise WatchError(f"not a watch event: {item[:200]!r}")
-            WATCH_EVENTS.labels(self.resource, kind).inc()
+            labelled(WATCH_EVENTS, self.resource, kind).inc()
             if kind == "ERROR":
                 await self._flush(steps, version)
                 code = obj.get("code")
@@ -287,7 +287,7 @@ class ResourceWatcher:
             now = self.clock()
             written = last_write_time(obj)
             if written is not None:
-                WATCH_LAG.labels(self.resource).set(max(0.0, (now - written).total_seconds()))
+                labelled(WATCH_LAG, self.resource).set(max(0.0, (now - written).total_seconds()))
             translation = watch_steps(
                 self.known,
                 self.resource,
