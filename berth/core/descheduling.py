@@ -179,6 +179,11 @@ def _single_plugin_framework(plugin: str) -> Framework:
 
 
 class _Planner:
+    """What every strategy shares: who may be evicted (the DefaultEvictor rules, the policy's
+    node scope), what an eviction may not break (limits, disruption budgets, the cooldown), and
+    the moves themselves (:meth:`try_move`, :meth:`record`), counted against those as they are
+    planned. :meth:`run` hands each strategy of the policy, in order, to its own class."""
+
     def __init__(
         self,
         engine: Engine,
@@ -211,18 +216,9 @@ class _Planner:
             for _, _, obj in self.state.policies("PriorityClass")
             if isinstance(obj, PriorityClassInfo)
         }
-        self._checks: dict[str, Framework] = {}
-        self.placement = Framework(engine.config, engine.profile)
-        """The engine's own profile, for "would the pod fit on this node" questions."""
         self.node_selector = _parse_node_selector(policy.node_selector)
 
     # -- who may be evicted ---------------------------------------------------------------------
-
-    def _check(self, plugin: str) -> Framework:
-        framework = self._checks.get(plugin)
-        if framework is None:
-            framework = self._checks[plugin] = _single_plugin_framework(plugin)
-        return framework
 
     def _node_in_scope(self, node: str) -> bool:
         if not self.node_selector:
@@ -294,13 +290,13 @@ class _Planner:
 
     def candidates(self, node: str, strategy: StrategyConfig) -> list[PodInfo]:
         """Pods on ``node`` the strategy may consider, lowest priority first, then by name."""
-        pods = [self._bound(placed) for placed in self.state.pods_on(node)]
+        pods = [self.bound(placed) for placed in self.state.pods_on(node)]
         return sorted(
             (pod for pod in pods if self.not_evictable(pod, strategy) is None), key=lambda p: (p.priority, p.key)
         )
 
     @staticmethod
-    def _bound(placed: PlacedPod) -> PodInfo:
+    def bound(placed: PlacedPod) -> PodInfo:
         # Where the pod holds its room, also when only assumed (then its PodInfo names no node).
         return placed.pod.model_copy(update={"node_name": placed.node_name, "gpu_devices": placed.gpu_devices})
 
@@ -319,7 +315,7 @@ class _Planner:
         if target is None:
             self.plan.refuse(strategy.name, REFUSED_NO_TARGET)
             return None
-        self._record(pod, node, target, strategy, reason)
+        self.record(pod, node, target, strategy, reason)
         return target
 
     def _place_elsewhere(self, pod: PodInfo, accept: Any = None) -> str | None:
@@ -334,7 +330,7 @@ class _Planner:
         self.engine.upsert_bound_pod(pod)
         return None
 
-    def _record(self, pod: PodInfo, node: str, target: str, strategy: StrategyConfig, reason: str) -> None:
+    def record(self, pod: PodInfo, node: str, target: str, strategy: StrategyConfig, reason: str) -> None:
         self.plan.evictions.append(Eviction(pod, node, strategy.name, reason, target, strategy.profile))
         self.per_node[node] += 1
         self.per_namespace[pod.namespace] += 1
@@ -344,17 +340,45 @@ class _Planner:
                 key = (pdb.namespace, pdb.name)
                 self.budget[key] = self.budget.get(key, 0) - 1
 
-    # -- strategies -----------------------------------------------------------------------------
-
     def nodes(self) -> list[str]:
         return [name for name in sorted(self.state.node_names()) if self._node_in_scope(name)]
 
-    def violations(self, strategy: StrategyConfig) -> None:
-        for node in self.nodes():
-            for pod in self.candidates(node, strategy):
+    def run(self) -> Plan:
+        violations = _Violations(self)
+        low_node_utilization = _LowNodeUtilization(self)
+        gpu_defragmentation = _GpuDefragmentation(self)
+        for strategy in self.policy.strategies:
+            if strategy.name == LOW_NODE_UTILIZATION:
+                low_node_utilization.run(strategy)
+            elif strategy.name == GPU_DEFRAGMENTATION:
+                gpu_defragmentation.run(strategy)
+            else:
+                violations.run(strategy)
+        return self.plan
+
+
+class _Violations:
+    """RemovePodsViolatingNodeAffinity, RemovePodsViolatingNodeTaints and
+    RemovePodsViolatingInterPodAntiAffinity: each pod its node no longer admits is moved."""
+
+    def __init__(self, planner: _Planner) -> None:
+        self.planner = planner
+        self.engine = planner.engine
+        self.state = planner.state
+        self._checks: dict[str, Framework] = {}
+
+    def _check(self, plugin: str) -> Framework:
+        framework = self._checks.get(plugin)
+        if framework is None:
+            framework = self._checks[plugin] = _single_plugin_framework(plugin)
+        return framework
+
+    def run(self, strategy: StrategyConfig) -> None:
+        for node in self.planner.nodes():
+            for pod in self.planner.candidates(node, strategy):
                 reason = self._violation(pod, node, strategy)
                 if reason is not None:
-                    self.try_move(pod, strategy, reason)
+                    self.planner.try_move(pod, strategy, reason)
 
     def _violation(self, pod: PodInfo, node: str, strategy: StrategyConfig) -> str | None:
         if strategy.name == NODE_TAINTS:
@@ -395,8 +419,17 @@ class _Planner:
                 return taint
         return None
 
-    def low_node_utilization(self, strategy: StrategyConfig) -> None:
-        nodes = self.nodes()
+
+class _LowNodeUtilization:
+    """LowNodeUtilization: pods leave overutilized nodes for nodes that stay below the targets."""
+
+    def __init__(self, planner: _Planner) -> None:
+        self.planner = planner
+        self.engine = planner.engine
+        self.state = planner.state
+
+    def run(self, strategy: StrategyConfig) -> None:
+        nodes = self.planner.nodes()
         usage = {node: self._usage(node, strategy.thresholds) for node in nodes}
         under = [n for n in nodes if _all_below(usage[n], strategy.thresholds)]
         over = [n for n in nodes if _any_above(usage[n], strategy.target_thresholds)]
@@ -409,7 +442,7 @@ class _Planner:
         # Busiest first, as the descheduler sorts its sources.
         over.sort(key=lambda n: (-sum(usage[n].values()), n))
         for node in over:
-            for pod in self.candidates(node, strategy):
+            for pod in self.planner.candidates(node, strategy):
                 current = self._usage(node, strategy.target_thresholds)
                 if not _any_above(current, strategy.target_thresholds):
                     break
@@ -418,7 +451,7 @@ class _Planner:
                     for r in sorted(current)
                     if current[r] > strategy.target_thresholds[r]
                 )
-                self.try_move(pod, strategy, f"node {node} is overutilized ({hot})", stays_below_targets)
+                self.planner.try_move(pod, strategy, f"node {node} is overutilized ({hot})", stays_below_targets)
 
     def _usage(self, node: str, resources: Iterable[str]) -> dict[str, float]:
         """Percent of allocatable requested, per resource the node has."""
@@ -442,9 +475,21 @@ class _Planner:
                 out[resource] = 100.0 * used / total
         return out
 
-    def gpu_defragmentation(self, strategy: StrategyConfig) -> None:
+
+class _GpuDefragmentation:
+    """GpuDefragmentation: small GPU pods moved, all or none, to give a pending whole-GPU pod a
+    node, or to empty a GPU node for a scale-down."""
+
+    def __init__(self, planner: _Planner) -> None:
+        self.planner = planner
+        self.engine = planner.engine
+        self.state = planner.state
+        self.placement = Framework(self.engine.config, self.engine.profile)
+        """The engine's own profile, for "would the pod fit on this node" questions."""
+
+    def run(self, strategy: StrategyConfig) -> None:
         waiting = sorted(
-            (p for p in self.pending if p.whole_gpus > 0), key=lambda p: (-p.priority, p.creation_time, p.key)
+            (p for p in self.planner.pending if p.whole_gpus > 0), key=lambda p: (-p.priority, p.creation_time, p.key)
         )
         for pending in waiting:
             if self.engine.probe([pending]):
@@ -458,11 +503,11 @@ class _Planner:
         """Small GPU pods on ``node`` that may be moved (for a pending pod of priority ``below``:
         only pods of a priority not above it), smallest GPU footprint first."""
         out = []
-        for pod in self.candidates(node, strategy):
+        for pod in self.planner.candidates(node, strategy):
             small = pod.gpu_fraction_milli is not None or (0 < pod.whole_gpus <= strategy.gpu.max_pod_gpus)
             if not small or (below is not None and pod.priority > below):
                 continue
-            if self.blocked(pod, node) is not None:
+            if self.planner.blocked(pod, node) is not None:
                 continue
             out.append(pod)
         return sorted(out, key=lambda p: (_gpu_milli(p), p.priority, p.key))
@@ -513,7 +558,7 @@ class _Planner:
 
     def _make_room(self, pending: PodInfo, strategy: StrategyConfig) -> None:
         options = []
-        for node in self.nodes():
+        for node in self.planner.nodes():
             if not (info := self.state.node(node)) or len(info.gpus) < pending.whole_gpus:
                 continue
             movable = self._movable(node, strategy, pending.priority)
@@ -525,7 +570,7 @@ class _Planner:
         for _, _, node, moving in sorted(options, key=lambda o: o[:3]):
             if self._move_all(moving, node, strategy, pending):
                 return
-        self.plan.refuse(strategy.name, "moved-pods-fit-nowhere" if options else "no-room-to-make")
+        self.planner.plan.refuse(strategy.name, "moved-pods-fit-nowhere" if options else "no-room-to-make")
 
     def _move_all(
         self, moving: Sequence[PodInfo], node: str, strategy: StrategyConfig, pending: PodInfo | None
@@ -553,12 +598,12 @@ class _Planner:
                 return self._roll_back(moving, targets, pending)
         if pending is not None:
             reason = f"makes room on node {node} for pending pod {pending.key} ({pending.whole_gpus} whole GPU(s))"
-            self.plan.pending_placed.append((pending.key, node))
+            self.planner.plan.pending_placed.append((pending.key, node))
         else:
             reason = f"empties GPU node {node} so that a scale-down can remove it"
-            self.plan.nodes_freed.append(node)
+            self.planner.plan.nodes_freed.append(node)
         for pod, target in targets:
-            self._record(pod, node, target, strategy, reason)
+            self.planner.record(pod, node, target, strategy, reason)
         return True
 
     def _roll_back(
@@ -574,11 +619,11 @@ class _Planner:
 
     def _free_a_node(self, strategy: StrategyConfig) -> bool:
         options = []
-        for node in self.nodes():
+        for node in self.planner.nodes():
             info = self.state.node(node)
-            if info is None or not info.gpus or node in self.plan.nodes_freed:
+            if info is None or not info.gpus or node in self.planner.plan.nodes_freed:
                 continue
-            pods = [self._bound(p) for p in self.state.pods_on(node)]
+            pods = [self.planner.bound(p) for p in self.state.pods_on(node)]
             if not pods:
                 continue
             movable = self._movable(node, strategy, None)
@@ -589,16 +634,6 @@ class _Planner:
             if self._move_all(movable, node, strategy, None):
                 return True
         return False
-
-    def run(self) -> Plan:
-        for strategy in self.policy.strategies:
-            if strategy.name == LOW_NODE_UTILIZATION:
-                self.low_node_utilization(strategy)
-            elif strategy.name == GPU_DEFRAGMENTATION:
-                self.gpu_defragmentation(strategy)
-            else:
-                self.violations(strategy)
-        return self.plan
 
 
 def plan_evictions(
