@@ -110,7 +110,10 @@ def _unchecked(call: Callable[..., Any]) -> Callable[..., Any]:
     own serialisation (path, query, headers, authentication) still runs.
     """
     raw = getattr(getattr(call, "__func__", None), "raw_function", None)
-    return call if raw is None else functools.partial(raw, call.__self__)
+    if raw is None:
+        return call
+    api = getattr(call, "__self__")  # noqa: B009 -- a bound method (it has __func__); mypy sees a Callable
+    return functools.partial(raw, api)
 
 
 def _no_connection(exc: BaseException) -> bool:
