@@ -43,6 +43,7 @@ from berth.schemas import PodPlacement
 from prometheus_client import Counter
 
 from berth.logs import get_logger
+from berth.metrics import labelled
 
 from . import kube_outcomes as k
 from .kube_events import EventWriter
@@ -175,7 +176,7 @@ class KubeBackend:
             await self.start()
         known = self.informer.cache.knows(node) if self.informer is not None else None
         if known is not None:
-            NODE_CHECKS.labels("cache").inc()
+            labelled(NODE_CHECKS, "cache").inc()
             # The apiserver's own words for a node that is not there, so that reasons read the same.
             return Outcome.applied() if known else Outcome.conflict(f'nodes "{node}" not found')
         if not self._check_nodes:
@@ -184,7 +185,7 @@ class KubeBackend:
         seen = self._nodes_seen.get(node)
         now = self._monotonic()
         if seen is not None and now - seen < self.node_ttl_s:
-            NODE_CHECKS.labels("cache").inc()
+            labelled(NODE_CHECKS, "cache").inc()
             return Outcome.applied()
         NODE_CHECKS.labels("get").inc()
         reply = await self._api.send("GET", self._core.read_node, node)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter
 
 from berth.logs import get_logger
+from berth.metrics import labelled
 
 from . import kube_outcomes as k
 from .kube_outcomes import Access
@@ -82,7 +83,7 @@ class EventWriter:
             body,
             limiter=self.limiter,
         )
-        EVENTS.labels(body["reason"], "written" if reply.ok else "failed").inc()
+        labelled(EVENTS, body["reason"], "written" if reply.ok else "failed").inc()
         if not reply.ok:
             outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))
             log.warning(
