@@ -190,7 +190,7 @@ def _pod_deleted(cell: Cell, event: PodDeleted, position: InputPosition, now: da
     if queue.pod_deleted(cell.queue, event.uid):
         release_reservations(cell.nodes, cell.engine, {event.uid})
     gangs.member_deleted(cell.gangs, event.uid)
-    cell.engine.remove_pod(event.uid)
+    cell.engine.delete_pod(event.uid)
     return decisions, True
 
 

@@ -173,6 +173,12 @@ class Engine:
         """Release whatever the pod holds, bound or assumed. Unknown UIDs are ignored."""
         self._state.remove_pod(uid)
 
+    def delete_pod(self, uid: str) -> None:
+        """The pod is gone for good (deleted from the cluster): release what it holds and forget
+        what the state keeps to restore it, so a long run keeps nothing of pods that left.
+        Use :meth:`remove_pod` for a removal that may be undone."""
+        self._state.delete_pod(uid)
+
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
         self._state.upsert_namespace(name, labels)
 

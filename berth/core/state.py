@@ -157,6 +157,10 @@ class StateExtension:
     def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
         """A pod released what it held."""
 
+    def pod_deleted(self, uid: str) -> None:
+        """The pod is gone for good (:meth:`ClusterState.delete_pod`): it will not be re-added,
+        so nothing kept to restore it needs keeping."""
+
 
 class ClusterState:
     """The cluster as the scheduler sees it; see the module docstring for the layout.
@@ -625,6 +629,13 @@ class ClusterState:
         placed = self._pods.get(uid)
         if placed is not None:
             self._release(placed)
+
+    def delete_pod(self, uid: str) -> None:
+        """The pod is gone for good: release what it holds (as :meth:`remove_pod`) and let the
+        extensions forget what they keep to restore it after a what-if removal."""
+        self.remove_pod(uid)
+        for extension in self._extensions.values():
+            extension.pod_deleted(uid)
 
     def observe_pod(self, pod: PodInfo) -> None:
         """Fold a pod-observed event: bound and not finished → holds capacity; finished

@@ -15,9 +15,6 @@ from berth.schemas.cluster import NodeInfo
 
 __all__ = ["GpuDeviceExtension", "gpu_inventory"]
 
-_AUTO_REMEMBERED = 65_536
-"""Devices chosen for bound pods that did not name theirs, kept at most (oldest forgotten)."""
-
 
 class GpuDeviceExtension(StateExtension):
     """Per-device GPU state of a ClusterState (a :class:`GpuInventory` over node slots).
@@ -35,7 +32,8 @@ class GpuDeviceExtension(StateExtension):
         self._auto: dict[str, tuple[int, GpuAllocation]] = {}
         """Devices this extension chose for bound pods that did not name theirs, kept after the
         pod is removed so that removing and re-adding it (preemption's what-if) restores exactly
-        the same devices rather than whatever would be chosen now."""
+        the same devices rather than whatever would be chosen now; forgotten when the pod is
+        deleted for good (:meth:`pod_deleted`), so it holds only pods the state may still see."""
 
     def grow(self, capacity: int) -> None:
         self.inventory.grow(capacity)
@@ -76,10 +74,6 @@ class GpuDeviceExtension(StateExtension):
             allocation = self.inventory.allocation_of_bound(slot, pod, devices)
             if not devices:
                 self._auto[pod.uid] = (slot, allocation)
-                if len(self._auto) > _AUTO_REMEMBERED:
-                    # Forget the oldest: a what-if re-adds a pod right after removing it, so only
-                    # recent entries matter, and a long-running cell must not grow without bound.
-                    del self._auto[next(iter(self._auto))]
         if not (allocation.devices or allocation.mig):
             return
         self.inventory.allocate(slot, allocation)
@@ -95,6 +89,9 @@ class GpuDeviceExtension(StateExtension):
         held_slot, allocation = entry
         self._by_slot.get(held_slot, {}).pop(placed.pod.uid, None)
         self.inventory.release(held_slot, allocation)
+
+    def pod_deleted(self, uid: str) -> None:
+        self._auto.pop(uid, None)
 
 
 def gpu_inventory(state: ClusterState) -> GpuInventory:

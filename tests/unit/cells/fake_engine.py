@@ -39,6 +39,10 @@ class FakeEngine:
         self.calls.append(f"remove {uid}")
         self.pods.pop(uid, None)
 
+    def delete_pod(self, uid: str) -> None:
+        self.calls.append(f"delete {uid}")
+        self.pods.pop(uid, None)
+
     def upsert_policy(self, event) -> None:
         pass
 

@@ -68,7 +68,7 @@ SPIED = {
 }
 """Module → the functions the router reaches through it (the node-book functions and the
 scheduling round are imported into the cell module by name)."""
-ENGINE_SPIED = ("upsert_policy", "remove_policy", "remove_pod")
+ENGINE_SPIED = ("upsert_policy", "remove_policy", "remove_pod", "delete_pod")
 
 
 # -- coverage -----------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ ROUND = "schedule_round"
                 "spot_drain.pod_gone",
                 "queue.pod_deleted",
                 "gangs.member_deleted",
-                "engine.remove_pod",
+                "engine.delete_pod",
                 REQUEUE,
                 ROUND,
             ],
@@ -279,7 +279,7 @@ ROUND = "schedule_round"
                 "queue.pod_deleted",
                 "release_reservations",
                 "gangs.member_deleted",
-                "engine.remove_pod",
+                "engine.delete_pod",
                 REQUEUE,
                 ROUND,
             ],
