@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from berth.bus.streams import ModelTable
+from berth.bus.streams import DECODED_KEPT, ModelTable
 
 
 class Route(BaseModel):
@@ -26,10 +26,15 @@ def test_a_value_is_decoded_once_while_the_table_holds_the_same_bytes():
     assert routes.get("pod-a") is None and "pod-a" not in table
 
 
-def test_keys_the_table_lost_are_forgotten():
+def test_only_the_most_recently_used_values_are_kept_decoded():
     table: dict[str, bytes] = {}
     routes = ModelTable(table, TypeAdapter(Route))
-    for index in range(5000):
+    routes.put("pod-0", Route(cell=0))
+    kept = routes.get("pod-0")
+    for index in range(1, DECODED_KEPT + 100):
         routes.put(f"pod-{index}", Route(cell=index % 2))
-        table.pop(f"pod-{index}")  # partitions handed to another worker: gone without a put
-    assert len(routes._decoded) <= 2 * len(table) + 1024
+        if index % 1000 == 0:
+            assert routes.get("pod-0") is kept  # used again: stays
+    assert len(routes._decoded) == DECODED_KEPT
+    assert routes.get("pod-1") == Route(cell=1) and routes.get("pod-1") is routes.get("pod-1")
+    assert routes.get("pod-0") == kept
