@@ -147,9 +147,8 @@ def configure_logging(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
         logger_factory=structlog.stdlib.LoggerFactory(),
-        # Not cached by structlog: a module's logger made before the service configured logging
-        # (the CLI configures it once for every command, the service again) follows the newest
-        # set-up; _Logger caches per set-up instead.
+        # Not cached here: the CLI configures logging, then the service again; _Logger caches
+        # each module's logger per set-up, so one made before the last set-up follows it.
         cache_logger_on_first_use=False,
     )
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
