@@ -33,9 +33,10 @@ _NEVER = 0
 
 
 class ScoreMemoEntry:
-    __slots__ = ("values", "versions")
+    __slots__ = ("last_use", "values", "versions")
 
     def __init__(self, capacity: int) -> None:
+        self.last_use = 0
         self.values = np.zeros(capacity, dtype=np.int64)
         self.versions = np.full(capacity, _NEVER, dtype=np.int64)
 
@@ -66,10 +67,11 @@ class StatusTable:
 class FilterMemoEntry(StatusTable):
     """Per slot: -1 (passed) or an index into ``statuses`` (interned, append-only)."""
 
-    __slots__ = ("codes", "versions")
+    __slots__ = ("codes", "last_use", "versions")
 
     def __init__(self, capacity: int) -> None:
         super().__init__()
+        self.last_use = 0
         self.codes = np.full(capacity, -1, dtype=np.int32)
         self.versions = np.full(capacity, _NEVER, dtype=np.int64)
 
@@ -89,9 +91,17 @@ class NodeMemo(StateExtension):
     """Entries kept: as many as fit in this budget (16 bytes per slot each), at least
     MIN_ENTRIES — a workload with many distinct pod shapes (the Alibaba trace has 151) needs one
     entry per shape and plugin, or every cycle recomputes every node."""
+    IDLE_USES = 32_768
+    """An entry not asked for in this many memo lookups (a scheduling cycle makes one per
+    memoised plugin, so a few thousand cycles) is dropped, whatever the budget. By then most of
+    its rows are stale anyway (every placement and deletion moves a node's version), so it
+    would save little time. Without this bound the memo's size follows every shape ever seen,
+    and a long-running cell with a varied workload grows for hours before it reaches the
+    budget; with it, the size follows the shapes in recent use and levels off within minutes."""
 
     def __init__(self) -> None:
         self._capacity = 0
+        self._uses = 0
         self._entries: OrderedDict[Hashable, ScoreMemoEntry | FilterMemoEntry] = OrderedDict()
 
     def grow(self, capacity: int) -> None:
@@ -103,16 +113,30 @@ class NodeMemo(StateExtension):
     def max_entries(self) -> int:
         return max(self.MIN_ENTRIES, self.BUDGET_BYTES // (16 * max(self._capacity, 1)))
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def _get(self, key: Hashable, kind: type) -> ScoreMemoEntry | FilterMemoEntry:
+        self._uses += 1
         entry = self._entries.get(key)
         if entry is None:
             entry = kind(self._capacity)
+            entry.last_use = self._uses
             self._entries[key] = entry
-            if len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._evict()
         else:
+            entry.last_use = self._uses
             self._entries.move_to_end(key)
         return entry
+
+    def _evict(self) -> None:
+        """Drop least recently used entries while over the budget or idle too long. The order
+        of ``_entries`` is the order of last use, so the oldest is first, and the entry just
+        added (used now, and the budget is at least MIN_ENTRIES) is never dropped."""
+        entries = self._entries
+        idle_before = self._uses - self.IDLE_USES
+        while len(entries) > self.max_entries or next(iter(entries.values())).last_use < idle_before:
+            entries.popitem(last=False)
 
     def score_entry(self, key: Hashable) -> ScoreMemoEntry:
         return self._get(("score", key), ScoreMemoEntry)  # type: ignore[return-value]  # _get returns the entry class it is given

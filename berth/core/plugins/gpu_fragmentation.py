@@ -110,8 +110,15 @@ _DEDUPE_ABOVE = 32
 _PLAIN_UP_TO = 8
 """Node states a cycle computes F of in plain Python (:func:`weighted_fragmentation_one`)
 rather than in one numpy batch, whose fixed cost is far above a few states' worth of work."""
-_RESULTS_KEPT = 200_000
-"""Content-addressed raw scores kept per state (about 200 bytes each) before starting over."""
+_RESULTS_KEPT = 50_000
+"""Content-addressed raw scores, and fragmentation values, kept per state (a few hundred bytes
+each, key included) before starting over. Small enough to fill, and so stop growing, within
+minutes of a steady load; four times as many take most of an hour, and a cell's memory climbs
+all that time. The keys a cycle needs are few and recur, so starting over costs one
+recomputation of each."""
+_ANY_MODEL: frozenset[str] = frozenset()
+"""The models of a shape that requires none: one object, since shapes are held by every cached
+key (an empty frozenset is over 200 bytes)."""
 
 
 class TargetShape(PluginArgs):
@@ -179,7 +186,7 @@ def shape_of(pod: PodInfo) -> Shape | None:
         return (cpu, request.whole, MILLI_PER_GPU, models)
     if request.is_share:
         return (cpu, 1, min(request.milli, MILLI_PER_GPU), models)
-    return (cpu, 0, 0, frozenset()) if cpu else None
+    return (cpu, 0, 0, _ANY_MODEL) if cpu else None
 
 
 def _required_models(pod: PodInfo) -> frozenset[str]:
@@ -191,7 +198,7 @@ def _required_models(pod: PodInfo) -> frozenset[str]:
         for requirement in affinity.required[0].match_expressions:
             if requirement.key in GPU_PRODUCT_LABEL_KEYS and requirement.operator == "In":
                 return frozenset(requirement.values)
-    return frozenset()
+    return _ANY_MODEL
 
 
 def bucket_count(count: int) -> int:
