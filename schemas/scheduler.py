@@ -7,7 +7,8 @@ the binder can drop the duplicate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -293,6 +294,19 @@ class HandOverPod(NamesOnePod, FrozenModel):
 CommandStatus = Literal["applied", "conflict", "failed"]
 
 
+class IssuedCommand(Protocol):
+    """What every command carries that its result repeats."""
+
+    command_id: str
+    decision_id: str
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def subject(self) -> str: ...
+
+
 class CommandResult(FrozenModel):
     """What the binder did with one command. ``conflict``: the cluster changed under it
     (pod gone, already bound elsewhere, UID mismatch); ``failed``: it could not apply it."""
@@ -306,6 +320,22 @@ class CommandResult(FrozenModel):
     attempts: Annotated[int, Field(ge=1)] = 1
     target: str = ""
     applied_at: UtcDatetime
+
+    @classmethod
+    def of(
+        cls, command: IssuedCommand, status: CommandStatus, at: datetime, *, reason: str = "", attempts: int = 1
+    ) -> CommandResult:
+        """The result of ``command`` (its ids, type and subject): ``status`` at ``at``."""
+        return cls(
+            command_id=command.command_id,
+            decision_id=command.decision_id,
+            command_type=command.type,
+            status=status,
+            reason=reason,
+            attempts=attempts,
+            target=command.subject,
+            applied_at=at,
+        )
 
     @property
     def partition_key(self) -> str:

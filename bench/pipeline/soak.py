@@ -142,14 +142,7 @@ class StandInCluster:
                         command = self.placements.get_nowait()
                     except queue.Empty:
                         break
-                    result = CommandResult(
-                        command_id=command.command_id,
-                        decision_id=command.decision_id,
-                        command_type=command.type,
-                        status="applied",
-                        target=command.subject,
-                        applied_at=wall,
-                    )
+                    result = CommandResult.of(command, "applied", wall)
                     await outputs.result(result, command.cell)
                     for placement in command.placements:
                         pod = self._pods.get(placement.pod_uid)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from berth.schemas import CommandResult, CordonNode, EvictPod, PlacePods, PodPlacement, ScalePool
+from berth.schemas.scheduler import CommandStatus
 from prometheus_client import Counter
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_exponential_jitter
 
@@ -199,15 +200,7 @@ class Binder:
 
     def refuse(self, command: Any, reason: str) -> Verdict:
         """A failed verdict without touching the cluster (the command is unusable as it is)."""
-        result = CommandResult(
-            command_id=command.command_id,
-            decision_id=command.decision_id,
-            command_type=command.type,
-            status="failed",
-            reason=reason[:2000],
-            target=command.subject,
-            applied_at=self._clock(),
-        )
+        result = CommandResult.of(command, "failed", self._clock(), reason=reason[:2000])
         COMMANDS_BY_RESULT.labels(command_label(command), "failed").inc()
         log.error(
             "command refused",
@@ -220,7 +213,7 @@ class Binder:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    async def _place(self, command: PlacePods) -> tuple[list[_Step], str, str]:
+    async def _place(self, command: PlacePods) -> tuple[list[_Step], CommandStatus, str]:
         """Steps, status, and a note naming gang members bound although the gang did not apply."""
         steps: list[_Step] = []
         if command.victims:
@@ -329,7 +322,7 @@ class Binder:
 
     # -- results ----------------------------------------------------------------------------------
 
-    def _verdict(self, command: Any, steps: Sequence[_Step], status: str, note: str) -> Verdict:
+    def _verdict(self, command: Any, steps: Sequence[_Step], status: CommandStatus, note: str) -> Verdict:
         if status == "applied":
             # Worth keeping even on success: "already bound", "already gone" (a re-application).
             reason = "; ".join(s.describe() for s in steps if s.outcome.reason)
@@ -337,16 +330,8 @@ class Binder:
             reason = "; ".join(s.describe() for s in steps if not s.outcome.is_applied)
             if note:
                 reason += f" ({note})"
-        result = CommandResult(
-            command_id=command.command_id,
-            decision_id=command.decision_id,
-            command_type=command.type,
-            status=status,
-            reason=reason[:2000],
-            attempts=max((s.attempts for s in steps), default=1),
-            target=command.subject,
-            applied_at=self._clock(),
-        )
+        attempts = max((s.attempts for s in steps), default=1)
+        result = CommandResult.of(command, status, self._clock(), reason=reason[:2000], attempts=attempts)
         return Verdict(
             result, dead_letter_reason=f"{command_label(command)} failed: {reason}" if status == "failed" else None
         )
@@ -385,7 +370,7 @@ def _pod(placement: PodPlacement) -> str:
     return f"{placement.namespace}/{placement.name}"
 
 
-def _status(steps: Sequence[_Step]) -> str:
+def _status(steps: Sequence[_Step]) -> CommandStatus:
     """failed beats conflict beats applied."""
     if any(step.failed for step in steps):
         return "failed"

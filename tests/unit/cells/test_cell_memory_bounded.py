@@ -53,16 +53,7 @@ class _SteadyLoad:
             for command in decision.commands:
                 if not isinstance(command, PlacePods):
                     continue
-                self._feed(
-                    CommandResult(
-                        command_id=command.command_id,
-                        decision_id=command.decision_id,
-                        command_type=command.type,
-                        status="applied",
-                        target=command.subject,
-                        applied_at=T0,
-                    )
-                )
+                self._feed(CommandResult.of(command, "applied", T0))
                 for placement in command.placements:
                     bound = pod.model_copy(update={"node_name": placement.node, "phase": "Running"})
                     self._feed(PodObserved(pod=bound, resource_version="2", observed_at=T0))
