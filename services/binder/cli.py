@@ -186,8 +186,9 @@ def _kube_backend(kubeconfig: str | None, context: str | None, **options: Any) -
     if kubeconfig is not None and not os.path.isfile(kubeconfig):
         raise typer.BadParameter(f"{kubeconfig}: no such file", param_hint="--kubeconfig")
     try:
-        # One connection per request thread, plus the node informer's watch.
-        client = load_api_client(kubeconfig, context, pool_size=options["workers"] + 2)
+        # Its own requests are the node informer's and the health check's; bindings and the other
+        # write-backs have the transport's connections (--max-in-flight of them).
+        client = load_api_client(kubeconfig, context, pool_size=4)
     except (ConfigException, OSError, ValueError) as exc:
         raise typer.BadParameter(
             f"cannot load a Kubernetes configuration: {exc}. Pass --kubeconfig (and --context), set "

@@ -1,15 +1,14 @@
 """Kubernetes as a :class:`~.ports.ClusterBackend`, with the official ``kubernetes`` client.
 
-The client is synchronous: each request runs on a thread of a pool of our own (as many threads as
-the ApiClient has pooled connections, sized for ``--max-in-flight``; asyncio's default executor
-would cap it at a handful on a small machine). Every request first takes a token from the
-binder's limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, read-backs
-included (``meters_requests``) — except events, which take theirs from ``event_limiter``
+Requests go out on the event loop (:mod:`.kube_transport`: the official client's asyncio REST
+client, at most ``--max-in-flight`` at once). Every request first takes a token from the binder's
+limiter, so ``--qps``/``--burst`` bound the API rate as client-go's flags do, read-backs included
+(``meters_requests``) — except events, which take theirs from ``event_limiter``
 (:mod:`.kube_events`). Bodies and the reading of answers are pure functions in
-:mod:`.kube_outcomes`, the threads, tokens and request metrics are :mod:`.kube_transport`'s; this
-module decides what to send for a binding and composes the rest: the other write-backs
-(evictions, nominations, unschedulable reports, scaling, cordons) are
-:class:`~.kube_writebacks.KubeWriteBacks`', events :class:`~.kube_events.EventWriter`'s.
+:mod:`.kube_outcomes`, paths in :mod:`.kube_paths`, the connections, tokens and request metrics
+are :mod:`.kube_transport`'s; this module decides what to send for a binding and composes the
+rest: the other write-backs (evictions, nominations, unschedulable reports, scaling, cordons)
+are :class:`~.kube_writebacks.KubeWriteBacks`', events :class:`~.kube_events.EventWriter`'s.
 
 ``bind``: the node must exist (the apiserver binds to a node that does not exist, leaving the
 pod stranded). A node informer (:mod:`.node_informer`: one ``LIST`` and a ``WATCH`` of node
@@ -17,12 +16,10 @@ metadata, started by :meth:`KubeBackend.start`) answers that without a request; 
 has not seen yet (created moments ago, or the informer not synced or not allowed to list) costs
 a ``GET nodes/{node}`` (remembered for ``node_ttl_s``; skipped, with an error logged once, when
 RBAC denies reading nodes). Then ``POST pods/{name}/binding`` with the pod UID as
-precondition — ``create_namespaced_pod_binding``, the pod's subresource, as kube-scheduler
-does; the client's ``create_namespaced_binding`` posts to the namespace's legacy ``bindings``
-collection, which ignores the UID (kube 1.34). Both decode a Binding from the answer, which is
-a Status, and raise (kubernetes-client/python #825): called with ``_preload_content=False``.
-On 201 a ``Scheduled`` event (and a nomination for another node cleared); on 409
-``GET pods/{name}`` to tell our own earlier binding (applied) from a real conflict.
+precondition — the pod's subresource, as kube-scheduler does; the namespace's legacy
+``bindings`` collection ignores the UID (kube 1.34). On 201 a ``Scheduled`` event (and a
+nomination for another node cleared); on 409 ``GET pods/{name}`` to tell our own earlier binding
+(applied) from a real conflict.
 
 Events are best effort and written in the background: a failed event is logged and counted,
 never the operation's outcome; :meth:`KubeBackend.flush_events` waits for them.
@@ -46,6 +43,7 @@ from berth.logs import get_logger
 from berth.metrics import labelled
 
 from . import kube_outcomes as k
+from . import kube_paths as paths
 from .kube_events import EventWriter
 from .kube_outcomes import Access, Reply
 from .kube_transport import KubeTransport
@@ -70,7 +68,8 @@ NODE_CHECKS = Counter(
 def load_api_client(kubeconfig: str | None = None, context: str | None = None, *, pool_size: int = 32) -> ApiClient:
     """An ApiClient from ``kubeconfig`` (``context`` in it), else in-cluster configuration when
     running in a pod (``KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or ``~/.kube/config``.
-    ``pool_size``: connections kept per host — as many as requests in flight."""
+    ``pool_size``: connections kept per host by its synchronous requests (the node informer's and
+    the health check's; the bindings' are the transport's own)."""
     from kubernetes.client import ApiClient, Configuration
     from kubernetes.config import load_incluster_config, load_kube_config
 
@@ -110,8 +109,6 @@ class KubeBackend:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        from kubernetes.client import CoreV1Api, EventsV1Api
-
         self.api_client = api_client
         self.limiter = limiter
         self.event_limiter = event_limiter or limiter
@@ -120,12 +117,11 @@ class KubeBackend:
         self.instance = instance or _default_instance()
         self._clock = clock
         self._monotonic = monotonic
-        self._core = CoreV1Api(api_client)
-        self._api = KubeTransport(api_client, limiter=limiter, workers=workers, timeout_s=timeout_s)
-        self._events = EventWriter(
-            self._api, EventsV1Api(api_client), limiter=self.event_limiter, max_pending=max_pending_events
+        self._api = KubeTransport(
+            api_client, limiter=limiter, max_in_flight=workers, timeout_s=timeout_s, monotonic=monotonic
         )
-        self._write_backs = KubeWriteBacks(api_client, self._api, self._events, instance=self.instance, clock=clock)
+        self._events = EventWriter(self._api, limiter=self.event_limiter, max_pending=max_pending_events)
+        self._write_backs = KubeWriteBacks(self._api, self._events, instance=self.instance, clock=clock)
         self._check_nodes = True
         self._nodes_seen: OrderedDict[str, float] = OrderedDict()
         """Nodes that existed, by name → when we last saw them (monotonic seconds)."""
@@ -136,7 +132,7 @@ class KubeBackend:
         """Main-limiter tokens the node informer took (its LIST pages and WATCHes)."""
 
     async def _read_pod(self, namespace: str, name: str) -> Reply:
-        return await self._api.send("GET", self._core.read_namespaced_pod, name, namespace)
+        return await self._api.send("GET", paths.pod(namespace, name))
 
     async def flush_events(self) -> None:
         """Wait until every event queued so far is written (or failed)."""
@@ -188,7 +184,7 @@ class KubeBackend:
             labelled(NODE_CHECKS, "cache").inc()
             return Outcome.applied()
         NODE_CHECKS.labels("get").inc()
-        reply = await self._api.send("GET", self._core.read_node, node)
+        reply = await self._api.send("GET", paths.node(node))
         outcome = k.classify(reply, Access("get", "nodes"))
         if reply.status == 403:
             # A safety net, not a necessity (kube-scheduler binds without it): without the right
@@ -221,11 +217,7 @@ class KubeBackend:
         if not node.is_applied:
             return node
         reply = await self._api.send(
-            "POST",
-            self._core.create_namespaced_pod_binding,
-            placement.name,
-            placement.namespace,
-            k.binding_body(placement),
+            "POST", paths.pod(placement.namespace, placement.name, "binding"), k.binding_body(placement)
         )
         if reply.ok:
             self._events.write(k.scheduled_event(placement, now=self._clock(), instance=self.instance))
@@ -270,5 +262,5 @@ class KubeBackend:
         await self._events.close(self.timeout_s)
         if self.informer is not None:
             self.informer.stop()
-        self._api.shutdown()
+        await self._api.close()
         self.api_client.close()

@@ -10,7 +10,7 @@ rather than 25 bindings and their 25 events).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -18,12 +18,10 @@ from berth.logs import get_logger
 from berth.metrics import labelled
 
 from . import kube_outcomes as k
+from . import kube_paths as paths
 from .kube_outcomes import Access
 from .kube_transport import KubeTransport
 from .ratelimit import TokenBucket
-
-if TYPE_CHECKING:
-    from kubernetes.client import EventsV1Api
 
 log = get_logger(__name__)
 
@@ -37,11 +35,8 @@ class EventWriter:
     ``limiter``, each in a task of the running loop. At most ``max_pending`` events wait; beyond
     that an event is dropped and counted, as the broadcaster drops when its queue is full."""
 
-    def __init__(
-        self, transport: KubeTransport, events_api: EventsV1Api, *, limiter: TokenBucket, max_pending: int = 1000
-    ) -> None:
+    def __init__(self, transport: KubeTransport, *, limiter: TokenBucket, max_pending: int = 1000) -> None:
         self._api = transport
-        self._events = events_api
         self.limiter = limiter
         self.max_pending = max_pending
         self._pending: set[asyncio.Task[None]] = set()
@@ -76,13 +71,7 @@ class EventWriter:
                 task.cancel()
 
     async def _send(self, body: dict[str, Any]) -> None:
-        reply = await self._api.send(
-            "POST",
-            self._events.create_namespaced_event,
-            body["metadata"]["namespace"],
-            body,
-            limiter=self.limiter,
-        )
+        reply = await self._api.send("POST", paths.events(body["metadata"]["namespace"]), body, limiter=self.limiter)
         labelled(EVENTS, body["reason"], "written" if reply.ok else "failed").inc()
         if not reply.ok:
             outcome = k.classify(reply, Access("create", "events", "events.k8s.io"))

@@ -25,18 +25,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from berth.schemas import PodPlacement
 
 from . import kube_outcomes as k
+from . import kube_paths as paths
 from .kube_events import EventWriter
 from .kube_outcomes import Access, Reply
 from .kube_transport import KubeTransport
 from .ports import KeepIf, Outcome, Preemptor
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 V = TypeVar("V")
 
@@ -53,6 +51,13 @@ _SCALE_ACCESS = {
     "StatefulSet": Access("patch", "statefulsets/scale", "apps"),
 }
 
+_SCALABLE = {
+    "AgentPool": (k.AGENTPOOL_GROUP, k.AGENTPOOL_VERSION, k.AGENTPOOL_PLURAL),
+    "Deployment": ("apps", "v1", "deployments"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+}
+"""Kind → the API group, version and resource whose ``scale`` subresource a pool scales through."""
+
 
 def remember(table: OrderedDict[str, V], key: str, value: V, *, limit: int) -> None:
     """Set ``key`` as ``table``'s most recent entry, forgetting the oldest beyond ``limit``."""
@@ -63,29 +68,23 @@ def remember(table: OrderedDict[str, V], key: str, value: V, *, limit: int) -> N
 
 
 class KubeWriteBacks:
-    """Evictions, nominations, unschedulable reports, pool scaling and cordons on ``api_client``
-    (see the module docstring), sent through ``transport``; events through ``events``. Keeps what
+    """Evictions, nominations, unschedulable reports, pool scaling and cordons (see the module
+    docstring), sent through ``transport``; events through ``events``. Keeps what
     it last wrote where that saves requests (reports, nominations, marked victims, pool kinds),
     each table bounded."""
 
     def __init__(
         self,
-        api_client: ApiClient,
         transport: KubeTransport,
         events: EventWriter,
         *,
         instance: str,
         clock: Callable[[], datetime],
     ) -> None:
-        from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
-
         self._api = transport
         self._events = events
         self._instance = instance
         self._clock = clock
-        self._core = CoreV1Api(api_client)
-        self._apps = AppsV1Api(api_client)
-        self._custom = CustomObjectsApi(api_client)
         self._pool_kinds: OrderedDict[str, str] = OrderedDict()
         """``namespace/pool`` → the kind whose scale subresource worked last time."""
         self._reported: OrderedDict[str, k.ReportedCondition] = OrderedDict()
@@ -103,12 +102,10 @@ class KubeWriteBacks:
         if self._nominated.pop(placement.pod_uid, placement.node) != placement.node:
             await self._api.send(
                 "PATCH",
-                self._core.patch_namespaced_pod_status,
-                placement.name,
-                placement.namespace,
+                paths.pod(placement.namespace, placement.name, "status"),
                 k.clear_nomination_patch(placement.pod_uid),
                 deferrable=True,
-                _content_type=STRATEGIC_PATCH,
+                content_type=STRATEGIC_PATCH,
             )
 
     # -- evictions and nominations ----------------------------------------------------------------
@@ -122,7 +119,7 @@ class KubeWriteBacks:
         keep_if: KeepIf | None = None,
     ) -> Outcome:
         if keep_if is not None and (keep_if.local_storage or keep_if.pvc):
-            read = await self._api.send("GET", self._core.read_namespaced_pod, name, namespace)
+            read = await self._api.send("GET", paths.pod(namespace, name))
             if read.status == 404:
                 return Outcome.applied("already gone")
             if not read.ok or read.body is None:
@@ -133,7 +130,7 @@ class KubeWriteBacks:
         if preemptor is not None and not await self._mark_victim(namespace, name, uid, preemptor):
             return Outcome.conflict(f"pod {namespace}/{name} was re-created (UID {uid} is gone)")
         reply = await self._api.send(
-            "POST", self._core.create_namespaced_pod_eviction, name, namespace, k.eviction_body(namespace, name, uid)
+            "POST", paths.pod(namespace, name, "eviction"), k.eviction_body(namespace, name, uid)
         )
         return k.eviction_outcome(reply)
 
@@ -146,11 +143,9 @@ class KubeWriteBacks:
             return True
         marked = await self._api.send(
             "PATCH",
-            self._core.patch_namespaced_pod_status,
-            name,
-            namespace,
+            paths.pod(namespace, name, "status"),
             k.victim_condition_patch(uid, self._clock()),
-            _content_type=STRATEGIC_PATCH,
+            content_type=STRATEGIC_PATCH,
         )
         if k.uid_rejected(marked):
             return False
@@ -166,11 +161,9 @@ class KubeWriteBacks:
     async def nominate(self, placement: PodPlacement) -> Outcome:
         reply = await self._api.send(
             "PATCH",
-            self._core.patch_namespaced_pod_status,
-            placement.name,
-            placement.namespace,
+            paths.pod(placement.namespace, placement.name, "status"),
             k.nominate_patch(placement),
-            _content_type=STRATEGIC_PATCH,
+            content_type=STRATEGIC_PATCH,
         )
         outcome = k.nominate_outcome(reply, placement)
         if outcome.is_applied:
@@ -187,13 +180,7 @@ class KubeWriteBacks:
         now = self._clock()
         patch = k.unschedulable_json_patch(uid, message, now, known)
         patched = await self._api.send(
-            "PATCH",
-            self._core.patch_namespaced_pod_status,
-            name,
-            namespace,
-            patch,
-            deferrable=True,
-            _content_type=JSON_PATCH,
+            "PATCH", paths.pod(namespace, name, "status"), patch, deferrable=True, content_type=JSON_PATCH
         )
         if patched.status == 422:
             # A precondition failed (re-created, bound, or conditions not as we left them: e.g. we
@@ -228,7 +215,7 @@ class KubeWriteBacks:
     async def _report_after_reading(self, namespace: str, name: str, uid: str | None, message: str) -> Outcome:
         """The careful way: read the pod, then patch at that resourceVersion."""
         for _ in range(STATUS_PATCH_ATTEMPTS):
-            read = await self._api.send("GET", self._core.read_namespaced_pod, name, namespace, deferrable=True)
+            read = await self._api.send("GET", paths.pod(namespace, name), deferrable=True)
             if not read.ok:
                 return k.classify(read, Access("get", "pods"))
             if read.body is None:
@@ -246,12 +233,10 @@ class KubeWriteBacks:
             now = self._clock()
             patched = await self._api.send(
                 "PATCH",
-                self._core.patch_namespaced_pod_status,
-                name,
-                namespace,
+                paths.pod(namespace, name, "status"),
                 k.unschedulable_patch(pod, message, now),
                 deferrable=True,
-                _content_type=STRATEGIC_PATCH,
+                content_type=STRATEGIC_PATCH,
             )
             if patched.status == 409:
                 continue  # the pod changed since we read it: read again
@@ -282,27 +267,12 @@ class KubeWriteBacks:
         return Outcome.conflict(f'no AgentPool, Deployment or StatefulSet "{key}"')
 
     async def _scale_one(self, kind: str, namespace: str, pool: str, body: dict[str, Any]) -> Reply:
-        if kind == "AgentPool":
-            return await self._api.send(
-                "PATCH",
-                self._custom.patch_namespaced_custom_object_scale,
-                k.AGENTPOOL_GROUP,
-                k.AGENTPOOL_VERSION,
-                namespace,
-                k.AGENTPOOL_PLURAL,
-                pool,
-                body,
-                _content_type=MERGE_PATCH,
-            )
-        call = (
-            self._apps.patch_namespaced_deployment_scale
-            if kind == "Deployment"
-            else self._apps.patch_namespaced_stateful_set_scale
-        )
-        return await self._api.send("PATCH", call, pool, namespace, body, _content_type=MERGE_PATCH)
+        group, version, plural = _SCALABLE[kind]
+        path = paths.scale(group, version, plural, namespace, pool)
+        return await self._api.send("PATCH", path, body, content_type=MERGE_PATCH)
 
     async def cordon(self, node: str) -> Outcome:
         reply = await self._api.send(
-            "PATCH", self._core.patch_node, node, {"spec": {"unschedulable": True}}, _content_type=MERGE_PATCH
+            "PATCH", paths.node(node), {"spec": {"unschedulable": True}}, content_type=MERGE_PATCH
         )
         return k.classify(reply, Access("patch", "nodes"))

@@ -358,14 +358,20 @@ async def test_errors_the_apiserver_answers_with_still_spend_it_and_the_patience
 
 
 def test_refused_or_cut_connections_are_no_answer_and_timeouts_are_not():
+    import ssl
+    from unittest import mock
+
+    import aiohttp
     from berth.services.binder.kube_outcomes import Access, Reply, classify
     from berth.services.binder.kube_transport import _no_connection
-    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, ReadTimeoutError
 
-    refused = MaxRetryError(None, "/binding", NewConnectionError(None, "[Errno 111] Connection refused"))
-    assert _no_connection(refused) and _no_connection(ProtocolError("Connection aborted."))
+    refused = aiohttp.ClientConnectorError(mock.Mock(ssl=True), ConnectionRefusedError(111, "Connection refused"))
+    assert _no_connection(refused) and _no_connection(aiohttp.ServerDisconnectedError())
+    assert _no_connection(aiohttp.ClientOSError(104, "Connection reset by peer"))
     assert _no_connection(ConnectionResetError())
-    assert not _no_connection(ReadTimeoutError(None, "/binding", "read timed out"))
+    assert not _no_connection(TimeoutError()) and not _no_connection(aiohttp.ServerTimeoutError("read timed out"))
+    certificate = aiohttp.ClientConnectorCertificateError(mock.Mock(ssl=True), ssl.SSLCertVerificationError("bad"))
+    assert not _no_connection(certificate)
     access = Access("create", "pods/binding")
     assert classify(Reply(0, None, "refused", unreachable=True), access).no_answer
     assert not classify(Reply(0, None, "read timed out"), access).no_answer

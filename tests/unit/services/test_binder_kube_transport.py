@@ -19,8 +19,9 @@ def closed_port() -> int:
 
 async def test_an_apiserver_that_does_not_answer_is_a_transient_error():
     configuration = Configuration(host=f"https://127.0.0.1:{closed_port()}")
-    configuration.retries = 0  # urllib3 would retry a refused connection itself; the binder retries
-    backend = KubeBackend(ApiClient(configuration), limiter=TokenBucket(0, 1), workers=2, timeout_s=2)
+    backend = KubeBackend(
+        ApiClient(configuration), limiter=TokenBucket(0, 1), workers=2, timeout_s=2, sync_timeout_s=0.5
+    )
     target = PodPlacement(pod_uid="u", namespace="ml", name="p", node="n", gpu_devices=(0,))
     try:
         outcomes = [
@@ -38,29 +39,55 @@ async def test_an_apiserver_that_does_not_answer_is_a_transient_error():
     assert all("kube-apiserver did not answer" in o.reason for o in outcomes), [o.reason for o in outcomes]
 
 
-async def test_bodies_go_out_as_built_without_the_clients_argument_models():
-    """The generated client would build a V1Binding from the dict (and refuse a field it does not
-    know); the transport sends the dict itself, through the method's own path and headers."""
+async def test_requests_carry_the_body_as_built_the_path_and_fresh_credentials():
+    """Bodies go out as :mod:`kube_outcomes` built them (a field the generated models do not know
+    survives), to the operation's path under the server's; a rotated token is used once
+    ``AUTH_REFRESH_S`` have passed, or at once after a 401."""
     from unittest import mock
 
-    from kubernetes.client import CoreV1Api
-    from kubernetes.client.rest import RESTResponse
+    from berth.services.binder.kube_transport import AUTH_REFRESH_S
 
-    sent: list[tuple[str, str, object]] = []
+    sent: list[dict[str, object]] = []
+    statuses = iter([201, 200, 401, 200])
 
-    def request(method, url, headers=None, body=None, post_params=None, _request_timeout=None):
-        sent.append((method, url, body))
-        raw = mock.Mock(status=201, reason="Created", data=b"{}", headers={})
-        return RESTResponse(raw)
+    async def request(method, url, headers=None, body=None, post_params=None, _request_timeout=None):
+        sent.append({"method": method, "url": url, "body": body, "headers": dict(headers or {})})
+        response = mock.Mock(status=next(statuses), headers={"Content-Type": "application/json"})
+        response.read = mock.AsyncMock(return_value=b'{"kind": "Status", "status": "Success"}')
+        return response
 
-    client = ApiClient(Configuration(host="https://apiserver.test"))
-    client.rest_client.request = request
-    backend = KubeBackend(client, limiter=TokenBucket(0, 1), workers=1, timeout_s=2)
+    now = [100.0]
+    configuration = Configuration(host="https://apiserver.test:6443")
+    configuration.api_key = {"authorization": "Bearer first"}
+    client = ApiClient(configuration)
+    backend = KubeBackend(client, limiter=TokenBucket(0, 1), workers=1, timeout_s=2, monotonic=lambda: now[0])
+    backend._api._rest.request = request
+    target = PodPlacement(pod_uid="u", namespace="ml", name="p-1", node="n", gpu_devices=(0,))
     body = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n"}, "berthOnly": True}
     try:
-        with mock.patch("pydantic.main.BaseModel.__init__", side_effect=AssertionError("a model was built")):
-            reply = await backend._api.send("POST", CoreV1Api(client).create_namespaced_pod_binding, "p", "ml", body)
+        reply = await backend._api.send("POST", "/api/v1/namespaces/ml/pods/p/binding", body)
+        configuration.api_key = {"authorization": "Bearer second"}
+        await backend.cordon("gpu-1")  # the token read moments ago is still used
+        now[0] += AUTH_REFRESH_S
+        await backend.nominate(target)  # read again: "second", which the server refuses (401)
+        configuration.api_key = {"authorization": "Bearer third"}
+        await backend.cordon("gpu-2")  # read again after the 401
     finally:
         await backend.close()
-    assert reply.status == 201, reply
-    assert sent == [("POST", "https://apiserver.test/api/v1/namespaces/ml/pods/p/binding", body)]
+    assert reply.status == 201 and reply.body == {"kind": "Status", "status": "Success"}, reply
+    assert [(s["method"], s["url"]) for s in sent] == [
+        ("POST", "https://apiserver.test:6443/api/v1/namespaces/ml/pods/p/binding"),
+        ("PATCH", "https://apiserver.test:6443/api/v1/nodes/gpu-1"),
+        ("PATCH", "https://apiserver.test:6443/api/v1/namespaces/ml/pods/p-1/status"),
+        ("PATCH", "https://apiserver.test:6443/api/v1/nodes/gpu-2"),
+    ]
+    assert sent[0]["body"] is body
+    tokens = [s["headers"]["authorization"] for s in sent]
+    assert tokens == ["Bearer first", "Bearer first", "Bearer second", "Bearer third"]
+    assert [s["headers"]["Content-Type"] for s in sent] == [
+        "application/json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/merge-patch+json",
+    ]
+    assert all(s["headers"]["User-Agent"] == client.user_agent for s in sent)
