@@ -801,7 +801,7 @@ def topics_list() -> None:
 def effective_settings() -> dict[str, Any]:
     """Every BerthSettings field as this process resolves it (defaults, BERTH_CONFIG, environment),
     secrets masked: SecretStr fields as ``***``, passwords inside URLs as ``user:***@``."""
-    from pydantic import SecretStr
+    from pydantic import BaseModel, SecretStr
 
     from berth.settings import BerthSettings, load_settings, redact_url
 
@@ -811,7 +811,7 @@ def effective_settings() -> dict[str, Any]:
         if isinstance(value, SecretStr):
             secret = value.get_secret_value()
             return redact_url(secret) if "://" in secret else "***"
-        if hasattr(value, "model_fields"):
+        if isinstance(value, BaseModel):
             return {name: plain(getattr(value, name)) for name in type(value).model_fields}
         if isinstance(value, (list, tuple)):
             return [plain(item) for item in value]

@@ -175,3 +175,14 @@ def test_a_quantity_remembered_for_1_still_refuses_true():
     assert to_canonical("cpu", "250m") == to_canonical("cpu", "250m") == 250
     with pytest.raises(QuantityError):
         to_canonical("nvidia.com/gpu", True)
+
+
+def test_maps_come_out_sorted_by_key_whatever_order_they_were_written_in():
+    """Postgres JSONB and other producers give keys back in their own order; a model must not."""
+    from berth.schemas import NodeVerdict
+
+    written = ({"b": 2, "a": 1, "c": 3}, {"a": 1, "b": 2, "c": 3}, {"c": 3, "a": 1, "b": 2})
+    for scores in written:
+        verdict = NodeVerdict.model_validate_json(json.dumps({"node": "n", "scores": scores, "total": 6}))
+        assert list(verdict.scores) == ["a", "b", "c"]
+        assert verdict.scores == {"a": 1, "b": 2, "c": 3}
