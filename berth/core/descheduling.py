@@ -208,12 +208,14 @@ class _Planner:
         self.per_namespace: Counter[str] = Counter()
         self.moved: set[str] = set()
         self.pdbs: list[PodDisruptionBudgetInfo] = [
-            obj for _, _, obj in self.state.policies("PodDisruptionBudget") if isinstance(obj, PodDisruptionBudgetInfo)
+            obj
+            for _, _, obj in self.state.policies.of_kind("PodDisruptionBudget")
+            if isinstance(obj, PodDisruptionBudgetInfo)
         ]
-        self.budget = disruptions_allowed(self.pdbs, [p.pod for p in self.state.placed_pods()])
+        self.budget = disruptions_allowed(self.pdbs, [p.pod for p in self.state.pods])
         self.classes = {
             obj.name: obj.value
-            for _, _, obj in self.state.policies("PriorityClass")
+            for _, _, obj in self.state.policies.of_kind("PriorityClass")
             if isinstance(obj, PriorityClassInfo)
         }
         self.node_selector = _parse_node_selector(policy.node_selector)
@@ -290,7 +292,7 @@ class _Planner:
 
     def candidates(self, node: str, strategy: StrategyConfig) -> list[PodInfo]:
         """Pods on ``node`` the strategy may consider, lowest priority first, then by name."""
-        pods = [self.bound(placed) for placed in self.state.pods_on(node)]
+        pods = [self.bound(placed) for placed in self.state.pods.on_node(node)]
         return sorted(
             (pod for pod in pods if self.not_evictable(pod, strategy) is None), key=lambda p: (p.priority, p.key)
         )
@@ -387,7 +389,7 @@ class _Violations:
         plugin = "NodeAffinity" if strategy.name == NODE_AFFINITY else "InterPodAffinity"
         if strategy.name == NODE_AFFINITY and not (pod.node_selector or _has_required_node_affinity(pod)):
             return None
-        if strategy.name == ANTI_AFFINITY and not self.state.has_pods_with_required_anti_affinity:
+        if strategy.name == ANTI_AFFINITY and not self.state.pods.any_with_required_anti_affinity:
             return None
         self.engine.remove_pod(pod.uid)
         try:
@@ -466,11 +468,11 @@ class _LowNodeUtilization:
                 total = int(inventory.total_milli()[slot])
                 used = int(inventory.used_milli()[slot])
             else:
-                column = self.state.resource_column(resource)
+                column = self.state.resources.column(resource)
                 if column is None:
                     continue
-                total = int(self.state.allocatable_of(column, slots)[0])
-                used = int(self.state.requested_of(column, slots)[0])
+                total = int(self.state.resources.allocatable_of(column, slots)[0])
+                used = int(self.state.resources.requested_of(column, slots)[0])
             if total > 0:
                 out[resource] = 100.0 * used / total
         return out
@@ -521,7 +523,7 @@ class _GpuDefragmentation:
         inventory = gpu_inventory(self.state)
         freed: Counter[int] = Counter()
         for pod in movable:
-            placed = self.state.placed_pod(pod.uid)
+            placed = self.state.pods.get(pod.uid)
             if placed is None:
                 continue
             share = placed.gpu_milli or pod.gpu_fraction_milli or 1000
@@ -623,7 +625,7 @@ class _GpuDefragmentation:
             info = self.state.node(node)
             if info is None or not info.gpus or node in self.planner.plan.nodes_freed:
                 continue
-            pods = [self.planner.bound(p) for p in self.state.pods_on(node)]
+            pods = [self.planner.bound(p) for p in self.state.pods.on_node(node)]
             if not pods:
                 continue
             movable = self._movable(node, strategy, None)

@@ -259,7 +259,7 @@ class Engine:
     def _preempt(self, pod: PodInfo, nominating: Decision, profile: str) -> Outcome:
         removed: list[PodInfo] = []
         for uid in nominating.victims:
-            placed = self._state.placed_pod(uid)
+            placed = self._state.pods.get(uid)
             if placed is not None:
                 # Where each victim holds its room, also when it is only assumed (its own
                 # binding still in flight, so its PodInfo names no node yet).
@@ -401,16 +401,16 @@ class _GangHost:
             capacity = gpu_inventory(state).full_count[live]
             demand = gpus
         else:
-            capacity = state.allocatable[live, CPU] - state.requested[live, CPU]
+            capacity = state.resources.allocatable[live, CPU] - state.resources.requested[live, CPU]
             demand = sum(p.requests.get("cpu", 0) for p in pods)
         out: list[tuple[str, tuple[str, str]]] = []
         for key in (LABEL_NETWORK_BLOCK, LABEL_ZONE):
-            codes = state.label_codes(key)[live]
+            codes = state.labels.codes(key)[live]
             ranked = []
             for code in np.unique(codes[codes > 0]):
                 held = int(capacity[codes == code].sum())
                 if held >= demand:
-                    value = state.label_value(key, int(code))
+                    value = state.labels.value(key, int(code))
                     if value is not None:
                         ranked.append((held, value))
             if len(ranked) > 1 or (ranked and key == LABEL_ZONE):

@@ -40,7 +40,7 @@ def match_requirement(
     state: ClusterState, requirement: NodeSelectorRequirement, nodes: npt.NDArray[np.intp]
 ) -> npt.NDArray[np.bool_]:
     """One ``matchExpressions`` requirement over the node slots ``nodes``."""
-    codes = state.label_codes(requirement.key)[nodes]
+    codes = state.labels.codes(requirement.key)[nodes]
     op = requirement.operator
     matched: npt.NDArray[np.bool_]
     if op == "Exists":
@@ -50,12 +50,12 @@ def match_requirement(
         matched = codes == 0
         return matched
     if op in ("In", "NotIn"):
-        wanted = state.label_value_codes(requirement.key, requirement.values)
+        wanted = state.labels.value_codes(requirement.key, requirement.values)
         hit = np.isin(codes, wanted) if wanted.size else np.zeros(codes.shape, dtype=bool)
         return hit if op == "In" else ~hit
     if op in ("Gt", "Lt"):
         bound = int(requirement.values[0])
-        numbers, valid = state.label_int_values(requirement.key)
+        numbers, valid = state.labels.int_values(requirement.key)
         values, ok = numbers[codes], valid[codes]
         return ok & (values > bound if op == "Gt" else values < bound)
     raise ValueError(f"unsupported node selector operator {op!r}")
@@ -107,8 +107,8 @@ def match_node_selector(
     """``spec.nodeSelector``: every key present with exactly that value."""
     mask = np.ones(nodes.shape, dtype=bool)
     for key, value in node_selector.items():
-        code = state.label_value_code(key, value)
-        mask &= state.label_codes(key)[nodes] == code
+        code = state.labels.value_code(key, value)
+        mask &= state.labels.codes(key)[nodes] == code
     return mask
 
 

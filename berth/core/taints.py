@@ -51,10 +51,10 @@ def untolerated_hard_taints(
 ) -> npt.NDArray[np.bool_]:
     """Per node of ``nodes``: has it a NoSchedule/NoExecute taint none of ``tolerations``
     tolerates? (kube's ``FindMatchingUntoleratedTaint`` with the DoNotSchedule filter.)"""
-    if state.hard_taint_nodes == 0:
+    if state.taints.hard_nodes == 0:
         return np.zeros(nodes.shape, dtype=bool)
     lookup = untolerated_lookup(state, tolerations, HARD_EFFECTS)
-    tainted: npt.NDArray[np.bool_] = np.asarray(lookup[state.taint_table[nodes]].any(axis=1))
+    tainted: npt.NDArray[np.bool_] = np.asarray(lookup[state.taints.table[nodes]].any(axis=1))
     return tainted
 
 
@@ -64,5 +64,5 @@ def untolerated_lookup(
     """Per distinct taint id of the state (plus a trailing False that the -1 padding of the
     taint table indexes): is it of one of ``effects`` and tolerated by none of
     ``tolerations``?"""
-    flags = [t.effect in effects and not tolerated_by_any(tolerations, t) for t in state.taints]
+    flags = [t.effect in effects and not tolerated_by_any(tolerations, t) for t in state.taints.distinct]
     return np.array(flags + [False], dtype=bool)

@@ -59,14 +59,14 @@ def requested_and_allocatable(
         amount = pod_request(pod, resource, use_requested=use_requested)
         if amount == 0 and is_extended(resource):
             continue
-        column = state.resource_column(resource)
+        column = state.resources.column(resource)
         if column is None:
             continue
-        allocatable = state.allocatable_of(column, nodes)
+        allocatable = state.resources.allocatable_of(column, nodes)
         if not use_requested and column in (CPU, MEMORY):
-            requested = state.nonzero_requested_of(column, nodes)
+            requested = state.resources.nonzero_requested_of(column, nodes)
         else:
-            requested = state.requested_of(column, nodes)
+            requested = state.resources.requested_of(column, nodes)
         requested += amount
         columns.append((i, requested, allocatable))
     return columns

@@ -113,7 +113,7 @@ class DataLocality(PreScorePlugin, ScorePlugin):
         state = cycle.state
         targets = self._targets(cycle)
         slots = set()
-        for placed in state.placed_pods():
+        for placed in state.pods:
             if (placed.pod.namespace, placed.pod.name) in targets:
                 slot = state.pod_slot(placed)
                 if slot is not None:
@@ -121,7 +121,7 @@ class DataLocality(PreScorePlugin, ScorePlugin):
         if not slots:
             return np.zeros(len(nodes), dtype=np.int64)
         chosen = np.array(sorted(slots), dtype=np.intp)
-        zones = state.label_codes(LABEL_ZONE)
+        zones = state.labels.codes(LABEL_ZONE)
         target_zones = zones[chosen]
         same_zone = np.isin(zones[nodes], target_zones[target_zones != 0])
         on_node = np.isin(nodes, chosen)

@@ -663,4 +663,4 @@ _HASH_MULTIPLIERS = np.array([(0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1
 def _free_cpu(state: ClusterState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
     """Free CPU millicores of node slots: allocatable minus requested, as NodeResourcesFit's
     filter counts them (so the measure's "CPU runs out" is the filter's)."""
-    return state.allocatable_of(CPU, rows) - state.requested_of(CPU, rows)
+    return state.resources.allocatable_of(CPU, rows) - state.resources.requested_of(CPU, rows)

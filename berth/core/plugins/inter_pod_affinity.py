@@ -83,7 +83,9 @@ class AffinityTerm:
         non-empty namespace selector becomes the names of the namespaces it selects now."""
         if self.namespace_selector.is_empty or self.namespace_selector.nothing:
             return self
-        selected = {ns for ns in state.namespaces() if self.namespace_selector.matches(state.namespace_labels(ns))}
+        selected = {
+            ns for ns in state.namespaces() if self.namespace_selector.matches(state.policies.namespace_labels(ns))
+        }
         return AffinityTerm(self.selector, self.namespaces | selected, NOTHING, self.topology_key, self.weight)
 
     def namespace_scope(self) -> frozenset[str] | None:
@@ -280,13 +282,13 @@ class _DomainCounts:
         the key count nothing (kube)."""
         if slots.size == 0:
             return
-        codes = self.state.label_codes(key)[slots]
+        codes = self.state.labels.codes(key)[slots]
         keep = codes > 0
         if not keep.any():
             return
         table = self.tables.get(key)
         if table is None:
-            table = self.tables[key] = np.zeros(self.state.label_domain_count(key), np.int64)
+            table = self.tables[key] = np.zeros(self.state.labels.domain_count(key), np.int64)
         values = np.broadcast_to(np.asarray(amounts, dtype=np.int64), codes.shape)
         np.add.at(table, codes[keep], values[keep])
         self.touched = True
@@ -330,12 +332,12 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if (
             not terms.required_affinity
             and not terms.required_anti_affinity
-            and not state.has_pods_with_required_anti_affinity
+            and not state.pods.any_with_required_anti_affinity
         ):
             return Status.skip(), None
         placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         existing = _DomainCounts(state)
-        namespace_labels = state.namespace_labels(pod.namespace)
+        namespace_labels = state.policies.namespace_labels(pod.namespace)
         for term, slots, counts in placed_terms.matching("required_anti_affinity", pod, namespace_labels):
             existing.add_slots(term.topology_key, slots, counts)
         required = tuple(t.resolved(state) for t in terms.required_affinity)
@@ -349,7 +351,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             # A placed pod counts for the affinity only if it matches every term.
             attracted = [
                 p
-                for p in state.pods_matching(first.namespace_scope(), first.selector)
+                for p in state.pods.matching(first.namespace_scope(), first.selector)
                 if all(t.matches(p.pod, {}) for t in required)
             ]
             slots = _slots(state, attracted)
@@ -357,7 +359,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 affinity.add_slots(t.topology_key, slots, 1)
         anti_affinity = _DomainCounts(state)
         for term in repelling:
-            slots = _slots(state, state.pods_matching(term.namespace_scope(), term.selector))
+            slots = _slots(state, state.pods.matching(term.namespace_scope(), term.selector))
             anti_affinity.add_slots(term.topology_key, slots, 1)
         own = bool(required) and all(t.matches(pod, {}) for t in required)
         cycle.data[NAME] = _FilterState(PodTerms(required, repelling), affinity, anti_affinity, existing, own)
@@ -374,7 +376,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             has_keys = np.ones(nodes.size, dtype=bool)
             pods_exist = np.ones(nodes.size, dtype=bool)
             for term in data.terms.required_affinity:
-                node_codes = state.label_codes(term.topology_key)[nodes]
+                node_codes = state.labels.codes(term.topology_key)[nodes]
                 has_keys &= node_codes != 0
                 pods_exist &= np.isin(node_codes, data.affinity.positive_codes(term.topology_key))
             satisfied = has_keys & pods_exist
@@ -385,14 +387,14 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if data.anti_affinity:
             violated = np.zeros(nodes.size, dtype=bool)
             for term in data.terms.required_anti_affinity:
-                node_codes = state.label_codes(term.topology_key)[nodes]
+                node_codes = state.labels.codes(term.topology_key)[nodes]
                 violated |= np.isin(node_codes, data.anti_affinity.positive_codes(term.topology_key))
             codes[(codes < 0) & violated] = 1
         # 3. placed pods' required anti-affinity against this pod
         if data.existing_anti_affinity:
             violated = np.zeros(nodes.size, dtype=bool)
             for key in data.existing_anti_affinity.keys():
-                node_codes = state.label_codes(key)[nodes]
+                node_codes = state.labels.codes(key)[nodes]
                 violated |= np.isin(node_codes, data.existing_anti_affinity.positive_codes(key))
             codes[(codes < 0) & violated] = 2
         if (codes < 0).all():
@@ -414,16 +416,16 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         terms = compile_terms(pod)
         preferred = [(t.resolved(state), +1) for t in terms.preferred_affinity]
         preferred += [(t.resolved(state), -1) for t in terms.preferred_anti_affinity]
-        if not preferred and (args.ignore_preferred_terms_of_existing_pods or not state.has_pods_with_affinity):
+        if not preferred and (args.ignore_preferred_terms_of_existing_pods or not state.pods.any_with_affinity):
             return Status.skip()
         scores = _DomainCounts(state)
         # The incoming pod's preferred terms against every placed pod they select.
         for term, sign in preferred:
-            slots = _slots(state, state.pods_matching(term.namespace_scope(), term.selector))
+            slots = _slots(state, state.pods.matching(term.namespace_scope(), term.selector))
             scores.add_slots(term.topology_key, slots, sign * term.weight)
         # Placed pods' terms against the incoming pod (symmetry).
         if not args.ignore_preferred_terms_of_existing_pods or preferred:
-            namespace_labels = state.namespace_labels(pod.namespace)
+            namespace_labels = state.policies.namespace_labels(pod.namespace)
             placed_terms: PlacedPodTerms = state.ensure_extension(PlacedPodTerms)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
             hard_weight = args.hard_pod_affinity_weight
             if hard_weight > 0:
@@ -443,7 +445,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         total = np.zeros(nodes.size, dtype=np.int64)
         for key in scores.keys():
             table = scores.tables[key]
-            node_codes = state.label_codes(key)[nodes]
+            node_codes = state.labels.codes(key)[nodes]
             # Codes newer than the table (none within one cycle) would count 0.
             total += table[np.minimum(node_codes, table.size - 1)] * (node_codes < table.size)
         return total

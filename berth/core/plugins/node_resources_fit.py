@@ -195,7 +195,7 @@ class _Demand:
                 continue
             if "/" in name and (name in ignored or name.split("/", 1)[0] in groups):
                 continue
-            checks.append((state.resource_column(name), amount))
+            checks.append((state.resources.column(name), amount))
             reasons.append(messages.insufficient(name))
         self.checks = checks
         self.reasons = reasons
@@ -221,7 +221,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
         if demand is None:
             demand = cycle.data[NAME] = _Demand(cycle, self.args)  # type: ignore[arg-type]  # self.args is typed as the base PluginArgs
         n = nodes.size
-        too_many = state.requested_of(PODS, nodes) >= state.allocatable_of(PODS, nodes)
+        too_many = state.resources.requested_of(PODS, nodes) >= state.resources.allocatable_of(PODS, nodes)
         # Bit 0: too many pods; bit k: check k-1 failed; a parallel mask marks "exceeds the
         # node's whole allocatable" (unresolvable).
         bits = too_many.astype(np.int64)
@@ -232,8 +232,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, ScorePlugin):
                     short = np.ones(n, dtype=bool)  # no node offers this resource at all
                     whole = short
                 else:
-                    alloc = state.allocatable_of(column, nodes)
-                    short = amount > alloc - state.requested_of(column, nodes)
+                    alloc = state.resources.allocatable_of(column, nodes)
+                    short = amount > alloc - state.resources.requested_of(column, nodes)
                     whole = amount > alloc
                 if short.any():
                     bits |= short.astype(np.int64) << k

@@ -101,7 +101,7 @@ def _pods_per_slot(state: ClusterState, pod: PodInfo, constraint: SpreadConstrai
     counts = np.zeros(state.capacity, dtype=np.int64)
     if constraint.selector.is_empty or constraint.selector.nothing:
         return counts
-    slots = [state.pod_slot(p) for p in state.pods_matching((pod.namespace,), constraint.selector)]
+    slots = [state.pod_slot(p) for p in state.pods.matching((pod.namespace,), constraint.selector)]
     known = [s for s in slots if s is not None]
     if known:
         counts += np.bincount(np.asarray(known, dtype=np.intp), minlength=state.capacity)
@@ -118,7 +118,7 @@ def _eligible(
     """Nodes that count for ``constraint``: every constraint's key present, inclusion policies."""
     mask = np.ones(nodes.size, dtype=bool)
     for c in constraints:
-        mask &= state.label_codes(c.topology_key)[nodes] != 0
+        mask &= state.labels.codes(c.topology_key)[nodes] != 0
     if constraint.honor_node_affinity:
         affinity = pod.affinity.node_affinity if pod.affinity else None
         mask &= match_required_node_affinity(state, pod.node_selector, affinity.required if affinity else None, nodes)
@@ -143,8 +143,8 @@ class _Domains:
 
 
 def _domains(state: ClusterState, key: str, eligible_nodes: NodeArray, per_slot: npt.NDArray[np.int64]) -> _Domains:
-    codes = state.label_codes(key)[eligible_nodes]
-    size = state.label_domain_count(key)
+    codes = state.labels.codes(key)[eligible_nodes]
+    size = state.labels.domain_count(key)
     counts = np.bincount(codes, weights=per_slot[eligible_nodes], minlength=size).astype(np.int64)
     present = np.bincount(codes, minlength=size) > 0
     present[0] = False  # code 0: key absent (never eligible, kept out for safety)
@@ -196,7 +196,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         codes = np.full(nodes.size, -1, dtype=np.int32)
         for c, domains, self_match in zip(data.constraints, data.domains, data.self_match, strict=True):
             open_ = codes < 0
-            node_codes = state.label_codes(c.topology_key)[nodes]
+            node_codes = state.labels.codes(c.topology_key)[nodes]
             missing = node_codes == 0
             codes[open_ & missing] = 0
             # Fewer domains than minDomains: the global minimum counts as 0.
@@ -220,7 +220,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             return Status.skip()
         ignored = np.zeros(nodes.size, dtype=bool)
         for c in constraints:
-            ignored |= state.label_codes(c.topology_key)[nodes] == 0
+            ignored |= state.labels.codes(c.topology_key)[nodes] == 0
         scored = nodes[~ignored]
         all_nodes = state.order()
         domain_counts: list[npt.NDArray[np.int64] | None] = []
@@ -233,8 +233,8 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                 weights.append(math.log(scored.size + 2))
                 continue
             # Domains are the values on the scored nodes; counts come from every eligible node.
-            wanted = np.zeros(state.label_domain_count(c.topology_key), dtype=bool)
-            wanted[state.label_codes(c.topology_key)[scored]] = True
+            wanted = np.zeros(state.labels.domain_count(c.topology_key), dtype=bool)
+            wanted[state.labels.codes(c.topology_key)[scored]] = True
             eligible = all_nodes[_eligible(state, pod, constraints, c, all_nodes)]
             counts = _domains(state, c.topology_key, eligible, per_slot).counts
             domain_counts.append(np.where(wanted, counts, 0))
@@ -251,7 +251,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         for c, counts, per_slot, weight in zip(
             data.constraints, data.domain_counts, data.per_slot, data.weights, strict=True
         ):
-            node_codes = state.label_codes(c.topology_key)[nodes]
+            node_codes = state.labels.codes(c.topology_key)[nodes]
             count = per_slot[nodes] if counts is None else counts[node_codes]
             total += np.where(node_codes != 0, count * weight + (c.max_skew - 1), 0.0)
         # math.Round: half away from zero (scores are never negative here).

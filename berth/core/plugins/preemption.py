@@ -107,19 +107,19 @@ class DefaultPreemption(PostFilterPlugin):
         if probe is None or not len(potential):
             counts[messages.PREEMPTION_NOT_HELPFUL] = total
             return self._nothing(total, counts)
-        if not state.has_pods_below(pod.priority):
+        if not state.pods.has_below(pod.priority):
             # No placed pod anywhere has a lower priority: the per-node search below would find
             # no victim on any node; say so without the what-ifs (same message, O(1)).
             counts[messages.PREEMPTION_NO_VICTIMS] = len(potential)
             if total - len(potential):
                 counts[messages.PREEMPTION_NOT_HELPFUL] = total - len(potential)
             return self._nothing(total, counts)
-        pdbs: list[PodDisruptionBudgetInfo] = [p for _, _, p in state.policies("PodDisruptionBudget")]  # type: ignore[misc]  # policies of that kind are PodDisruptionBudgetInfo
-        allowed = disruptions_allowed(pdbs, [placed.pod for placed in state.placed_pods()])
+        pdbs: list[PodDisruptionBudgetInfo] = [p for _, _, p in state.policies.of_kind("PodDisruptionBudget")]  # type: ignore[misc]  # policies of that kind are PodDisruptionBudgetInfo
+        allowed = disruptions_allowed(pdbs, [placed.pod for placed in state.pods])
         candidates: list[Candidate] = []
         for slot in potential:
             node = state.name_of(int(slot))
-            on_node = state.pods_on(node)
+            on_node = state.pods.on_node(node)
             what_if = _WhatIf(state, on_node)
             last_reasons: list[tuple[str, ...]] = []
 

@@ -44,12 +44,12 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
 
     def filter(self, cycle: CycleContext, nodes: NodeArray) -> FilterResult:
         state = cycle.state
-        if state.hard_taint_nodes == 0:
+        if state.taints.hard_nodes == 0:
             return FilterResult.all_pass()
         lookup = _untolerated(cycle, HARD_EFFECTS)
         if not lookup.any():
             return FilterResult.all_pass()
-        table = state.taint_table[nodes]
+        table = state.taints.table[nodes]
         hits = lookup[table]  # -1 padding indexes the trailing False
         failed = hits.any(axis=1)
         if not failed.any():
@@ -63,10 +63,10 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
 
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         state = cycle.state
-        if state.soft_taint_nodes == 0:
+        if state.taints.soft_nodes == 0:
             return np.zeros(nodes.size, dtype=np.int64)
         lookup = _untolerated(cycle, frozenset({"PreferNoSchedule"}))
-        counts: npt.NDArray[np.int64] = lookup[state.taint_table[nodes]].sum(axis=1).astype(np.int64)
+        counts: npt.NDArray[np.int64] = lookup[state.taints.table[nodes]].sum(axis=1).astype(np.int64)
         return counts
 
     def normalize_score(

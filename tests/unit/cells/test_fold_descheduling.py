@@ -81,7 +81,7 @@ def test_a_tick_plans_a_round_that_evicts_the_pod_violating_a_taint():
     assert decision.record.message.endswith("the engine places it on good")
     assert log.cell.descheduling.evictions == {"RemovePodsViolatingNodeTaints": 1}
     # The cell's own snapshot keeps the pod where the cluster says it is until it is gone.
-    assert [p.node_name for p in log.cell.engine.state.pods_on("bad")] == ["bad"]
+    assert [p.node_name for p in log.cell.engine.state.pods.on_node("bad")] == ["bad"]
 
 
 def test_the_eviction_carries_the_policys_volume_rules_for_the_binder_to_check():

@@ -221,7 +221,7 @@ def test_try_gang_that_does_not_fit_is_an_unplaced_attempt():
     result = attempt(ctx, state)
     assert isinstance(result, GangAttempt)
     assert not result.outcome.placed
-    assert ctx.engine.state.placed_pod("m0") is None
+    assert ctx.engine.state.pods.get("m0") is None
 
 
 def test_a_member_left_out_of_a_placed_gang_is_tried_again_when_the_cluster_changes():

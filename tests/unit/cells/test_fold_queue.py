@@ -166,7 +166,7 @@ def test_observe_bound(evicting, changed):
     assert ("p" in queue.pending, "p" in queue.assumed, "p" in queue.bound) == (
         (False, False, True) if changed else (True, True, False)
     )
-    assert (real.state.placed_pod("p") is not None) is changed
+    assert (real.state.pods.get("p") is not None) is changed
 
 
 @pytest.mark.parametrize(
@@ -240,13 +240,13 @@ def test_on_result(event, released, restored, message):
     assert entry.last_message == message
     if released:
         assert (entry.in_flight, active_uids(queue), queue.assumed) == (None, ["p"], {})
-        assert real.state.placed_pod("p") is None
+        assert real.state.pods.get("p") is None
         assert queue.evicting == {}
-        restored_victim = real.state.placed_pod("v")
+        restored_victim = real.state.pods.get("v")
         assert restored_victim is not None and restored_victim.node_name == "n1"
     else:
         assert (entry.in_flight, active_uids(queue), "v" in queue.evicting) == ("cmd-1", [], True)
-        assert real.state.placed_pod("p") is not None
+        assert real.state.pods.get("p") is not None
 
 
 def test_on_result_forgets_the_command_whatever_came_of_it():

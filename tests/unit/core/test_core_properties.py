@@ -136,9 +136,9 @@ def test_node_and_pod_insertion_order_does_not_matter(nodes, pods, data) -> None
     seeded, rest = pods[: len(pods) // 2], pods[len(pods) // 2 :]
     decisions, state = _run(nodes, seeded)
     placements = [
-        (p, state.placed_pod(p.uid).node_name, state.placed_pod(p.uid).gpu_devices)
+        (p, state.pods.get(p.uid).node_name, state.pods.get(p.uid).gpu_devices)
         for p in seeded
-        if state.placed_pod(p.uid) is not None
+        if state.pods.get(p.uid) is not None
     ]
     shuffled_nodes = data.draw(st.permutations(nodes))
     shuffled_seed = data.draw(st.permutations(placements))
@@ -172,9 +172,9 @@ def test_never_over_allocates(nodes, pods) -> None:
     _, state = _run(nodes, copies)
     for name in state.node_names():
         slot = state.slot_of(name)
-        for column, resource in enumerate(state.resource_names):
-            requested = int(state.requested[slot, column])
-            allocatable = int(state.allocatable[slot, column])
+        for column, resource in enumerate(state.resources.names):
+            requested = int(state.resources.requested[slot, column])
+            allocatable = int(state.resources.allocatable[slot, column])
             assert requested <= allocatable, (name, resource, requested, allocatable)
 
 

@@ -33,7 +33,7 @@ def test_places_on_the_best_scored_node_and_does_not_touch_the_state() -> None:
     before = state.snapshot_hash()
     decision = default_scheduler().schedule(pod("p", cpu=1000), state)
     assert decision.status == "placed" and decision.node == "big"
-    assert state.snapshot_hash() == before and state.pod_count == 0
+    assert state.snapshot_hash() == before and len(state.pods) == 0
     assert decision.snapshot_hash == before
     assert decision.nodes_total == 2 and decision.feasible_nodes == 2
     assert [s.node for s in decision.top_scores] == ["big", "small"]

@@ -14,7 +14,7 @@ from .builders import GI, node, pod, selector, state_of, taint
 
 def _row(state: ClusterState, name: str) -> dict[str, int]:
     slot = state.slot_of(name)
-    return {r: int(state.requested[slot, state.resource_column(r)]) for r in state.resource_names}
+    return {r: int(state.resources.requested[slot, state.resources.column(r)]) for r in state.resources.names}
 
 
 def test_assume_and_forget_account_requests() -> None:
@@ -22,7 +22,7 @@ def test_assume_and_forget_account_requests() -> None:
     p = pod("p", cpu=250, memory=GI, requests={"nvidia.com/gpu": 1})
     state.assume(p, "a", (3,))
     assert _row(state, "a") == {"cpu": 250, "memory": GI, "ephemeral-storage": 0, "pods": 1, "nvidia.com/gpu": 1}
-    assert state.placed_pod(p.uid).gpu_devices == (3,)
+    assert state.pods.get(p.uid).gpu_devices == (3,)
     assert state.forget(p.uid)
     assert _row(state, "a")["cpu"] == 0 and _row(state, "a")["pods"] == 0
     assert not state.forget(p.uid)
@@ -43,18 +43,18 @@ def test_observe_pod_drops_finished_pods() -> None:
     state = state_of(node("a"))
     running = pod("p", node_name="a", phase="Running")
     state.observe_pod(running)
-    assert state.pod_count == 1
+    assert len(state.pods) == 1
     state.observe_pod(running.model_copy(update={"phase": "Succeeded"}))
-    assert state.pod_count == 0
+    assert len(state.pods) == 0
 
 
 def test_nonzero_requests_for_scoring() -> None:
     state = state_of(node("a"))
     state.assume(pod("p", cpu=0), "a")
     slot = state.slot_of("a")
-    assert state.nonzero_requested[slot, CPU] == 100
-    assert state.nonzero_requested[slot, MEMORY] == 200 * 2**20
-    assert state.requested[slot, CPU] == 0 and state.requested[slot, PODS] == 1
+    assert state.resources.nonzero_requested[slot, CPU] == 100
+    assert state.resources.nonzero_requested[slot, MEMORY] == 200 * 2**20
+    assert state.resources.requested[slot, CPU] == 0 and state.resources.requested[slot, PODS] == 1
 
 
 def test_pods_seen_before_their_node_are_accounted_when_it_arrives() -> None:
@@ -63,7 +63,7 @@ def test_pods_seen_before_their_node_are_accounted_when_it_arrives() -> None:
     state.upsert_node(node("late"))
     assert _row(state, "late")["cpu"] == 300
     state.remove_node("late")
-    assert state.pod_count == 1
+    assert len(state.pods) == 1
     state.upsert_node(node("late"))
     assert _row(state, "late")["cpu"] == 300
 
@@ -73,12 +73,12 @@ def test_node_update_keeps_requests_and_reindexes_labels_and_taints() -> None:
     state.assume(pod("p", cpu=100), "a")
     state.upsert_node(node("a", labels={"gpu": "a100"}, taints=(taint("k"),), unschedulable=True))
     slot = state.slot_of("a")
-    assert state.label_value(("gpu"), int(state.label_codes("gpu")[slot])) == "a100"
-    assert state.hard_taint_nodes == 1 and state.unschedulable_nodes == 1
+    assert state.labels.value(("gpu"), int(state.labels.codes("gpu")[slot])) == "a100"
+    assert state.taints.hard_nodes == 1 and state.unschedulable_nodes == 1
     assert _row(state, "a")["cpu"] == 100
     state.upsert_node(node("a"))
-    assert state.hard_taint_nodes == 0 and state.unschedulable_nodes == 0
-    assert state.label_codes("gpu")[slot] == 0
+    assert state.taints.hard_nodes == 0 and state.unschedulable_nodes == 0
+    assert state.labels.codes("gpu")[slot] == 0
 
 
 def test_order_is_by_name_whatever_the_insertion_order() -> None:
@@ -94,7 +94,7 @@ def test_grows_beyond_the_initial_capacity() -> None:
     assert state.capacity >= 200 and state.node_count == 200
     assert state.names_of(state.order())[:2] == ["n000", "n001"]
     slot = state.slot_of("n150")
-    assert state.label_value("i", int(state.label_codes("i")[slot])) == "150"
+    assert state.labels.value("i", int(state.labels.codes("i")[slot])) == "150"
 
 
 def test_snapshot_hash_is_order_independent_and_restored_by_inverse_operations() -> None:
@@ -135,13 +135,13 @@ def test_pods_matching_uses_namespace_and_labels() -> None:
         ],
     )
     web = compile_selector(selector({"app": "web"}))
-    assert [p.pod.name for p in state.pods_matching(["default"], web)] == ["w1"]
-    assert [p.pod.name for p in state.pods_matching(None, web)] == ["w1", "w2"]
+    assert [p.pod.name for p in state.pods.matching(["default"], web)] == ["w1"]
+    assert [p.pod.name for p in state.pods.matching(None, web)] == ["w1", "w2"]
     tiered = compile_selector(selector(None, ("tier", "Exists", ())))
-    assert [p.pod.name for p in state.pods_matching(None, tiered)] == ["w1"]
+    assert [p.pod.name for p in state.pods.matching(None, tiered)] == ["w1"]
     not_web = compile_selector(selector(None, ("app", "NotIn", ("web",))))
-    assert [p.pod.name for p in state.pods_matching(["default"], not_web)] == ["d1"]
-    assert state.pods_matching(None, compile_selector(None)) == []
+    assert [p.pod.name for p in state.pods.matching(["default"], not_web)] == ["d1"]
+    assert state.pods.matching(None, compile_selector(None)) == []
 
 
 class _Recorder(StateExtension):
@@ -192,8 +192,8 @@ def test_label_int_values_follow_go_parse_int() -> None:
         node("c", labels={"n": "4.2"}),
         node("d", labels={"n": " 1"}),
     )
-    numbers, valid = state.label_int_values("n")
-    codes = state.label_codes("n")
+    numbers, valid = state.labels.int_values("n")
+    codes = state.labels.codes("n")
     got = {name: (bool(valid[codes[state.slot_of(name)]]), int(numbers[codes[state.slot_of(name)]])) for name in "abcd"}
     assert got == {"a": (True, 42), "b": (True, -7), "c": (False, 0), "d": (False, 0)}
-    assert np.array_equal(state.label_codes("missing")[:4], np.zeros(4))
+    assert np.array_equal(state.labels.codes("missing")[:4], np.zeros(4))

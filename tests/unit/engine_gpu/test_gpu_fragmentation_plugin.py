@@ -96,7 +96,7 @@ def fresh_scores(plugin: GpuFragmentation, p: PodInfo, state: ClusterState, node
     assert plugin.pre_score(cycle, nodes).is_success
     inv = gpu_inventory(state)
     free = np.where(inv.usable[nodes], inv.free_milli[nodes], 0)
-    cpu = state.allocatable_of(0, nodes) - state.requested_of(0, nodes)
+    cpu = state.resources.allocatable_of(0, nodes) - state.resources.requested_of(0, nodes)
     workload = cycle.data["GpuFragmentation"][1]
     access = workload.model_access([inv.models[n][0] if inv.models[n] else None for n in nodes.tolist()])
     raw = plugin._raw(free, cpu, access, shape_of(p), workload)
