@@ -157,7 +157,7 @@ def gpu_fragments(engine: Engine) -> tuple[int, int]:
     """(whole free GPUs, stranded GPU milli): idle GPU milli on devices partly in use is stranded
     for any pod that needs a whole device."""
     inventory = gpu_inventory(engine.state)
-    live = engine.state.order()
+    live = engine.state.nodes.order()
     free = int(inventory.node_free[live].sum())
     whole = int(inventory.full_count[live].sum())
     return whole, free - 1000 * whole
@@ -225,7 +225,7 @@ class _Planner:
     def _node_in_scope(self, node: str) -> bool:
         if not self.node_selector:
             return True
-        info = self.state.node(node)
+        info = self.state.nodes.get(node)
         return _labels_match(info.labels if info is not None else {}, self.node_selector)
 
     def _threshold(self, strategy: StrategyConfig) -> int | None:
@@ -343,7 +343,7 @@ class _Planner:
                 self.budget[key] = self.budget.get(key, 0) - 1
 
     def nodes(self) -> list[str]:
-        return [name for name in sorted(self.state.node_names()) if self._node_in_scope(name)]
+        return [name for name in sorted(self.state.nodes.names()) if self._node_in_scope(name)]
 
     def run(self) -> Plan:
         violations = _Violations(self)
@@ -406,7 +406,7 @@ class _Violations:
         return f"violates {what} on node {node}" + (f": {detail}" if detail else "")
 
     def _untolerated_taint(self, pod: PodInfo, node: str, strategy: StrategyConfig) -> Taint | None:
-        info = self.state.node(node)
+        info = self.state.nodes.get(node)
         if info is None:
             return None
         effects = {"NoSchedule", "PreferNoSchedule"} if strategy.include_prefer_no_schedule else {"NoSchedule"}
@@ -457,7 +457,7 @@ class _LowNodeUtilization:
 
     def _usage(self, node: str, resources: Iterable[str]) -> dict[str, float]:
         """Percent of allocatable requested, per resource the node has."""
-        slot = self.state.slot_of(node)
+        slot = self.state.nodes.slot_of(node)
         if slot is None:
             return {}
         slots = np.array([slot], dtype=np.intp)
@@ -517,7 +517,7 @@ class _GpuDefragmentation:
     def _whole_gpus_if_moved(self, node: str, movable: Sequence[PodInfo]) -> int:
         """How many whole devices ``node`` would have free with ``movable`` gone (an upper bound
         of what the filters would find: CPU, memory and GPU models are theirs to check)."""
-        slot = self.state.slot_of(node)
+        slot = self.state.nodes.slot_of(node)
         if slot is None:
             return 0
         inventory = gpu_inventory(self.state)
@@ -561,7 +561,7 @@ class _GpuDefragmentation:
     def _make_room(self, pending: PodInfo, strategy: StrategyConfig) -> None:
         options = []
         for node in self.planner.nodes():
-            if not (info := self.state.node(node)) or len(info.gpus) < pending.whole_gpus:
+            if not (info := self.state.nodes.get(node)) or len(info.gpus) < pending.whole_gpus:
                 continue
             movable = self._movable(node, strategy, pending.priority)
             if self._whole_gpus_if_moved(node, movable) < pending.whole_gpus:
@@ -622,7 +622,7 @@ class _GpuDefragmentation:
     def _free_a_node(self, strategy: StrategyConfig) -> bool:
         options = []
         for node in self.planner.nodes():
-            info = self.state.node(node)
+            info = self.state.nodes.get(node)
             if info is None or not info.gpus or node in self.planner.plan.nodes_freed:
                 continue
             pods = [self.planner.bound(p) for p in self.state.pods.on_node(node)]

@@ -165,7 +165,7 @@ class Engine:
     def upsert_bound_pod(self, pod: PodInfo) -> None:
         """A pod holding capacity on ``pod.node_name``; replaces an assumption of the same UID. A
         pod on a node this state does not know (another cell's) holds nothing here."""
-        if self._state.node(pod.node_name or "") is None:
+        if self._state.nodes.get(pod.node_name or "") is None:
             return
         self._state.upsert_bound_pod(pod)
 
@@ -278,7 +278,7 @@ class Engine:
 
     def _conclude(self, pod: PodInfo, decision: Decision, *, victims: tuple[PodInfo, ...] = ()) -> Outcome:
         names = (
-            tuple(self._state.node_names())
+            tuple(self._state.nodes.names())
             if (decision.rejections and decision.nodes_total <= NODE_LEVEL_VERDICTS)
             else None
         )
@@ -395,7 +395,7 @@ class _GangHost:
         whole GPUs for GPU gangs, free cpu otherwise), smallest sufficient first (best fit keeps
         big domains for big gangs), names breaking ties; at most ``max_gang_domains`` of each."""
         state = self.engine._state
-        live = state.order()
+        live = state.nodes.order()
         gpus = sum(p.whole_gpus for p in pods)
         if gpus:
             capacity = gpu_inventory(state).full_count[live]

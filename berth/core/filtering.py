@@ -118,9 +118,9 @@ class ProfileFilters:
         nodes named in ``only`` (others are ignored, not reported); with an active ``sampling``,
         only until enough feasible nodes are found (see the module docstring)."""
         state = cycle.state
-        all_nodes = state.order()
+        all_nodes = state.nodes.order()
         if only is not None:
-            wanted = {state.slot_of(name) for name in only} - {None}
+            wanted = {state.nodes.slot_of(name) for name in only} - {None}
             all_nodes = all_nodes[np.isin(all_nodes, np.fromiter(wanted, dtype=np.intp, count=len(wanted)))]
         table = StatusTable()
         codes = np.full(all_nodes.size, -1, dtype=np.int32)
@@ -133,7 +133,7 @@ class ProfileFilters:
             return Feasibility(all_nodes[:0], Diagnosis(all_nodes, codes, tuple(table.statuses), rejection))
         positions = np.arange(all_nodes.size)
         if restrict is not None:
-            slots = np.fromiter((s for s in (state.slot_of(n) for n in restrict) if s is not None), dtype=np.intp)
+            slots = np.fromiter((s for s in (state.nodes.slot_of(n) for n in restrict) if s is not None), dtype=np.intp)
             inside = np.isin(all_nodes, slots)
             absent = Status.unresolvable(messages.plugins_not_satisfied(restricting))
             codes[~inside] = table.intern(absent)
@@ -267,7 +267,9 @@ class ProfileFilters:
         verdict for this signature was recorded."""
         state = cycle.state
         entry = memo.filter_entry((self.config_hash, self.profile, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version, candidate_mask(state, candidates), state.slot_bound)
+        todo = stale_nodes(
+            entry.versions, state.node_version, candidate_mask(state, candidates), state.nodes.slot_bound
+        )
         if todo.size:
             result = plugin.filter(cycle, todo)
             if result.codes is None:
@@ -277,7 +279,7 @@ class ProfileFilters:
                 mapping = np.array([entry.intern(s) for s in result.statuses] + [-1], dtype=np.int32)
                 entry.codes[todo] = mapping[result.codes]
             entry.versions[todo] = state.node_version.take(todo)
-        if candidates.size == state.node_count and state.order_is_identity():
+        if candidates.size == len(state.nodes) and state.nodes.order_is_identity():
             return entry.codes[: candidates.size].copy(), entry.statuses  # slots 0..n-1
         return entry.codes.take(candidates), entry.statuses
 

@@ -149,7 +149,7 @@ def candidate_mask(state: ClusterState, nodes: npt.NDArray[np.intp]) -> npt.NDAr
     """A mask over the state's slots, True for ``nodes`` (live slots without repeats), for
     :func:`stale_nodes`: the state's own live-slot mask when they are every node (read-only
     use), else a new one."""
-    if nodes.size == state.node_count:
+    if nodes.size == len(state.nodes):
         return state.alive
     mask = np.zeros(state.capacity, dtype=bool)
     mask[nodes] = True
@@ -164,7 +164,7 @@ def stale_nodes(
 ) -> npt.NDArray[np.intp]:
     """Slots among ``in_nodes`` whose memoised result is older than the node. Compares whole
     contiguous arrays (cheap) and keeps the few changed slots that matter. ``bound``: compare
-    only the slots below it (``ClusterState.slot_bound``: no node ever had a higher slot, so
+    only the slots below it (``state.nodes.slot_bound``: no node ever had a higher slot, so
     both versions there are still the initial 0 and never differ)."""
     if bound is not None:
         versions = versions[:bound]

@@ -66,13 +66,13 @@ def node_level_rejections(
     the node-level Filters among ``filters`` (the profile's Filter plugins, in its order; others
     are ignored), after NodeAffinity's PreFilter restriction when it is among ``pre_filters``.
     ``added_affinity``: the required terms of NodeAffinity's ``addedAffinity`` argument."""
-    nodes = state.order()
+    nodes = state.nodes.order()
     histogram = _Histogram(nodes.size)
     required = pod.affinity.node_affinity.required if pod.affinity and pod.affinity.node_affinity else None
     if NODE_AFFINITY in pre_filters and required:
         names = pinned_node_names(required)
         if names:  # an empty set is a PreFilter rejection of the pod itself, worded by its cell
-            slots = [slot for slot in (state.slot_of(name) for name in sorted(names)) if slot is not None]
+            slots = [slot for slot in (state.nodes.slot_of(name) for name in sorted(names)) if slot is not None]
             inside = np.isin(nodes, np.array(slots, dtype=np.intp))
             histogram.reject(~inside, messages.plugins_not_satisfied([NODE_AFFINITY]))
     for name in filters:

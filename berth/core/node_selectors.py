@@ -68,7 +68,7 @@ def _match_field(
         # kube rejects other fields at validation time; a selector we cannot evaluate matches
         # nothing rather than everything.
         return np.zeros(nodes.shape, dtype=bool)
-    slots = [state.slot_of(name) for name in requirement.values]
+    slots = [state.nodes.slot_of(name) for name in requirement.values]
     wanted = np.array([slot for slot in slots if slot is not None], dtype=np.intp)
     hit = np.isin(nodes, wanted)
     if requirement.operator == "In":

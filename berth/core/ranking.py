@@ -72,7 +72,7 @@ def top_scores(state: ClusterState, scores: Scores, positions: npt.NDArray[np.in
     """The decision's report of the nodes at ``positions`` of ``scores.nodes``: name, total and
     weighted score per plugin."""
     # One gather per plugin, then plain Python over at most keep_top_scores entries.
-    names = state.names_of(scores.nodes.take(positions).tolist())
+    names = state.nodes.names_of(scores.nodes.take(positions).tolist())
     totals = scores.total.take(positions).tolist()
     plugins = tuple(scores.per_plugin)
     if not plugins:

@@ -86,6 +86,19 @@ class ResourceColumns:
             self.requested = np.asfortranarray(np.hstack([self.requested, zeros]))
         return column
 
+    def request_columns(self, requests: Mapping[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The columns a pod's non-zero ``requests`` occupy (new resources get a column), by
+        resource name, then ``pods`` with 1 whatever the pod says; and the amounts per column."""
+        columns: list[int] = []
+        amounts: list[int] = []
+        for resource, amount in sorted(requests.items()):
+            if amount and resource != "pods":
+                columns.append(self.ensure(resource))
+                amounts.append(amount)
+        columns.append(PODS)
+        amounts.append(1)
+        return tuple(columns), tuple(amounts)
+
     def grow(self, capacity: int) -> None:
         """Make every array ``capacity`` rows long (new rows zero)."""
         self.allocatable = grow_rows(self.allocatable, capacity, 0)

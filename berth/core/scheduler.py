@@ -146,7 +146,7 @@ class Framework:
             "snapshot_hash": state.snapshot_hash(),
             "config_hash": self.config_hash,
         }
-        if state.node_count == 0:
+        if len(state.nodes) == 0:
             # kube-scheduler's ErrNoNodesAvailable: no FitError, no preemption attempt.
             return Decision(
                 status="unschedulable", message=messages.NO_NODES_TO_SCHEDULE, nodes_total=0, feasible_nodes=0, **base
@@ -236,7 +236,7 @@ class Framework:
         timer.point("Permit", Status(Code.WAIT) if held else None, started)
         return Decision(
             status="held" if held else "placed",
-            node=cycle.state.name_of(chosen),
+            node=cycle.state.nodes.name_of(chosen),
             gpu_devices=gpu_devices,
             gpu_milli=gpu_milli,
             top_scores=top,

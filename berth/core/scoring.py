@@ -87,7 +87,7 @@ class ProfileScorer:
         matrix = np.empty((len(active), feasible.size), dtype=np.int64)
         # Every node, and slots numbered in name order (nodes added sorted): the feasible
         # slots are 0..n-1, and a gather from a slot-indexed array is a plain copy.
-        dense = feasible.size == state.node_count and state.order_is_identity()
+        dense = feasible.size == len(state.nodes) and state.nodes.order_is_identity()
         for done, (row, plugin) in enumerate(zip(matrix, active, strict=True)):
             plugin_started = timer.plugin_start()
             signature = plugin.score_signature(cycle)
@@ -149,7 +149,7 @@ class ProfileScorer:
         state = cycle.state
         memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         entry = memo.score_entry((self.config_hash, self.profile, plugin.NAME, signature))
-        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)  # type: ignore[arg-type]  # set when not dense (above)
+        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.nodes.slot_bound)  # type: ignore[arg-type]  # set when not dense (above)
         if todo.size:
             entry.values[todo] = plugin.score(cycle, todo)
             entry.versions[todo] = state.node_version.take(todo)
@@ -172,7 +172,7 @@ class ProfileScorer:
         state = cycle.state
         memo: NodeMemo = state.ensure_extension(NodeMemo)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         entry = memo.score_entry((self.config_hash, self.profile, plugin.NAME, signature, "weighted"))
-        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.slot_bound)
+        todo = stale_nodes(entry.versions, state.node_version, in_feasible, state.nodes.slot_bound)
         if todo.size:
             normalized = plugin.normalize_score(cycle, todo, plugin.score(cycle, todo)).astype(np.int64, copy=False)
             if int(normalized.view(np.uint64).max()) > MAX_NODE_SCORE:

@@ -2,11 +2,12 @@
 
 Nodes live in *slots* (rows of numpy arrays). A slot is assigned when a node is first seen and
 freed when it is removed; the scheduler never depends on slot numbers, only on node names —
-:meth:`ClusterState.order` gives the live slots in ascending name order and every plugin iterates
+``state.nodes.order()`` gives the live slots in ascending name order and every plugin iterates
 that. The state is one object made of parts, each indexed by slot where it is per node:
 
-- the node table, here: slots, name order, ``alive``, ``unschedulable`` (cordon), a 64-bit
-  ``name_hash`` for tie-breaking and ``node_version`` stamps;
+- ``state.nodes`` (:class:`~berth.core.node_slots.NodeSlots`): the node in each slot and the name
+  order; here, per slot: ``alive``, ``unschedulable`` (cordon), a 64-bit ``name_hash`` for
+  tie-breaking and ``node_version`` stamps;
 - ``state.resources`` (:class:`~berth.core.resource_columns.ResourceColumns`): allocatable and
   requested amounts per resource column;
 - ``state.labels`` (:class:`~berth.core.node_labels.LabelIndex`): per label key an int32 code per
@@ -29,16 +30,14 @@ state is not thread-safe: one decision cell owns one state.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from berth.core.hashing import DIGEST_MODULUS, canonical_json, digest_hex, name_hash64, object_digest
 from berth.core.node_labels import LabelIndex, TaintIndex, grow_rows
+from berth.core.node_slots import NodeSlots
 from berth.core.placed_pods import PlacedPod, PlacedPodIndex, placement_digest
 from berth.core.policy_store import PolicyStore
 from berth.core.resource_columns import (
@@ -111,7 +110,7 @@ class ClusterState:
     :meth:`remove_namespace`, :meth:`upsert_bound_pod`, :meth:`assume`, :meth:`forget`,
     :meth:`remove_pod`, :meth:`delete_pod`, :meth:`observe_pod`, :meth:`upsert_policy`,
     :meth:`remove_policy`, :meth:`attach`. All are idempotent: applying the same call twice
-    leaves the same state. The parts (``resources``, ``labels``, ``taints``, ``pods``,
+    leaves the same state. The parts (``nodes``, ``resources``, ``labels``, ``taints``, ``pods``,
     ``policies``) are for reading; only the state mutates them.
     """
 
@@ -131,15 +130,7 @@ class ClusterState:
 
     def _init_nodes(self) -> None:
         """The empty node table: slots, name order, per-slot flags and versions."""
-        self._slot_by_name: dict[str, int] = {}
-        self._nodes: list[NodeInfo | None] = [None] * self._capacity
-        self._free_slots: list[int] = list(range(self._capacity))  # a heap: lowest slot first
-        # Node names in ascending order and their slots, kept sorted incrementally (a bisect
-        # and one array insert/delete per node added or removed: O(nodes), no re-sort).
-        self._names_sorted: list[str] = []
-        self._order_list: list[int] = []
-        self._order: npt.NDArray[np.intp] | None = np.empty(0, dtype=np.intp)
-        self._order_identity = True
+        self.nodes = NodeSlots(self._capacity)
         self._node_digest: dict[str, int] = {}
         self.alive = np.zeros(self._capacity, dtype=bool)
         self.unschedulable = np.zeros(self._capacity, dtype=bool)
@@ -150,9 +141,6 @@ class ClusterState:
         it changes (strictly increasing over the state's life, never reused). Lets derived data
         (e.g. the framework's score memo) recompute only the nodes that changed."""
         self._version_clock = 0
-        self.slot_bound = 0
-        """One past the highest slot that ever held a node: rows from here on are untouched
-        (every slot-indexed array still holds its initial value there)."""
 
     # ------------------------------------------------------------------ snapshot hash
 
@@ -171,7 +159,7 @@ class ClusterState:
         return self._capacity
 
     def _grow(self) -> None:
-        old, new = self._capacity, self._capacity * 2
+        new = self._capacity * 2
         self.alive = grow_rows(self.alive, new, False)
         self.unschedulable = grow_rows(self.unschedulable, new, False)
         self.name_hash = grow_rows(self.name_hash, new, 0)
@@ -179,64 +167,12 @@ class ClusterState:
         self.resources.grow(new)
         self.labels.grow(new)
         self.taints.grow(new)
-        self._nodes.extend([None] * (new - old))
-        for slot in range(old, new):
-            heapq.heappush(self._free_slots, slot)
+        self.nodes.grow(new)
         self._capacity = new
         for extension in self._extensions.values():
             extension.grow(new)
 
-    # ------------------------------------------------------------------ node queries
-
-    def __len__(self) -> int:
-        return len(self._slot_by_name)
-
-    @property
-    def node_count(self) -> int:
-        return len(self._slot_by_name)
-
-    def order(self) -> npt.NDArray[np.intp]:
-        """Live node slots in ascending node-name order (rebuilt from the sorted list after the
-        node set changed). Read-only: callers must not modify it."""
-        if self._order is None:
-            order = np.array(self._order_list, dtype=np.intp)
-            order.flags.writeable = False
-            self._order = order
-            self._order_identity = bool((order == np.arange(order.size)).all())
-        return self._order
-
-    def order_is_identity(self) -> bool:
-        """Whether :meth:`order` is ``0..node_count-1`` (nodes were added in name order and
-        none left): arrays over every node in name order are then the leading slot rows."""
-        self.order()
-        return self._order_identity
-
-    def node_names(self) -> Sequence[str]:
-        """All node names, sorted (a read-only view; do not modify)."""
-        return self._names_sorted
-
-    def slot_of(self, name: str) -> int | None:
-        return self._slot_by_name.get(name)
-
-    def node(self, name_or_slot: str | int) -> NodeInfo | None:
-        if isinstance(name_or_slot, str):
-            slot = self._slot_by_name.get(name_or_slot)
-            return None if slot is None else self._nodes[slot]
-        return self._nodes[name_or_slot]
-
-    def name_of(self, slot: int) -> str:
-        node = self._nodes[slot]
-        if node is None:
-            raise KeyError(f"slot {slot} holds no node")
-        return node.name
-
-    def names_of(self, slots: Iterable[int]) -> list[str]:
-        nodes = self._nodes
-        return [nodes[s].name for s in slots]  # type: ignore[union-attr]  # the slots given hold nodes
-
-    def pod_slot(self, placed: PlacedPod) -> int | None:
-        """The slot of the node a placed pod is on (None while that node is unknown)."""
-        return self._slot_by_name.get(placed.node_name)
+    # ------------------------------------------------------------------ queries across parts
 
     def namespaces(self) -> Sequence[str]:
         """Namespaces known from namespace objects or placed pods, sorted."""
@@ -248,27 +184,20 @@ class ClusterState:
         """Add a node or replace what is known about it (labels, taints, cordon, allocatable,
         GPUs). Pods already placed on a node of that name (e.g. observed before the node) are
         accounted to it."""
-        slot = self._slot_by_name.get(node.name)
-        previous = None if slot is None else self._nodes[slot]
+        slot = self.nodes.slot_of(node.name)
+        previous = None if slot is None else self.nodes.get(slot)
         if previous is not None and previous == node:
             return
         if slot is None:
-            if not self._free_slots:
+            if self.nodes.full:
                 self._grow()
-            slot = heapq.heappop(self._free_slots)
-            if slot >= self.slot_bound:
-                self.slot_bound = slot + 1
-            self._slot_by_name[node.name] = slot
-            at = bisect.bisect_left(self._names_sorted, node.name)
-            self._names_sorted.insert(at, node.name)
-            self._order_list.insert(at, slot)
-            self._order = None
+            slot = self.nodes.claim(node.name)
             self.alive[slot] = True
             self.name_hash[slot] = name_hash64(node.name)
         else:
             self._add_digest(-self._node_digest[node.name])
             self._unindex_node(slot, previous)  # type: ignore[arg-type]  # an occupied slot's previous node
-        self._nodes[slot] = node
+        self.nodes.put(slot, node)
         digest = object_digest("node", node)
         self._node_digest[node.name] = digest
         self._add_digest(digest)
@@ -290,28 +219,21 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         """Forget a node. Pods placed on it stay known (they hold nothing until it returns);
         unknown names are ignored."""
-        slot = self._slot_by_name.pop(name, None)
-        if slot is None:
+        node = self.nodes.get(name)
+        if node is None:
             return
-        node = self._nodes[slot]
-        assert node is not None
+        slot = self.nodes.release(name)
+        assert slot is not None
         self._add_digest(-self._node_digest.pop(name))
         self._unindex_node(slot, node)
-        self._nodes[slot] = None
         self.alive[slot] = False
         self.name_hash[slot] = 0
         self.resources.clear(slot)
-        heapq.heappush(self._free_slots, slot)
-        at = bisect.bisect_left(self._names_sorted, name)
-        del self._names_sorted[at]
-        del self._order_list[at]
-        self._order = None
         self._touch(slot)
         for extension in self._extensions.values():
             extension.node_removed(slot, node)
 
     def _unindex_node(self, slot: int, node: NodeInfo) -> None:
-        self.resources.allocatable[slot] = 0
         self.labels.unindex(slot, node.labels)
         if node.unschedulable:
             self.unschedulable[slot] = False
@@ -403,29 +325,22 @@ class ClusterState:
             ):
                 return
             self._release(existing)
-        columns: list[int] = []
-        amounts: list[int] = []
-        for resource, amount in sorted(pod.requests.items()):
-            if amount and resource != "pods":
-                columns.append(self.resources.ensure(resource))
-                amounts.append(amount)
-        columns.append(PODS)
-        amounts.append(1)
+        columns, amounts = self.resources.request_columns(pod.requests)
         placed = PlacedPod(
             pod=pod,
             node_name=node,
             gpu_devices=gpu_devices,
             gpu_milli=gpu_milli,
             assumed=assumed,
-            request_columns=tuple(columns),
-            request_amounts=tuple(amounts),
+            request_columns=columns,
+            request_amounts=amounts,
             nonzero_cpu=pod.requests.get("cpu") or DEFAULT_MILLI_CPU_REQUEST,
             nonzero_memory=pod.requests.get("memory") or DEFAULT_MEMORY_REQUEST,
             digest=placement_digest(self.pod_json(pod), node, gpu_devices, gpu_milli),
         )
         self.pods.add(placed)
         self._add_digest(placed.digest)
-        slot = self._slot_by_name.get(node)
+        slot = self.nodes.slot_of(node)
         if slot is not None:
             self._account(slot, placed, +1)
         for extension in self._extensions.values():
@@ -434,7 +349,7 @@ class ClusterState:
     def _release(self, placed: PlacedPod) -> None:
         self.pods.remove(placed)
         self._add_digest(-placed.digest)
-        slot = self._slot_by_name.get(placed.node_name)
+        slot = self.nodes.slot_of(placed.node_name)
         if slot is not None:
             self._account(slot, placed, -1)
         for extension in self._extensions.values():
@@ -461,11 +376,11 @@ class ClusterState:
         if extension.KEY in self._extensions:
             raise ValueError(f"state extension {extension.KEY!r} is already attached")
         extension.grow(self._capacity)
-        for name in self.node_names():
-            slot = self._slot_by_name[name]
-            extension.node_upserted(slot, self._nodes[slot], None)  # type: ignore[arg-type]  # the slot was just filled
+        for name in self.nodes.names():
+            slot = self.nodes.slot_of(name)
+            extension.node_upserted(slot, self.nodes.get(name), None)  # type: ignore[arg-type]  # names() hold nodes
         for placed in self.pods:
-            extension.pod_added(self._slot_by_name.get(placed.node_name), placed)
+            extension.pod_added(self.nodes.slot_of(placed.node_name), placed)
         self._extensions[extension.KEY] = extension
 
     def __getstate__(self) -> dict[str, Any]:
@@ -474,9 +389,6 @@ class ClusterState:
         kept = dict(self.__dict__)
         kept["_extensions"] = {}
         return kept
-
-    def __setstate__(self, kept: dict[str, Any]) -> None:
-        self.__dict__.update(kept)
 
     def ensure_extension(self, factory: type[StateExtension]) -> StateExtension:
         """The attached extension with ``factory.KEY``, attaching ``factory()`` if missing."""

@@ -115,7 +115,7 @@ class DataLocality(PreScorePlugin, ScorePlugin):
         slots = set()
         for placed in state.pods:
             if (placed.pod.namespace, placed.pod.name) in targets:
-                slot = state.pod_slot(placed)
+                slot = state.nodes.slot_of(placed.node_name)
                 if slot is not None:
                     slots.add(slot)
         if not slots:

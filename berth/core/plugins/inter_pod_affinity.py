@@ -306,7 +306,7 @@ class _DomainCounts:
 
 def _slots(state: ClusterState, pods: list[PlacedPod]) -> npt.NDArray[np.intp]:
     """Slots of the nodes the pods are on (pods on unknown nodes are left out)."""
-    slots = [state.pod_slot(p) for p in pods]
+    slots = [state.nodes.slot_of(p.node_name) for p in pods]
     return np.array([s for s in slots if s is not None], dtype=np.intp)
 
 

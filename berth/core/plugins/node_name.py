@@ -22,5 +22,5 @@ class NodeName(FilterPlugin):
         wanted = cycle.pod.node_name
         if not wanted:
             return FilterResult.all_pass()
-        slot = cycle.state.slot_of(wanted)
+        slot = cycle.state.nodes.slot_of(wanted)
         return FilterResult.from_mask(nodes == (-1 if slot is None else slot), _REJECT)

@@ -101,7 +101,7 @@ def _pods_per_slot(state: ClusterState, pod: PodInfo, constraint: SpreadConstrai
     counts = np.zeros(state.capacity, dtype=np.int64)
     if constraint.selector.is_empty or constraint.selector.nothing:
         return counts
-    slots = [state.pod_slot(p) for p in state.pods.matching((pod.namespace,), constraint.selector)]
+    slots = [state.nodes.slot_of(p.node_name) for p in state.pods.matching((pod.namespace,), constraint.selector)]
     known = [s for s in slots if s is not None]
     if known:
         counts += np.bincount(np.asarray(known, dtype=np.intp), minlength=state.capacity)
@@ -177,7 +177,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         constraints = _constraints(pod, "DoNotSchedule")
         if not constraints:
             return Status.skip(), None
-        all_nodes = state.order()
+        all_nodes = state.nodes.order()
         domains = []
         for c in constraints:
             per_slot = _pods_per_slot(state, pod, c)
@@ -216,13 +216,13 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         pod, state = cycle.pod, cycle.state
         constraints = _constraints(pod, "ScheduleAnyway")
-        if not constraints or state.node_count == 0:
+        if not constraints or len(state.nodes) == 0:
             return Status.skip()
         ignored = np.zeros(nodes.size, dtype=bool)
         for c in constraints:
             ignored |= state.labels.codes(c.topology_key)[nodes] == 0
         scored = nodes[~ignored]
-        all_nodes = state.order()
+        all_nodes = state.nodes.order()
         domain_counts: list[npt.NDArray[np.int64] | None] = []
         per_slots, weights = [], []
         for c in constraints:

@@ -118,7 +118,7 @@ class DefaultPreemption(PostFilterPlugin):
         allowed = disruptions_allowed(pdbs, [placed.pod for placed in state.pods])
         candidates: list[Candidate] = []
         for slot in potential:
-            node = state.name_of(int(slot))
+            node = state.nodes.name_of(int(slot))
             on_node = state.pods.on_node(node)
             what_if = _WhatIf(state, on_node)
             last_reasons: list[tuple[str, ...]] = []
@@ -164,7 +164,7 @@ class FrameworkProbe:
         self, cycle: CycleContext, nodes: NodeArray
     ) -> tuple[npt.NDArray[np.bool_], Sequence[tuple[str, ...]]]:
         state = cycle.state
-        names = state.names_of(int(s) for s in nodes)
+        names = state.nodes.names_of(int(s) for s in nodes)
         result = self.framework.find_feasible(cycle.pod, state, names)  # type: ignore[attr-defined]  # the framework's full type would be an import cycle
         diagnosis: Diagnosis = result.diagnosis
         feasible = set(int(s) for s in result.feasible)

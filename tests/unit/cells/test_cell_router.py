@@ -363,7 +363,7 @@ def test_a_pod_deleted_after_its_hand_over_is_only_taken_back():
         {POD.uid: KEY},
     )
     assert cell.engine.state.pods.get(POD.uid) is not None
-    assert cell.engine.state.node("n1").unschedulable
+    assert cell.engine.state.nodes.get("n1").unschedulable
 
 
 @pytest.mark.parametrize(

@@ -204,7 +204,7 @@ def test_the_census_follows_cordons_removals_and_nodes_moving_into_the_cell():
     census = cluster.cells[home].ctx.foreign
     # The plain node is cordoned: the census changes, and the pod's next try says so.
     cluster.node(node("cpu-plain", labels=in_cell(1 - home), unschedulable=True))
-    assert census.state.node("cpu-plain").unschedulable
+    assert census.state.nodes.get("cpu-plain").unschedulable
     cluster.node(node("gpu-2", cpu=1000, labels=POOL))  # a change of the pool's cell: the pod is tried again
     assert cluster.message("default/big") == (
         "0/6 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) were unschedulable, 3 Insufficient "

@@ -11,7 +11,7 @@ from .fold_kit import engine, pending, small_node
 
 
 def engine_sees_unschedulable(real, name: str) -> bool | None:
-    info = real.state.node(name)
+    info = real.state.nodes.get(name)
     return None if info is None else info.unschedulable
 
 
@@ -69,13 +69,13 @@ def test_forget_node_drops_it_everywhere():
     observe_node(book, real, small_node("n2"))
     book.cordoned.update({"n1", "n2"})
     forget_node(book, real, "n1")
-    assert (sorted(book.nodes), book.cordoned, list(real.state.node_names())) == (["n2"], {"n2"}, ["n2"])
+    assert (sorted(book.nodes), book.cordoned, list(real.state.nodes.names())) == (["n2"], {"n2"}, ["n2"])
 
 
 def test_show_is_a_no_op_for_a_node_not_observed():
     real, book = engine(), NodeBook(cordoned={"ghost"})
     show(book, real, "ghost")
-    assert real.state.node("ghost") is None
+    assert real.state.nodes.get("ghost") is None
 
 
 def test_reserve_collects_victims_per_node():

@@ -255,7 +255,7 @@ def test_on_spot_cordons_surges_the_pools_and_drains_the_other_pods():
         KEY: PoolMove(node="spot-0", deadline=at(130), olds=["uid-llama-0", "uid-llama-1"], surge_left=1)
     }
     assert ctx.nodes.cordoned == {"spot-0"}
-    assert ctx.engine.state.node("spot-0").unschedulable
+    assert ctx.engine.state.nodes.get("spot-0").unschedulable
     assert (pool_state.replicas[KEY], pool_state.scaled_at[KEY]) == (3, at(10))
 
 

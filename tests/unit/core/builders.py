@@ -243,7 +243,7 @@ def default_scheduler() -> Scheduler:
 
 
 def feasible_names(framework: Framework, p: PodInfo, state: ClusterState) -> list[str]:
-    return state.names_of(framework.find_feasible(p, state).feasible)
+    return state.nodes.names_of(framework.find_feasible(p, state).feasible)
 
 
 def rejections(framework: Framework, p: PodInfo, state: ClusterState) -> dict[str, tuple[str, ...]]:
@@ -252,7 +252,7 @@ def rejections(framework: Framework, p: PodInfo, state: ClusterState) -> dict[st
     out = {}
     for slot, code in zip(diagnosis.nodes.tolist(), diagnosis.node_codes.tolist(), strict=True):
         if code >= 0:
-            out[state.name_of(slot)] = diagnosis.statuses[code].reasons
+            out[state.nodes.name_of(slot)] = diagnosis.statuses[code].reasons
     return out
 
 
@@ -266,4 +266,4 @@ def scores(framework: Framework, p: PodInfo, state: ClusterState, plugin: str) -
     values = result.per_plugin.get(plugin)
     if values is None:
         return {}
-    return dict(zip(state.names_of(result.nodes), values.tolist(), strict=True))
+    return dict(zip(state.nodes.names_of(result.nodes), values.tolist(), strict=True))

@@ -170,8 +170,8 @@ def test_never_over_allocates(nodes, pods) -> None:
     # Copies of the pods, again and again, until nodes fill up.
     copies = [p.model_copy(update={"uid": f"{p.uid}-{k}", "name": f"{p.name}-{k}"}) for k in range(4) for p in pods]
     _, state = _run(nodes, copies)
-    for name in state.node_names():
-        slot = state.slot_of(name)
+    for name in state.nodes.names():
+        slot = state.nodes.slot_of(name)
         for column, resource in enumerate(state.resources.names):
             requested = int(state.resources.requested[slot, column])
             allocatable = int(state.resources.allocatable[slot, column])

@@ -58,7 +58,7 @@ def test_status_is_unresolvable_when_the_whole_node_is_too_small() -> None:
     state.assume(pod("hog", cpu=4000), "busy")
     diagnosis = filters("NodeResourcesFit").find_feasible(pod("p", cpu=2000), state).diagnosis
     by_node = {
-        state.name_of(s): diagnosis.statuses[c]
+        state.nodes.name_of(s): diagnosis.statuses[c]
         for s, c in zip(diagnosis.nodes.tolist(), diagnosis.node_codes.tolist(), strict=True)
     }
     assert by_node["small"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE  # preemption can't help

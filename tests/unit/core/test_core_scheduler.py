@@ -55,7 +55,7 @@ def test_unschedulable_decision_carries_kube_message_and_compressed_verdicts() -
         ("Insufficient nvidia.com/gpu",): ("NodeResourcesFit", "UnschedulableAndUnresolvable", 3),
         ("node(s) had untolerated taint(s)",): ("TaintToleration", "UnschedulableAndUnresolvable", 2),
     }
-    per_node = {name: group.plugin for name, group in decision.node_reasons(state.node_names())}
+    per_node = {name: group.plugin for name, group in decision.node_reasons(state.nodes.names())}
     assert per_node == {
         "n0": "NodeResourcesFit",
         "n1": "NodeResourcesFit",
@@ -125,7 +125,7 @@ class OnlyEven(FilterPlugin):
     NAME = "OnlyEven"
 
     def filter(self, cycle: CycleContext, nodes) -> FilterResult:
-        names = cycle.state.names_of(nodes)
+        names = cycle.state.nodes.names_of(nodes)
         return FilterResult.from_mask(np.array([int(n[-1]) % 2 == 0 for n in names]), Status.unschedulable("odd node"))
 
 
@@ -175,7 +175,7 @@ class Nominator(PostFilterPlugin):
     NAME = "Nominator"
 
     def post_filter(self, cycle, diagnosis) -> PostFilterResult:
-        rejected = cycle.state.names_of(diagnosis.rejected(resolvable_only=True))
+        rejected = cycle.state.nodes.names_of(diagnosis.rejected(resolvable_only=True))
         return PostFilterResult(
             Status.success(), nominated_node=rejected[0], victims=("v1",), message="preemption: it would fit"
         )
@@ -206,7 +206,7 @@ def test_reserve_devices_flow_into_the_decision_and_failures_unreserve() -> None
     failed = framework.schedule(pod("q", labels={"fail": "reserve"}), state)
     assert failed.status == "unschedulable"
     assert failed.message == "0/1 nodes are available: 1 no device left."
-    assert Devices.unreserved == [state.slot_of("n0")]
+    assert Devices.unreserved == [state.nodes.slot_of("n0")]
     held = framework.schedule(pod("w", labels={"permit": "wait"}), state)
     assert held.status == "held" and held.node == "n0"
     rejected = framework.schedule(pod("r", labels={"permit": "reject"}), state)
@@ -233,9 +233,9 @@ def test_find_feasible_on_a_subset_for_what_ifs() -> None:
     state.assume(hog, "a")
     framework = default_scheduler().frameworks["berth"]
     p = pod("p", cpu=500)
-    assert state.names_of(framework.find_feasible(p, state, ["a"]).feasible) == []
+    assert state.nodes.names_of(framework.find_feasible(p, state, ["a"]).feasible) == []
     state.remove_pod(hog.uid)  # what if the hog were gone?
-    assert state.names_of(framework.find_feasible(p, state, ["a"]).feasible) == ["a"]
+    assert state.nodes.names_of(framework.find_feasible(p, state, ["a"]).feasible) == ["a"]
     state.assume(hog, "a")
 
 
@@ -317,7 +317,7 @@ class MemoOutOfRange(ScorePlugin):
         return "same"
 
     def score(self, cycle: CycleContext, nodes):
-        names = cycle.state.names_of(nodes.tolist())
+        names = cycle.state.nodes.names_of(nodes.tolist())
         return np.array([150 if name == "b" else 7 for name in names], dtype=np.int64)
 
 
@@ -345,8 +345,8 @@ def test_top_scores_equal_a_full_sort_by_total_then_tie_break() -> None:
     for seed in range(20):
         total = np.random.RandomState(seed).randint(0, 4, 40).astype(np.int64)
         p = pod(f"p{seed}")
-        ranked = rank(p, state, Scores(state.order(), total, {}), framework.keep_top_scores)
-        tie = tie_break_keys(p.uid, state.name_hash[state.order()]) >> np.uint64(24)
+        ranked = rank(p, state, Scores(state.nodes.order(), total, {}), framework.keep_top_scores)
+        tie = tie_break_keys(p.uid, state.name_hash[state.nodes.order()]) >> np.uint64(24)
         key = (total << 40) | ((1 << 40) - 1 - tie.astype(np.int64))
         assert ranked.tolist() == np.argsort(-key, kind="stable")[:10].tolist()
 

@@ -13,7 +13,7 @@ from .builders import GI, node, pod, selector, state_of, taint
 
 
 def _row(state: ClusterState, name: str) -> dict[str, int]:
-    slot = state.slot_of(name)
+    slot = state.nodes.slot_of(name)
     return {r: int(state.resources.requested[slot, state.resources.column(r)]) for r in state.resources.names}
 
 
@@ -51,7 +51,7 @@ def test_observe_pod_drops_finished_pods() -> None:
 def test_nonzero_requests_for_scoring() -> None:
     state = state_of(node("a"))
     state.assume(pod("p", cpu=0), "a")
-    slot = state.slot_of("a")
+    slot = state.nodes.slot_of("a")
     assert state.resources.nonzero_requested[slot, CPU] == 100
     assert state.resources.nonzero_requested[slot, MEMORY] == 200 * 2**20
     assert state.resources.requested[slot, CPU] == 0 and state.resources.requested[slot, PODS] == 1
@@ -72,7 +72,7 @@ def test_node_update_keeps_requests_and_reindexes_labels_and_taints() -> None:
     state = state_of(node("a", labels={"gpu": "h100"}))
     state.assume(pod("p", cpu=100), "a")
     state.upsert_node(node("a", labels={"gpu": "a100"}, taints=(taint("k"),), unschedulable=True))
-    slot = state.slot_of("a")
+    slot = state.nodes.slot_of("a")
     assert state.labels.value(("gpu"), int(state.labels.codes("gpu")[slot])) == "a100"
     assert state.taints.hard_nodes == 1 and state.unschedulable_nodes == 1
     assert _row(state, "a")["cpu"] == 100
@@ -83,17 +83,17 @@ def test_node_update_keeps_requests_and_reindexes_labels_and_taints() -> None:
 
 def test_order_is_by_name_whatever_the_insertion_order() -> None:
     state = state_of(node("c"), node("a"), node("b"))
-    assert state.names_of(state.order()) == ["a", "b", "c"]
+    assert state.nodes.names_of(state.nodes.order()) == ["a", "b", "c"]
     state.remove_node("a")
     state.upsert_node(node("aa"))
-    assert state.names_of(state.order()) == ["aa", "b", "c"]
+    assert state.nodes.names_of(state.nodes.order()) == ["aa", "b", "c"]
 
 
 def test_grows_beyond_the_initial_capacity() -> None:
     state = state_of(*(node(f"n{i:03d}", labels={"i": str(i)}) for i in range(200)))
-    assert state.capacity >= 200 and state.node_count == 200
-    assert state.names_of(state.order())[:2] == ["n000", "n001"]
-    slot = state.slot_of("n150")
+    assert state.capacity >= 200 and len(state.nodes) == 200
+    assert state.nodes.names_of(state.nodes.order())[:2] == ["n000", "n001"]
+    slot = state.nodes.slot_of("n150")
     assert state.labels.value("i", int(state.labels.codes("i")[slot])) == "150"
 
 
@@ -173,10 +173,10 @@ def test_extensions_are_replayed_on_attach_and_kept_current() -> None:
     recorder = _Recorder()
     state.attach(recorder)
     assert sorted(recorder.nodes.values()) == ["a", "b"]
-    assert recorder.held == {pod("p").uid: state.slot_of("b")}
+    assert recorder.held == {pod("p").uid: state.nodes.slot_of("b")}
     state.assume(pod("q"), "a")
     state.remove_pod(pod("p").uid)
-    assert recorder.held == {pod("q").uid: state.slot_of("a")}
+    assert recorder.held == {pod("q").uid: state.nodes.slot_of("a")}
     for i in range(100):
         state.upsert_node(node(f"x{i}"))
     assert recorder.capacity == state.capacity
@@ -194,6 +194,9 @@ def test_label_int_values_follow_go_parse_int() -> None:
     )
     numbers, valid = state.labels.int_values("n")
     codes = state.labels.codes("n")
-    got = {name: (bool(valid[codes[state.slot_of(name)]]), int(numbers[codes[state.slot_of(name)]])) for name in "abcd"}
+    got = {
+        name: (bool(valid[codes[state.nodes.slot_of(name)]]), int(numbers[codes[state.nodes.slot_of(name)]]))
+        for name in "abcd"
+    }
     assert got == {"a": (True, 42), "b": (True, -7), "c": (False, 0), "d": (False, 0)}
     assert np.array_equal(state.labels.codes("missing")[:4], np.zeros(4))

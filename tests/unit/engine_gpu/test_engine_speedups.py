@@ -119,6 +119,6 @@ def test_slots_in_name_order_or_not_give_the_same_decisions() -> None:
         for node in added:
             engine.upsert_node(node)
         runs.append([engine.schedule(pod).decision.to_json() for pod in pods])
-        runs[-1].append(engine.state.order_is_identity())
+        runs[-1].append(engine.state.nodes.order_is_identity())
     assert runs[0][-1] is True and runs[1][-1] is False
     assert runs[0][:-1] == runs[1][:-1]

@@ -54,10 +54,10 @@ def state_of(*nodes: NodeInfo, bound: tuple[PodInfo, ...] = ()) -> ClusterState:
 def scores(state: ClusterState, p: PodInfo, plugin: GpuBinPack | None = None) -> dict[str, int] | None:
     plugin = plugin or GpuBinPack()
     cycle = CycleContext(p, state, "berth")
-    nodes = state.order()
+    nodes = state.nodes.order()
     if plugin.pre_score(cycle, nodes).is_skip:
         return None
-    return dict(zip(state.names_of(nodes), (int(s) for s in plugin.score(cycle, nodes)), strict=True))
+    return dict(zip(state.nodes.names_of(nodes), (int(s) for s in plugin.score(cycle, nodes)), strict=True))
 
 
 def test_pods_without_gpu_are_packed_onto_the_fullest_gpu_node() -> None:

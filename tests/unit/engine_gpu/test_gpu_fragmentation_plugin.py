@@ -140,7 +140,7 @@ def test_scores_use_a_fixed_scale_not_min_max() -> None:
     plugin = sched.frameworks["berth"].plugins["GpuFragmentation"]
     state = state_with(sched, node("a", gpus=2), node("b", gpus=2), node("c", gpus=2))
     state.assume(pod("x", fraction=500), "b", (0,), 500)
-    nodes = state.order()
+    nodes = state.nodes.order()
     q = pod("q", fraction=250)
     cycle = CycleContext(q, state, "berth")
     plugin.pre_score(cycle, nodes)
@@ -161,9 +161,9 @@ def test_gpu_models_of_the_target_workload_are_honoured() -> None:
     sched = scheduler(learnFromCluster=False, targetWorkload=shapes)
     state = state_with(sched, node("a100", gpus=2, model="A100"), node("t4", gpus=2, model="T4"))
     plugin = sched.frameworks["berth"].plugins["GpuFragmentation"]
-    nodes = state.order()
+    nodes = state.nodes.order()
     scores = fresh_scores(plugin, pod("w", whole=1), state, nodes)
-    assert scores[list(state.node_names()).index("t4")] > scores[list(state.node_names()).index("a100")]
+    assert scores[list(state.nodes.names()).index("t4")] > scores[list(state.nodes.names()).index("a100")]
     assert sched.schedule(pod("w", whole=1), state, "berth").node == "t4"
     # A pod asking for a model carries it into its learned shape.
     assert shape_of(pod("m", whole=1, models=("A100", "H100"))) == (1000, 1, 1000, frozenset({"A100", "H100"}))
@@ -255,8 +255,8 @@ def test_cpu_only_pods_are_scored_only_when_there_are_gpus() -> None:
     with_gpus = state_with(sched, node("a"))
     without = state_with(sched, NodeInfo(name="c", allocatable={"cpu": 8000}))
     cpu_pod = pod("c", cpu=2000)
-    assert plugin.pre_score(CycleContext(cpu_pod, with_gpus, "berth"), with_gpus.order()).is_success
-    assert plugin.pre_score(CycleContext(cpu_pod, without, "berth"), without.order()).is_skip
+    assert plugin.pre_score(CycleContext(cpu_pod, with_gpus, "berth"), with_gpus.nodes.order()).is_success
+    assert plugin.pre_score(CycleContext(cpu_pod, without, "berth"), without.nodes.order()).is_skip
 
 
 def test_reserve_takes_the_device_fgd_chose() -> None:
@@ -291,8 +291,8 @@ def test_the_raw_score_is_score_placements_of_the_node_row() -> None:
     state.assume(pod("x", fraction=500, cpu=6000), "a", (2,), 500)
     p = pod("q", whole=1, cpu=1000)
     cycle = CycleContext(p, state, "berth")
-    plugin.pre_score(cycle, state.order())
-    raw = plugin.score(cycle, state.order())
+    plugin.pre_score(cycle, state.nodes.order())
+    raw = plugin.score(cycle, state.nodes.order())
     workload: TargetWorkload = plugin._configured
     expected = score_placements(
         np.array([[1000, 1000, 500, 1000]]),

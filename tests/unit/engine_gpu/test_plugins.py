@@ -85,10 +85,10 @@ def run_filter(state: ClusterState, p: PodInfo) -> dict[str, str | None]:
     cycle = CycleContext(p, state, "berth")
     plugin = GpuDeviceFit()
     plugin.pre_filter(cycle)
-    nodes = state.order()
+    nodes = state.nodes.order()
     result = plugin.filter(cycle, nodes)
     out: dict[str, str | None] = {}
-    for i, name in enumerate(state.names_of(nodes)):
+    for i, name in enumerate(state.nodes.names_of(nodes)):
         code = -1 if result.codes is None else int(result.codes[i])
         out[name] = None if code < 0 else result.statuses[code].message
     return out
@@ -112,20 +112,20 @@ def test_reserve_names_devices_and_assume_holds_them() -> None:
     state = state_of(dgx("a"), bound=(pod("nb", 2, node="a", devices=(0, 1)),))
     p = pod("tp", 4, locality="nvlink")
     cycle = CycleContext(p, state, "berth")
-    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
+    reserved = GpuDeviceFit().reserve(cycle, state.nodes.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
     assert reserved.gpu_devices == (4, 5, 6, 7)
     hash_before = state.snapshot_hash()
     state.assume(p, "a", reserved.gpu_devices)
-    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 2  # type: ignore[index]  # not None in this test's setup
+    assert int(gpu_inventory(state).full_count[state.nodes.slot_of("a")]) == 2  # type: ignore[index]  # not None in this test's setup
     state.forget("tp")
-    assert int(gpu_inventory(state).full_count[state.slot_of("a")]) == 6  # type: ignore[index]  # not None in this test's setup
+    assert int(gpu_inventory(state).full_count[state.nodes.slot_of("a")]) == 6  # type: ignore[index]  # not None in this test's setup
     assert state.snapshot_hash() == hash_before
 
 
 def test_shares_reserve_the_fullest_device_and_report_milli() -> None:
     state = state_of(dgx("a"), bound=(pod("s0", node="a", fraction=500),))
     cycle = CycleContext(pod("s1", fraction=250), state, "berth")
-    reserved = GpuDeviceFit().reserve(cycle, state.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
+    reserved = GpuDeviceFit().reserve(cycle, state.nodes.slot_of("a"))  # type: ignore[arg-type]  # a slot number as the plugin takes it
     assert (reserved.gpu_devices, reserved.gpu_milli) == ((0,), 250)
     state = state_of(dgx("a"), bound=tuple(pod(f"s{i}", node="a", fraction=750) for i in range(8)))
     assert run_filter(state, pod("big", fraction=500)) == {"a": "node(s) had no GPU device with 500 milli free"}
@@ -134,7 +134,7 @@ def test_shares_reserve_the_fullest_device_and_report_milli() -> None:
 def test_node_update_keeps_what_pods_hold() -> None:
     state = state_of(dgx("a"), bound=(pod("nb", 3, node="a"),))
     inv = gpu_inventory(state)
-    slot = state.slot_of("a")
+    slot = state.nodes.slot_of("a")
     assert int(inv.full_count[slot]) == 5  # type: ignore[index]  # not None in this test's setup
     state.upsert_node(dgx("a", unhealthy=(7,)))
     assert int(inv.full_count[slot]) == 4  # type: ignore[index]  # not None in this test's setup
@@ -143,7 +143,7 @@ def test_node_update_keeps_what_pods_hold() -> None:
 def test_scores_prefer_packed_nodes_and_linked_sets() -> None:
     state = state_of(dgx("a"), dgx("b"), bound=(pod("x", 4, node="a", devices=(0, 1, 2, 3)),))
     cycle = CycleContext(pod("p", 2), state, "berth")
-    nodes = state.order()
+    nodes = state.nodes.order()
     assert list(GpuBinPack().score(cycle, nodes)) == [75, 25]
     fitness = GpuTopologyFitness().score(cycle, nodes)
     assert list(fitness) == [100, 100]
@@ -166,14 +166,14 @@ class Probe:
 def preempt(state: ClusterState, p: PodInfo, unresolvable: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]  # a test helper
     cycle = CycleContext(p, state, "berth")
     cycle.data[PROBE] = Probe()
-    nodes = state.order()
+    nodes = state.nodes.order()
     from berth.core.framework import Status
 
     statuses = (
         Status.unschedulable("Insufficient nvidia.com/gpu"),
         Status.unresolvable("node(s) had untolerated taint {a: b}"),
     )
-    codes = np.array([1 if name in unresolvable else 0 for name in state.names_of(nodes)], dtype=np.int32)
+    codes = np.array([1 if name in unresolvable else 0 for name in state.nodes.names_of(nodes)], dtype=np.int32)
     diagnosis = Diagnosis(nodes=nodes, node_codes=codes, statuses=statuses)
     hash_before = state.snapshot_hash()
     result = DefaultPreemption().post_filter(cycle, diagnosis)

@@ -35,13 +35,13 @@ def scores(plugin: object, nodes: list[NodeInfo], p: PodInfo, bound: tuple[PodIn
     for b in bound:
         state.upsert_bound_pod(b)
     cycle = CycleContext(p, state, "berth")
-    order = state.order()
+    order = state.nodes.order()
     pre = getattr(plugin, "pre_score", None)
     if pre is not None and pre(cycle, order).is_skip:
-        return {name: None for name in state.names_of(order)}
+        return {name: None for name in state.nodes.names_of(order)}
     raw = plugin.score(cycle, order)  # type: ignore[attr-defined]  # the scoring plugins have score()
     normalized = plugin.normalize_score(cycle, order, raw)  # type: ignore[attr-defined]  # the scoring plugins have normalize_score()
-    return dict(zip(state.names_of(order), (int(v) for v in normalized), strict=True))
+    return dict(zip(state.nodes.names_of(order), (int(v) for v in normalized), strict=True))
 
 
 @pytest.mark.parametrize(
