@@ -9,9 +9,9 @@ the official client's hook re-reads the whole kubeconfig each time, which per re
 more than the request. Each request names its method and API path
 (:mod:`.kube_paths`) and carries its body as built by :mod:`.kube_outcomes`: the generated
 per-endpoint methods would validate every argument with pydantic and walk the body again before
-sending it — with their threads, three times the binder's CPU per binding (measured against a
-real kube-apiserver 1.34: 1.1 ms for a binding and its event through the synchronous methods on
-threads, 0.8 through the asyncio methods, 0.35 this way).
+sending it. Measured against a real kube-apiserver 1.34, a binding and its event cost the binder
+1.1 ms of CPU through the synchronous methods on threads, 0.8 through the asyncio methods, and
+0.6 this way.
 
 Every request first takes a token from a limiter, so ``--qps``/``--burst`` bound the API rate as
 client-go's flags do; at most ``max_in_flight`` are on the wire at once (the connection pool).
