@@ -46,10 +46,10 @@ import numpy as np
 
 from berth.core.config import parse_config
 from berth.core.engine import Engine
+from berth.core.placed_pods import PlacedPod
 from berth.core.plugins.gpu_extension import gpu_inventory
 from berth.core.preemption import disruptions_allowed, selector_matches
 from berth.core.scheduler import Framework
-from berth.core.state import PlacedPod
 from berth.core.taints import tolerated_by_any
 from berth.schemas.cluster import PodInfo, Taint
 from berth.schemas.descheduler import (

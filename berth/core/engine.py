@@ -33,8 +33,9 @@ from berth.core.decision import Decision
 from berth.core.gangs import LABEL_NETWORK_BLOCK, LABEL_ZONE, place_gang
 from berth.core.observe import CycleObserver
 from berth.core.plugins.gpu_devices import gpu_inventory
+from berth.core.resource_columns import CPU
 from berth.core.scheduler import Framework, Scheduler
-from berth.core.state import CPU, ClusterState
+from berth.core.state import ClusterState
 from berth.schemas.cluster import NodeInfo, PodInfo
 from berth.schemas.policy import PolicyObserved
 from berth.schemas.scheduler import NodeVerdict, RejectedNodes

@@ -40,31 +40,11 @@ from berth.core.node_labels import LabelIndex, TaintIndex, grow_rows
 from berth.core.node_slots import NodeSlots
 from berth.core.placed_pods import PlacedPod, PlacedPodIndex, placement_digest
 from berth.core.policy_store import PolicyStore
-from berth.core.resource_columns import (
-    CPU,
-    DEFAULT_MEMORY_REQUEST,
-    DEFAULT_MILLI_CPU_REQUEST,
-    EPHEMERAL_STORAGE,
-    FIXED_RESOURCES,
-    MEMORY,
-    PODS,
-    ResourceColumns,
-)
+from berth.core.resource_columns import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceColumns
 from berth.schemas._base import FrozenModel
 from berth.schemas.cluster import NodeInfo, PodInfo
 
-__all__ = [
-    "CPU",
-    "DEFAULT_MEMORY_REQUEST",
-    "DEFAULT_MILLI_CPU_REQUEST",
-    "EPHEMERAL_STORAGE",
-    "FIXED_RESOURCES",
-    "MEMORY",
-    "PODS",
-    "ClusterState",
-    "PlacedPod",
-    "StateExtension",
-]
+__all__ = ["ClusterState", "StateExtension"]
 
 _INITIAL_CAPACITY = 64
 

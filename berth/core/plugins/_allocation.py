@@ -16,13 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core.framework import NodeArray
-from berth.core.state import (
-    CPU,
-    DEFAULT_MEMORY_REQUEST,
-    DEFAULT_MILLI_CPU_REQUEST,
-    MEMORY,
-    ClusterState,
-)
+from berth.core.resource_columns import CPU, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, MEMORY
+from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
 __all__ = ["is_extended", "pod_request", "requested_and_allocatable"]

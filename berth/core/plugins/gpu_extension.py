@@ -9,8 +9,9 @@ those plugin modules depend on it rather than on one another.
 
 from __future__ import annotations
 
+from berth.core.placed_pods import PlacedPod
 from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory
-from berth.core.state import ClusterState, PlacedPod, StateExtension
+from berth.core.state import ClusterState, StateExtension
 from berth.schemas.cluster import NodeInfo
 
 __all__ = ["GpuDeviceExtension", "gpu_inventory"]

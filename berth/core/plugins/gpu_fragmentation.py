@@ -68,9 +68,11 @@ from berth.core.gpu.fragmentation import (
     weighted_fragmentation_batch,
     weighted_fragmentation_one,
 )
+from berth.core.placed_pods import PlacedPod
 from berth.core.plugins.gpu_extension import gpu_inventory
 from berth.core.plugins.gpu_inventory import GpuRequest
-from berth.core.state import CPU, ClusterState, PlacedPod
+from berth.core.resource_columns import CPU
+from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
 
 __all__ = [

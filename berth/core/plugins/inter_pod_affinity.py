@@ -54,7 +54,8 @@ from berth.core.framework import (
     Status,
 )
 from berth.core.labels import NOTHING, CompiledSelector, Requirement, compile_selector
-from berth.core.state import ClusterState, PlacedPod
+from berth.core.placed_pods import PlacedPod
+from berth.core.state import ClusterState
 from berth.schemas.cluster import PodAffinityTerm, PodInfo
 
 __all__ = ["NAME", "AffinityTerm", "InterPodAffinity", "InterPodAffinityArgs", "PodTerms", "compile_terms"]

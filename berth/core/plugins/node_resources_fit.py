@@ -38,7 +38,7 @@ from berth.core.framework import (
 )
 from berth.core.plugins._allocation import requested_and_allocatable
 from berth.core.plugins._normalize import go_div
-from berth.core.state import PODS
+from berth.core.resource_columns import PODS
 from berth.schemas.cluster import PodInfo
 
 __all__ = ["NAME", "NodeResourcesFit", "NodeResourcesFitArgs", "ScoringStrategy", "resource_scores"]

@@ -37,8 +37,9 @@ from berth.core.framework import (
     PostFilterResult,
     Status,
 )
+from berth.core.placed_pods import PlacedPod
 from berth.core.preemption import Candidate, disruptions_allowed, pick_candidate, select_victims
-from berth.core.state import ClusterState, PlacedPod
+from berth.core.state import ClusterState
 from berth.schemas.policy import PodDisruptionBudgetInfo
 
 __all__ = ["PROBE", "DefaultPreemption", "FeasibilityProbe", "FrameworkProbe"]

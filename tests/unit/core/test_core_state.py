@@ -7,7 +7,9 @@ import pytest
 
 from berth.core.framework import StateExtension
 from berth.core.labels import compile_selector
-from berth.core.state import CPU, MEMORY, PODS, ClusterState, PlacedPod
+from berth.core.placed_pods import PlacedPod
+from berth.core.resource_columns import CPU, MEMORY, PODS
+from berth.core.state import ClusterState
 
 from .builders import GI, node, pod, selector, state_of, taint
 
