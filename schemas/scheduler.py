@@ -345,6 +345,17 @@ class CommandResult(FrozenModel):
     def subject(self) -> str:
         return self.target or self.command_id
 
+    @property
+    def concerns_issuing_cell(self) -> bool:
+        """Whether the issuing cell must read this result in its input log.
+
+        Only a command that did not apply changes the cell's state (its pods are queued again,
+        its victims restored). An applied command is confirmed by the cluster itself, as
+        kube-scheduler's assumed pods are: the pods bound (or evicted) reach the cell as pod
+        events, so copying the result too would cost a record per pod and tell it nothing.
+        """
+        return self.status != "applied"
+
 
 class NodeVerdict(FrozenModel):
     """One node's part in a decision: why it was filtered out, or its score per plugin."""

@@ -143,7 +143,8 @@ class StandInCluster:
                     except queue.Empty:
                         break
                     result = CommandResult.of(command, "applied", wall)
-                    await outputs.result(result, command.cell)
+                    # As the binder: an applied result reaches the cell as the bound pod's event.
+                    await outputs.result(result, command.cell if result.concerns_issuing_cell else None)
                     for placement in command.placements:
                         pod = self._pods.get(placement.pod_uid)
                         if pod is None or pod.node_name:

@@ -8,7 +8,8 @@ pods placed but not yet confirmed.
   ``active`` at once, as kube moves its unschedulable pods on a cluster event;
 - ``assumed`` and ``in_flight``: pods the cell placed whose binding the cluster has not
   confirmed; the engine holds them as assumed, so nothing is allocated twice before the
-  inventory catches up; a failed command releases them and queues them again;
+  inventory catches up; the pod's bound event confirms it, a failed command releases it and
+  queues it again;
 - ``evicting``: preemption victims whose room is promised to their preemptor, so a late "still
   bound" echo must not bring them back; ``bound``: pods the cluster reported bound (a binding is
   final, so an unbound observation of one is an old event delivered again).
@@ -132,11 +133,27 @@ def observe_bound(queue: QueueState, engine: Engine, pod: PodInfo) -> bool:
     confirmed, or by anyone else) and is no longer pending or assumed."""
     if pod.uid in queue.evicting:
         return False
-    queue.assumed.pop(pod.uid, None)
+    _settle_assumed(queue, pod.uid)
     forget_pod(queue, pod.uid)
     queue.bound.add(pod.uid)
     engine.upsert_bound_pod(pod)
     return True
+
+
+def _settle_assumed(queue: QueueState, uid: str) -> None:
+    """The cluster bound an assumed pod: its command no longer waits for it.
+
+    This is what confirms an applied placement: the binder sends the cell only the results of
+    commands that did not apply (:attr:`~berth.schemas.CommandResult.concerns_issuing_cell`).
+    """
+    command_id = queue.assumed.pop(uid, None)
+    if command_id is None:
+        return
+    waiting = tuple(other for other in queue.in_flight.get(command_id, ()) if other != uid)
+    if waiting:
+        queue.in_flight[command_id] = waiting
+    else:
+        queue.in_flight.pop(command_id, None)
 
 
 def is_schedulable_here(queue: QueueState, pod: PodInfo) -> bool:
@@ -159,7 +176,11 @@ def observe_pending(queue: QueueState, pod: PodInfo, position: InputPosition) ->
 
 
 def pod_deleted(queue: QueueState, uid: str) -> bool:
-    """The pod is gone. True when it was a preemption victim (its node may be released)."""
+    """The pod is gone. True when it was a preemption victim (its node may be released).
+
+    An assumed pod deleted before its binding was seen is no longer assumed; its command stays
+    in flight: its binding fails for want of the pod, and that result restores any victims."""
+    queue.assumed.pop(uid, None)
     forget_pod(queue, uid)
     queue.bound.discard(uid)
     return queue.evicting.pop(uid, None) is not None

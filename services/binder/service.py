@@ -5,10 +5,11 @@ committed decision transactions). For each batch:
 
 1. applies the commands through the :class:`~.applier.Binder`: commands with the same partition
    key (pod UID, pool, node) one after another in log order, others concurrently (bounded);
-2. publishes each :class:`CommandResult` to ``berth.scheduler.results.v1`` (for audit) and to the
-   issuing cell's partition of ``berth.scheduler.inputs.v1`` (``partition = command.cell``, so the
-   decision cell learns the outcome in its ordered log); failed commands also go, whole, to
-   ``berth.deadletter.v1`` with the reason;
+2. publishes each :class:`CommandResult` to ``berth.scheduler.results.v1`` (for audit) and, when
+   the command did not apply (:attr:`CommandResult.concerns_issuing_cell`), to the issuing cell's
+   partition of ``berth.scheduler.inputs.v1`` (``partition = command.cell``, so the decision cell
+   learns the failure in its ordered log; an applied binding reaches it as the bound pod's event);
+   failed commands also go, whole, to ``berth.deadletter.v1`` with the reason;
 3. waits until the broker has all of that, then commits the batch's offsets.
 
 With ``report_unschedulable`` (on by default with the Kubernetes backend), a second consumer
@@ -127,7 +128,8 @@ class CommandHandler:
         else:
             async with self._slots:
                 verdict = await self.binder.apply(command)
-        await self.outputs.result(verdict.result, command.cell if known_cell else None)
+        copy_to = command.cell if known_cell and verdict.result.concerns_issuing_cell else None
+        await self.outputs.result(verdict.result, copy_to)
         if verdict.dead_letter_reason is not None:
             await self.outputs.dead_letter(
                 dead_letter_for(

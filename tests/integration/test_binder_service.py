@@ -223,10 +223,11 @@ async def _positions(kafka: KafkaSettings) -> dict[str, dict[int, int]]:
     }
 
 
-def test_place_pods_is_applied_reported_to_its_cell_and_bound_once(cluster: Cluster):
+def test_place_pods_is_applied_bound_once_and_its_cell_hears_of_it_from_the_pod(cluster: Cluster):
     kafka = cluster.kafka
     command = cluster.place("solo", devices=(2,))
     uid = command.placements[0].pod_uid
+    missing = cluster.place("it-never-created-" + uuid.uuid4().hex[:6], uid="uid-nobody-solo")
 
     async def scenario() -> None:
         start = await _positions(kafka)
@@ -237,12 +238,23 @@ def test_place_pods_is_applied_reported_to_its_cell_and_bound_once(cluster: Clus
             f"ml/{cluster.pods['solo']}",
             command.decision_id,
         )
-        [(partition, _, echoed)] = await read_from(
-            kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name], _result_of(command)
-        )
-        assert partition == CELL and echoed == result
         [(_, _, bound)] = await read_from(kafka, PODS.name, start[PODS.name], _bound(uid), settle=2)
         assert (bound.pod.node_name, bound.pod.gpu_devices) == (cluster.node, (2,))
+        # A conflict sent after it is copied to the same cell partition by the same producer:
+        # had the applied result been copied, it would come before the conflict there.
+        await _publish(kafka, missing)
+        [(partition, conflict_offset, _)] = await read_from(
+            kafka, DECISION_INPUTS.name, start[DECISION_INPUTS.name], _result_of(missing)
+        )
+        assert partition == CELL
+        ids = {command.command_id, missing.command_id}
+        before = await read_from(
+            kafka,
+            DECISION_INPUTS.name,
+            start[DECISION_INPUTS.name],
+            lambda event: isinstance(event, CommandResult) and event.command_id in ids,
+        )
+        assert [(p, o) for p, o, _ in before] == [(CELL, conflict_offset)]
 
     asyncio.run(scenario())
 

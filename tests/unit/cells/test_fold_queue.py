@@ -256,6 +256,41 @@ def test_on_result_forgets_the_command_whatever_came_of_it():
     assert on_result(queue, real, result("failed")) == (False, set())  # too late: already settled
 
 
+def bound_copy(uid: str, node: str = "n1"):
+    return pending(uid, uid=uid).model_copy(update={"node_name": node, "phase": "Running"})
+
+
+def test_the_bound_event_confirms_a_placement_without_its_result():
+    # The binder sends the cell no result for an applied command: the pod's bound event must
+    # settle the command, or in_flight would grow by one entry per placement.
+    queue, real = placed_in_flight()
+    assert observe_bound(queue, real, bound_copy("p"))
+    assert (queue.in_flight, queue.assumed, "p" in queue.pending) == ({}, {}, False)
+    assert on_result(queue, real, result("failed")) == (False, set())  # nothing left to release
+    assert real.state.pods.get("p") is not None
+
+
+def test_a_gang_placement_waits_for_each_member_it_placed():
+    real = engine()
+    real.upsert_node(small_node("n1"))
+    queue = fed(("a", 0, 1), ("b", 0, 2))
+    queue.in_flight["cmd-g"] = ("a", "b")
+    queue.assumed.update({"a": "cmd-g", "b": "cmd-g"})
+    observe_bound(queue, real, bound_copy("a"))
+    assert (queue.in_flight, queue.assumed) == ({"cmd-g": ("b",)}, {"b": "cmd-g"})
+    observe_bound(queue, real, bound_copy("b"))
+    assert (queue.in_flight, queue.assumed) == ({}, {})
+
+
+def test_an_assumed_pod_deleted_before_its_binding_keeps_its_command_for_the_failure_result():
+    queue, real = placed_in_flight()
+    pod_deleted(queue, "p")
+    real.delete_pod("p")
+    assert (queue.assumed, queue.in_flight) == ({}, {"cmd-1": ("p",)})
+    released, restored = on_result(queue, real, result("conflict", reason="pod not found"))
+    assert (released, restored, queue.in_flight) == (False, {"v"}, {})
+
+
 # -- shape --------------------------------------------------------------------------------------
 
 

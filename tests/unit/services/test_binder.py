@@ -298,7 +298,7 @@ async def test_an_eviction_keeps_a_pod_with_the_volumes_its_command_protects():
 # --- the handler: routing, ordering --------------------------------------------------------------
 
 
-async def test_results_go_to_the_issuing_cell():
+async def test_results_that_did_not_apply_go_to_the_issuing_cell():
     fake = cluster("p1", "p2")
     outputs = RecordingOutputs()
     handler = CommandHandler(binder(fake), outputs)
@@ -306,11 +306,14 @@ async def test_results_go_to_the_issuing_cell():
         [
             (place(("p1", "node-a"), command_id="a", cell=1), source(1)),
             (place(("p2", "node-a"), command_id="b", cell=0), source(2)),
+            (place(("p3", "node-a"), command_id="c", cell=1), source(3)),  # no such pod
         ]
     )
-    assert sorted((cell, r.command_id, r.status) for cell, r in outputs.results) == [
-        (0, "b", "applied"),
-        (1, "a", "applied"),
+    # An applied placement reaches its cell as the bound pod's event; only the conflict is copied.
+    assert sorted((r.command_id, cell, r.status) for cell, r in outputs.results) == [
+        ("a", None, "applied"),
+        ("b", None, "applied"),
+        ("c", 1, "conflict"),
     ]
     assert outputs.dead_letters == []
 
