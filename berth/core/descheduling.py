@@ -158,8 +158,8 @@ def gpu_fragments(engine: Engine) -> tuple[int, int]:
     for any pod that needs a whole device."""
     inventory = gpu_inventory(engine.state)
     live = engine.state.nodes.order()
-    free = int(inventory.node_free[live].sum())
-    whole = int(inventory.full_count[live].sum())
+    free = int(inventory.devices.node_free[live].sum())
+    whole = int(inventory.devices.full_count[live].sum())
     return whole, free - 1000 * whole
 
 
@@ -465,8 +465,8 @@ class _LowNodeUtilization:
         for resource in resources:
             if resource == GPU:
                 inventory = gpu_inventory(self.state)
-                total = int(inventory.total_milli()[slot])
-                used = int(inventory.used_milli()[slot])
+                total = int(inventory.devices.total_milli()[slot])
+                used = int(inventory.devices.used_milli()[slot])
             else:
                 column = self.state.resources.column(resource)
                 if column is None:
@@ -530,11 +530,11 @@ class _GpuDefragmentation:
             for device in placed.gpu_devices:
                 freed[device] += share
         whole = 0
-        for column in range(inventory.width):
-            device = int(inventory.dev_index[slot, column])
-            if device < 0 or not inventory.usable[slot, column]:
+        for column in range(inventory.devices.width):
+            device = int(inventory.devices.dev_index[slot, column])
+            if device < 0 or not inventory.devices.usable[slot, column]:
                 continue
-            whole += int(inventory.free_milli[slot, column]) + freed[device] >= 1000
+            whole += int(inventory.devices.free_milli[slot, column]) + freed[device] >= 1000
         return whole
 
     def _fits_without(self, pending: PodInfo, node: str, removed: Sequence[PodInfo]) -> bool:

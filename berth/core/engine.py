@@ -351,7 +351,7 @@ class Engine:
 
     def gpu_milli_used(self) -> int:
         """GPU milli held across the state (whole devices and shares; MIG slices not counted)."""
-        return int(gpu_inventory(self._state).used_milli().sum())
+        return int(gpu_inventory(self._state).devices.used_milli().sum())
 
     def _scored_framework(self, profile: str, extra: tuple[tuple[str, int], ...]) -> Framework:
         """The profile with ``extra`` Score plugins appended (built once per combination)."""
@@ -399,7 +399,7 @@ class _GangHost:
         live = state.nodes.order()
         gpus = sum(p.whole_gpus for p in pods)
         if gpus:
-            capacity = gpu_inventory(state).full_count[live]
+            capacity = gpu_inventory(state).devices.full_count[live]
             demand = gpus
         else:
             capacity = state.resources.allocatable[live, CPU] - state.resources.requested[live, CPU]

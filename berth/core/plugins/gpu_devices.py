@@ -50,7 +50,7 @@ from berth.core.framework import (
 from berth.core.plugins._allocation import requested_and_allocatable
 from berth.core.plugins.gpu_extension import GpuDeviceExtension, gpu_inventory
 from berth.core.plugins.gpu_fragmentation import DEVICE_HINT, GpuFragmentation
-from berth.core.plugins.gpu_inventory import MILLI, GpuMisfit, GpuRequest
+from berth.core.plugins.gpu_requests import MILLI, GpuMisfit, GpuRequest
 from berth.core.plugins.node_resources_fit import ResourceSpec, ScoringStrategy, resource_scores
 
 __all__ = [
@@ -117,7 +117,7 @@ class GpuDeviceFit(PreFilterPlugin, FilterPlugin, ReservePlugin):
             # device when it fits (its measure ignores device memory), else bin-pack as usual.
             column = hint.column(node)
             if column >= 0:
-                allocation = inv.share_at(node, request, column)
+                allocation = inv.shares.at(node, request, column)
         if allocation is None:
             allocation = inv.choose(node, request)
         if allocation is None:  # the filter said yes; only a bug gets here
@@ -183,7 +183,7 @@ class GpuBinPack(_GpuScore):
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         if _request(cycle).wants_gpu:
             return Status.success()
-        if self.args.pack_pods_without_gpu and gpu_inventory(cycle.state).node_total.any():  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
+        if self.args.pack_pods_without_gpu and gpu_inventory(cycle.state).devices.node_total.any():  # type: ignore[attr-defined]  # self.args is typed as the base PluginArgs
             cycle.data[_NO_GPU] = True
             return Status.success()
         return Status.skip()
@@ -204,8 +204,8 @@ class GpuBinPack(_GpuScore):
             )
             packed = resource_scores(NO_GPU_PACKING, columns, len(nodes))
             rows = np.asarray(nodes, dtype=np.intp)
-            total = inv.node_total[rows]
-            idle = (total > 0) & (inv.node_free[rows] == total)
+            total = inv.devices.node_total[rows]
+            idle = (total > 0) & (inv.devices.node_free[rows] == total)
             packed = np.where(idle, np.maximum(packed - IDLE_GPU_NODE_PENALTY, 0), packed)
             return np.where(total == 0, MAX_NODE_SCORE, packed)
         request = _request(cycle)
@@ -213,35 +213,35 @@ class GpuBinPack(_GpuScore):
             need = request.whole * MILLI
 
             def whole(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
-                total = inv.node_total[rows]
-                used = total - inv.node_free[rows]
+                total = inv.devices.node_total[rows]
+                used = total - inv.devices.node_free[rows]
                 score: npt.NDArray[np.int64] = np.minimum(
                     MAX_NODE_SCORE * (used + need) // np.maximum(total, 1), MAX_NODE_SCORE
                 )
                 return score
 
-            return inv.per_slot((self.NAME, request.whole), whole).take(nodes)
+            return inv.row_caches.per_slot((self.NAME, request.whole), whole).take(nodes)
         if request.is_share:
 
             def share(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
-                best_col, best_free = inv.share_choice(request)
+                best_col, best_free = inv.shares.choice(request)
                 col, free = best_col[rows], best_free[rows]
                 if request.milli:
                     take: int | npt.NDArray[np.int64] = request.milli
                 else:  # a memory-only share takes its proportion of the chosen device
-                    milli, _ = inv._share_need(request)
+                    milli, _ = inv.shares.need(request)
                     take = milli[rows, np.maximum(col, 0)]
-                total = inv.node_total[rows]
-                used = total - inv.node_free[rows]
+                total = inv.devices.node_total[rows]
+                used = total - inv.devices.node_free[rows]
                 node_part = (MAX_NODE_SCORE // 2) * (used + take) // np.maximum(total, 1)
                 device_part = (MAX_NODE_SCORE // 2) * np.minimum(MILLI - free + take, MILLI) // MILLI
                 return np.where(col >= 0, np.minimum(node_part + device_part, MAX_NODE_SCORE), 0)
 
-            return inv.per_slot((self.NAME, "share", request.milli, request.memory_mib), share).take(nodes)
+            return inv.row_caches.per_slot((self.NAME, "share", request.milli, request.memory_mib), share).take(nodes)
         scores = np.zeros(len(nodes), dtype=np.int64)
         for profile, count in request.mig:
-            free = inv.mig_free.get(profile)
-            total_p = inv.mig_total.get(profile)
+            free = inv.devices.mig_free.get(profile)
+            total_p = inv.devices.mig_total.get(profile)
             if free is None or total_p is None:
                 continue
             t = total_p.sum(axis=1)[nodes]
@@ -273,11 +273,11 @@ class GpuAvailability(PreScorePlugin, ScorePlugin):
     def score(self, cycle: CycleContext, nodes: NodeArray) -> npt.NDArray[np.int64]:
         inv = gpu_inventory(cycle.state)
         request = _request(cycle)
-        total = inv.total_milli()[nodes]
+        total = inv.devices.total_milli()[nodes]
         if not request.wants_gpu:
-            has_gpu = (total > 0) | (inv.device_count[nodes] > 0)
+            has_gpu = (total > 0) | (inv.devices.device_count[nodes] > 0)
             return np.where(has_gpu, 0, MAX_NODE_SCORE).astype(np.int64)
-        free = total - inv.used_milli()[nodes]
+        free = total - inv.devices.used_milli()[nodes]
         need = request.whole * MILLI if request.whole else request.milli
         score: npt.NDArray[np.int64] = (MAX_NODE_SCORE * np.maximum(free - need, 0) // np.maximum(total, 1)).astype(
             np.int64

@@ -10,7 +10,8 @@ those plugin modules depend on it rather than on one another.
 from __future__ import annotations
 
 from berth.core.placed_pods import PlacedPod
-from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory
+from berth.core.plugins.gpu_inventory import GpuInventory
+from berth.core.plugins.gpu_requests import GpuAllocation
 from berth.core.state import ClusterState, StateExtension
 from berth.schemas.cluster import NodeInfo
 
@@ -44,7 +45,7 @@ class GpuDeviceExtension(StateExtension):
         kept = self._by_slot.get(slot, {})
         for uid, allocation in list(kept.items()):
             # Devices the new description no longer has are dropped from the claim.
-            known = set(int(d) for d in self.inventory.dev_index[slot] if d >= 0)
+            known = set(int(d) for d in self.inventory.devices.dev_index[slot] if d >= 0)
             trimmed = GpuAllocation(
                 devices=tuple(d for d in allocation.devices if d in known),
                 milli=allocation.milli,
@@ -64,7 +65,7 @@ class GpuDeviceExtension(StateExtension):
         if slot is None:
             return
         # Any pod changes the node's free CPU, which fragmentation scores read too.
-        self.inventory.touch(slot)
+        self.inventory.row_caches.touch(slot)
         pod = placed.pod
         # An assumed pod carries its devices in the placement; a bound one in its PodInfo.
         devices = placed.gpu_devices or pod.gpu_devices
@@ -83,7 +84,7 @@ class GpuDeviceExtension(StateExtension):
 
     def pod_removed(self, slot: int | None, placed: PlacedPod) -> None:
         if slot is not None:
-            self.inventory.touch(slot)
+            self.inventory.row_caches.touch(slot)
         entry = self.held.pop(placed.pod.uid, None)
         if entry is None:
             return

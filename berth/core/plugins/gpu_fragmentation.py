@@ -70,7 +70,7 @@ from berth.core.gpu.fragmentation import (
 )
 from berth.core.placed_pods import PlacedPod
 from berth.core.plugins.gpu_extension import gpu_inventory
-from berth.core.plugins.gpu_inventory import GpuRequest
+from berth.core.plugins.gpu_requests import GpuRequest
 from berth.core.resource_columns import CPU
 from berth.core.state import ClusterState
 from berth.schemas.cluster import PodInfo
@@ -413,7 +413,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
 
     def pre_score(self, cycle: CycleContext, nodes: NodeArray) -> Status:
         shape = shape_of(cycle.pod)
-        if shape is None or not gpu_inventory(cycle.state).node_total.any():
+        if shape is None or not gpu_inventory(cycle.state).devices.node_total.any():
             return Status.skip()  # nothing the measure understands, or no GPUs to fragment
         cycle.data[_SHAPE] = shape
         self._cycle_workload(cycle)
@@ -439,13 +439,15 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         workload_id, workload = self._cycle_workload(cycle)
         inv = gpu_inventory(cycle.state)
         rows = np.asarray(nodes, dtype=np.intp)
-        free = np.where(inv.usable[rows], inv.free_milli[rows], 0)
+        free = np.where(inv.devices.usable[rows], inv.devices.free_milli[rows], 0)
         cpu = _free_cpu(cycle.state, rows)
         constrained = any(workload.allowed_models)
         if len(rows) <= _DEDUPE_ABOVE:
             return self._small(cycle, rows, free, cpu, shape, workload_id, workload, constrained)
         if constrained:
-            access = workload.model_access([inv.models[row][0] if inv.models[row] else None for row in rows.tolist()])
+            access = workload.model_access(
+                [inv.devices.models[row][0] if inv.devices.models[row] else None for row in rows.tolist()]
+            )
         if len(rows) > _DEDUPE_ABOVE and not constrained:
             # Nodes in the same state (free milli per device, free CPU) score the same: score
             # each distinct state once. A big cluster has few (identical empty nodes, ...).
@@ -471,7 +473,7 @@ class GpuFragmentation(PreScorePlugin, ScorePlugin):
         pass through the same states again and again — and score only the new ones."""
         extension: WorkloadExtension = cycle.state.ensure_extension(WorkloadExtension)  # type: ignore[assignment]  # ensure_extension is typed by the extension base class
         results = extension.results
-        models = gpu_inventory(cycle.state).models
+        models = gpu_inventory(cycle.state).devices.models
         workload_key = workload_id or extension.configured_id(self._configured_pairs, self._configured)
         keys = [
             (shape, workload_key, c, models[r][0] if (constrained and models[r]) else None, *f)

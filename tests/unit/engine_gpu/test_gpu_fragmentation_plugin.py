@@ -95,10 +95,12 @@ def fresh_scores(plugin: GpuFragmentation, p: PodInfo, state: ClusterState, node
     cycle = CycleContext(p, state, "berth")
     assert plugin.pre_score(cycle, nodes).is_success
     inv = gpu_inventory(state)
-    free = np.where(inv.usable[nodes], inv.free_milli[nodes], 0)
+    free = np.where(inv.devices.usable[nodes], inv.devices.free_milli[nodes], 0)
     cpu = state.resources.allocatable_of(0, nodes) - state.resources.requested_of(0, nodes)
     workload = cycle.data["GpuFragmentation"][1]
-    access = workload.model_access([inv.models[n][0] if inv.models[n] else None for n in nodes.tolist()])
+    access = workload.model_access(
+        [inv.devices.models[n][0] if inv.devices.models[n] else None for n in nodes.tolist()]
+    )
     raw = plugin._raw(free, cpu, access, shape_of(p), workload)
     return plugin.normalize_score(cycle, nodes, raw)
 
@@ -281,7 +283,7 @@ def test_reserve_takes_the_device_fgd_chose() -> None:
         state.assume(pod("x", fraction=700), "a", (1,), 700)
         decision = sched.schedule(pod("q", fraction=250), state, "berth")
         assert decision.gpu_devices == expected, weight
-    assert gpu_inventory(state).describe(0)[1]["free_milli"] == 300
+    assert gpu_inventory(state).devices.describe(0)[1]["free_milli"] == 300
 
 
 def test_the_raw_score_is_score_placements_of_the_node_row() -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo, PodInfo
 
-from berth.core.plugins.gpu_inventory import GpuAllocation, GpuInventory, GpuRequest
+from berth.core.plugins.gpu_inventory import GpuInventory
+from berth.core.plugins.gpu_requests import GpuAllocation, GpuRequest
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -98,7 +99,7 @@ def test_shares_pack_onto_the_most_used_device_that_fits() -> None:
     assert placed == [0, 0, 0, 0, 1]  # device 0 fills up before device 1 is touched
     half = inv.choose(0, GpuRequest(milli=500))
     assert half is not None and half.devices == (1,)  # the partly used device, not a fresh one
-    assert inv.describe(0)[0] == {"free_milli": 0, "mem_free": 0}
+    assert inv.devices.describe(0)[0] == {"free_milli": 0, "mem_free": 0}
 
 
 def test_share_memory_is_checked_per_device() -> None:
@@ -112,7 +113,7 @@ def test_share_memory_is_checked_per_device() -> None:
 def test_a_device_with_a_share_is_not_a_whole_gpu() -> None:
     inv = GpuInventory.of([dgx()])
     inv.allocate(0, GpuAllocation(devices=(0,), milli=250, memory_mib=10240))
-    assert int(inv.full_count[0]) == 7
+    assert int(inv.devices.full_count[0]) == 7
     assert inv.choose(0, GpuRequest(whole=4, locality="nvlink")).devices == (4, 5, 6, 7)  # type: ignore[union-attr]  # not None in this test's setup
 
 
@@ -138,13 +139,13 @@ def test_allocate_and_release_are_inverse() -> None:
     for row, allocation in allocations:
         assert allocation is not None
         inv.allocate(row, allocation)
-    assert not np.array_equal(inv.free_milli, before.free_milli)
+    assert not np.array_equal(inv.devices.free_milli, before.devices.free_milli)
     for row, allocation in reversed(allocations):
         assert allocation is not None
         inv.release(row, allocation)
     for name in ("free_milli", "mem_free", "full_mask", "full_count"):
-        assert np.array_equal(getattr(inv, name), getattr(before, name)), name
-    assert all(np.array_equal(inv.mig_free[p], before.mig_free[p]) for p in inv.mig_free)
+        assert np.array_equal(getattr(inv.devices, name), getattr(before.devices, name)), name
+    assert all(np.array_equal(inv.devices.mig_free[p], before.devices.mig_free[p]) for p in inv.devices.mig_free)
 
 
 def _pod(name: str, devices: tuple[int, ...] = (), **requests: int) -> PodInfo:
@@ -183,7 +184,7 @@ def test_inventories_are_independent_copies() -> None:
     inv = GpuInventory.of([dgx()])
     copy = inv.copy()
     copy.allocate(0, GpuAllocation(devices=(0,), milli=1000))
-    assert int(inv.full_count[0]) == 8 and int(copy.full_count[0]) == 7
+    assert int(inv.devices.full_count[0]) == 8 and int(copy.devices.full_count[0]) == 7
 
 
 def test_incremental_share_answers_match_a_fresh_computation() -> None:
@@ -204,12 +205,14 @@ def test_incremental_share_answers_match_a_fresh_computation() -> None:
                 inv.allocate(row, allocation)
                 held.append((row, allocation))
         for shape in shapes:
-            fresh = inv.share_fits(shape)
-            expected = np.where(fresh.any(axis=1), np.argmin(np.where(fresh, inv.free_milli, 10**9), axis=1), -1)
-            assert np.array_equal(inv.share_device(shape), expected), step
-            best_col, best_free = inv.share_choice(shape)
+            fresh = inv.shares.fits(shape)
+            expected = np.where(
+                fresh.any(axis=1), np.argmin(np.where(fresh, inv.devices.free_milli, 10**9), axis=1), -1
+            )
+            assert np.array_equal(inv.shares.device(shape), expected), step
+            best_col, best_free = inv.shares.choice(shape)
             assert np.array_equal(
-                best_free, np.where(expected >= 0, inv.free_milli[np.arange(6), np.maximum(expected, 0)], 0)
+                best_free, np.where(expected >= 0, inv.devices.free_milli[np.arange(6), np.maximum(expected, 0)], 0)
             )
             assert np.array_equal(inv.filter(shape)[0], fresh.any(axis=1)), step
 

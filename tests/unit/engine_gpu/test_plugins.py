@@ -116,9 +116,9 @@ def test_reserve_names_devices_and_assume_holds_them() -> None:
     assert reserved.gpu_devices == (4, 5, 6, 7)
     hash_before = state.snapshot_hash()
     state.assume(p, "a", reserved.gpu_devices)
-    assert int(gpu_inventory(state).full_count[state.nodes.slot_of("a")]) == 2  # type: ignore[index]  # not None in this test's setup
+    assert int(gpu_inventory(state).devices.full_count[state.nodes.slot_of("a")]) == 2  # type: ignore[index]  # not None in this test's setup
     state.forget("tp")
-    assert int(gpu_inventory(state).full_count[state.nodes.slot_of("a")]) == 6  # type: ignore[index]  # not None in this test's setup
+    assert int(gpu_inventory(state).devices.full_count[state.nodes.slot_of("a")]) == 6  # type: ignore[index]  # not None in this test's setup
     assert state.snapshot_hash() == hash_before
 
 
@@ -135,9 +135,9 @@ def test_node_update_keeps_what_pods_hold() -> None:
     state = state_of(dgx("a"), bound=(pod("nb", 3, node="a"),))
     inv = gpu_inventory(state)
     slot = state.nodes.slot_of("a")
-    assert int(inv.full_count[slot]) == 5  # type: ignore[index]  # not None in this test's setup
+    assert int(inv.devices.full_count[slot]) == 5  # type: ignore[index]  # not None in this test's setup
     state.upsert_node(dgx("a", unhealthy=(7,)))
-    assert int(inv.full_count[slot]) == 4  # type: ignore[index]  # not None in this test's setup
+    assert int(inv.devices.full_count[slot]) == 4  # type: ignore[index]  # not None in this test's setup
 
 
 def test_scores_prefer_packed_nodes_and_linked_sets() -> None:
