@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from berth.schemas.cluster import GpuDevice, MigSlice, NodeInfo
+from berth.schemas.cluster import GpuDevice, NodeInfo
 
 from berth.core.plugins.gpu_device_arrays import GpuDeviceArrays
 from berth.core.plugins.gpu_inventory import GpuInventory
@@ -16,24 +16,7 @@ from berth.core.plugins.gpu_row_caches import RowCaches
 from berth.core.plugins.gpu_shares import ShareIndex
 from berth.core.plugins.gpu_topology import DENSE_TABLE_MAX_DEVICES, TopologyCatalog
 
-
-def islands(name: str, *, mig: dict[int, int] | None = None, memory: int = 40960) -> NodeInfo:
-    """8 GPUs in two NVLink islands of 4 (one per NUMA node); ``mig``: device -> 1g.5gb slices."""
-    mig = mig or {}
-    return NodeInfo(
-        name=name,
-        gpus=tuple(
-            GpuDevice(
-                index=i,
-                numa_node=i // 4,
-                memory_mib=memory,
-                model="A100",
-                nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i),
-                mig=(MigSlice(profile="1g.5gb", count=mig[i]),) if i in mig else (),
-            )
-            for i in range(8)
-        ),
-    )
+from .gpu_nodes import dgx
 
 
 def ring(name: str) -> NodeInfo:
@@ -51,7 +34,7 @@ def arrays_of(*nodes: NodeInfo) -> GpuDeviceArrays:
 
 
 def test_device_arrays_apply_and_give_back_exactly_and_clamp_over_commitment() -> None:
-    devices = arrays_of(islands("a"))
+    devices = arrays_of(dgx("a"))
     before = devices.copy()
     share = GpuAllocation(devices=(3,), milli=250, memory_mib=10240)
     devices.apply(0, share, 1)
@@ -72,7 +55,7 @@ def test_device_arrays_apply_and_give_back_exactly_and_clamp_over_commitment() -
 
 
 def test_device_arrays_grow_keeps_rows_and_reports_a_change() -> None:
-    devices = arrays_of(islands("a"))
+    devices = arrays_of(dgx("a"))
     assert devices.grow(1, 8) is False
     assert devices.grow(3, 10) is True
     assert devices.rows == 3 and devices.width == 10
@@ -85,7 +68,7 @@ def test_device_arrays_grow_keeps_rows_and_reports_a_change() -> None:
 def test_topology_catalog_shares_layouts_and_links_both_ways() -> None:
     catalog = TopologyCatalog()
     catalog.widen(8)
-    assert catalog.id_of(islands("a")) == catalog.id_of(islands("b")) == 0
+    assert catalog.id_of(dgx("a")) == catalog.id_of(dgx("b")) == 0
     assert catalog.id_of(ring("r")) == 1
     assert catalog.topologies[1].links == (0b1010, 0b0101, 0b1010, 0b0101)
     assert catalog.choose(1, 0b1111, 3, "nvlink") is None  # a ring has no 3-clique
@@ -98,7 +81,7 @@ def test_dense_tables_agree_with_choosing_node_by_node() -> None:
     sparse = TopologyCatalog()
     sparse.widen(DENSE_TABLE_MAX_DEVICES + 1)  # too wide for tables: answers come from choose()
     for catalog in (dense, sparse):
-        catalog.id_of(islands("a"))
+        catalog.id_of(dgx("a"))
         catalog.id_of(ring("r"))
     masks = np.array([m for m in range(256)] + [m for m in range(16)], dtype=np.int64)
     topo_ids = np.array([0] * 256 + [1] * 16, dtype=np.int64)
@@ -112,7 +95,7 @@ def test_dense_tables_agree_with_choosing_node_by_node() -> None:
 
 def test_share_index_kept_incrementally_matches_a_fresh_index() -> None:
     rng = random.Random(3)
-    devices = arrays_of(*(islands(f"n{i}", memory=16384 + 8192 * (i % 3)) for i in range(40)))
+    devices = arrays_of(*(dgx(f"n{i}", memory=16384 + 8192 * (i % 3)) for i in range(40)))
     shares = ShareIndex(devices)
     shapes = [GpuRequest(milli=300), GpuRequest(memory_mib=12000), GpuRequest(milli=100, memory_mib=20000)]
     for shape in shapes:
@@ -135,7 +118,7 @@ def test_share_index_kept_incrementally_matches_a_fresh_index() -> None:
 
 
 def test_share_need_of_a_memory_only_share_is_its_part_of_each_device() -> None:
-    devices = arrays_of(islands("small", memory=10000), islands("big", memory=40000))
+    devices = arrays_of(dgx("small", memory=10000), dgx("big", memory=40000))
     milli, memory = ShareIndex(devices).need(GpuRequest(memory_mib=10000))
     assert int(milli[0, 0]) == MILLI and int(milli[1, 0]) == 250 and int(memory[1, 0]) == 10000
     allocation = ShareIndex(devices).at(1, GpuRequest(memory_mib=10000), 2)
@@ -143,7 +126,7 @@ def test_share_need_of_a_memory_only_share_is_its_part_of_each_device() -> None:
 
 
 def test_row_caches_recompute_only_the_rows_touched() -> None:
-    devices = arrays_of(islands("a"), islands("b"), islands("c"))
+    devices = arrays_of(dgx("a"), dgx("b"), dgx("c"))
     caches = RowCaches(devices)
     asked: list[list[int]] = []
 
@@ -163,7 +146,7 @@ def test_row_caches_recompute_only_the_rows_touched() -> None:
 
 
 def test_mig_slices_fill_the_fullest_device_first_and_agree_with_the_filter() -> None:
-    devices = arrays_of(islands("a", mig={6: 7, 7: 7}), islands("b"))
+    devices = arrays_of(dgx("a", mig={6: {"1g.5gb": 7}, 7: {"1g.5gb": 7}}), dgx("b"))
     devices.apply(0, GpuAllocation(devices=(7,), mig=((7, "1g.5gb", 5),)), 1)
     request = GpuRequest(mig=(("1g.5gb", 3),))
     assert mig_pieces(devices, 0, request, range(8)) == ((6, "1g.5gb", 1), (7, "1g.5gb", 2))
@@ -174,7 +157,7 @@ def test_mig_slices_fill_the_fullest_device_first_and_agree_with_the_filter() ->
 
 def test_the_inventory_agrees_with_its_parts_after_random_placements() -> None:
     rng = random.Random(11)
-    nodes = [islands(f"n{i:03}") if i % 5 else ring(f"n{i:03}") for i in range(80)]
+    nodes = [dgx(f"n{i:03}") if i % 5 else ring(f"n{i:03}") for i in range(80)]
     inventory = GpuInventory.of(nodes)
     requests = [
         GpuRequest(whole=2, locality="nvlink"),
