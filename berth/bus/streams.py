@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -26,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import faust
 from aiokafka.admin import AIOKafkaAdminClient
 from faust.assignor import LeaderAssignor
+from faust.streams import _current_event
 from pydantic import TypeAdapter
 
 from berth.logs import get_logger
@@ -176,6 +179,22 @@ class ModelTable(Generic[V]):
 
     def __len__(self) -> int:
         return len(self.table)
+
+
+@contextmanager
+def tables_act_for(event: Any) -> Iterator[None]:
+    """Make ``event`` faust's current event for the block's table reads and writes.
+
+    A faust table keeps a key where the event being processed came from: its changelog
+    partition, and with the rocksdict store the partition's database. An agent that takes its
+    events in batches (``stream.take_events``) has no current event of its own, so it must say
+    which input each table access is for (faust has no public way to, hence its context variable).
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
 
 
 def origin_of(record: Any) -> str:

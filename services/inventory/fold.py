@@ -10,9 +10,11 @@ are partitioned like the stream that writes them:
   per pod UID) routes pods that are not bound to any node straight to a cell, passes them on when
   a cell hands them over, and hands everything about a bound pod to the node stage, keyed by the
   node's name;
-* the **node stage** (:func:`fold_node_input`, state :class:`NodeState` per node name) owns one
-  node: its facts, telemetry, spot notice and bound pods. It derives the published
-  :class:`~berth.schemas.NodeInventory` and routes node-related inputs to the node's cell.
+* the **node stage** (:func:`fold_node_inputs`, a batch of inputs at a time, and
+  :func:`fold_node_input`, one; state :class:`NodeState` per node name) owns one node: its facts,
+  telemetry, spot notice and bound pods. It derives the published
+  :class:`~berth.schemas.NodeInventory` (once per batch for a node the batch changed) and routes
+  node-related inputs to the node's cell.
 
 Routing contract (the cell inputs of ``berth.scheduler.inputs.v1``):
 
@@ -50,6 +52,7 @@ so that their deletion still reaches the cell they were routed to.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
@@ -468,9 +471,47 @@ def fold_node_input(state: NodeState | None, item: NodeInput, cells: int) -> Fol
     Outputs come in the order the cells must see them; an :class:`InventoryChanged` is last and
     only present when the published inventory differs (ignoring ``updated_at``).
     """
+    folded = fold_node_inputs({item.node: state}, (item,), cells)
+    return Folded(folded.states[item.node], folded.outputs[0])
+
+
+@dataclass(frozen=True)
+class NodesFolded:
+    """What a batch of node-stage inputs did: each touched node's new state (by name) and, per
+    input in order, its outputs."""
+
+    states: dict[str, NodeState]
+    outputs: tuple[tuple[Output, ...], ...]
+
+
+def fold_node_inputs(states: Mapping[str, NodeState | None], items: Sequence[NodeInput], cells: int) -> NodesFolded:
+    """Apply ``items`` in order, each to its node's state (``states``: every node they name, as
+    before the batch; None when unknown).
+
+    The cells get exactly what folding the inputs one at a time sends them. The published
+    inventory is compared across the whole batch instead: a node whose inventory differs after
+    the batch from before it gets one :class:`InventoryChanged`, last among the outputs of the
+    batch's last input for that node (so a batch of one is :func:`fold_node_input`).
+    """
+    current = {name: state if state is not None else NodeState(name=name) for name, state in states.items()}
+    last_input = {item.node: index for index, item in enumerate(items)}
+    outputs: list[tuple[Output, ...]] = []
+    for index, item in enumerate(items):
+        sent: list[Output] = []
+        current[item.node] = _apply_node_input(current[item.node], item, cells, sent)
+        if last_input[item.node] == index:
+            before = states[item.node]
+            inventory_before = inventory_of(before, cells) if before is not None else None
+            inventory_after = inventory_of(current[item.node], cells)
+            if inventory_after is not None and not _same_inventory(inventory_before, inventory_after):
+                sent.append(InventoryChanged(inventory_after))
+        outputs.append(tuple(sent))
+    return NodesFolded(states={name: current[name] for name in last_input}, outputs=tuple(outputs))
+
+
+def _apply_node_input(before: NodeState, item: NodeInput, cells: int, outputs: list[Output]) -> NodeState:
+    """One input's effect on its node's state; what the cells must hear of it goes to ``outputs``."""
     event = item.event
-    before = state if state is not None else NodeState(name=item.node)
-    outputs: list[Output] = []
     if isinstance(event, NodeObserved):
         after = before.model_copy(
             update={
@@ -480,34 +521,29 @@ def fold_node_input(state: NodeState | None, item: NodeInput, cells: int) -> Fol
                 "updated_at": event.observed_at,
             }
         )
-        after = _sync_cell(after, event.observed_at, cells, outputs)
-    elif isinstance(event, NodeRemoved):
+        return _sync_cell(after, event.observed_at, cells, outputs)
+    if isinstance(event, NodeRemoved):
         after = before.model_copy(update={"removed": True, "updated_at": event.observed_at})
         if before.forwarded_cell is not None:
             outputs.append(ToCell(before.forwarded_cell, event))
         after = after.model_copy(update={"forwarded": None, "forwarded_cell": None})
-        after = _withdraw_census(after, event.observed_at, cells, outputs)
-    elif isinstance(event, GpuTelemetry):
+        return _withdraw_census(after, event.observed_at, cells, outputs)
+    if isinstance(event, GpuTelemetry):
         samples = dict(before.samples)
         for sample in event.devices:
             samples[sample.index] = DeviceSample(
                 healthy=sample.healthy, utilization_pct=sample.utilization_pct, memory_used_mib=sample.memory_used_mib
             )
         after = before.model_copy(update={"samples": samples, "updated_at": event.sampled_at})
-        after = _sync_cell(after, event.sampled_at, cells, outputs)
-    elif isinstance(event, SpotInterruptionNotice):
+        return _sync_cell(after, event.sampled_at, cells, outputs)
+    if isinstance(event, SpotInterruptionNotice):
         after = before.model_copy(update={"spot_notice": event, "updated_at": event.issued_at})
         if after.present and after.forwarded_cell is not None and event != before.spot_notice:
             outputs.append(ToCell(after.forwarded_cell, event))
-    elif isinstance(event, PodObserved):
-        after = _pod_bound(before, event, item.withdraw_from, cells, outputs)
-    else:
-        after = _pod_gone(before, event, outputs)
-    inventory_before = inventory_of(before, cells)
-    inventory_after = inventory_of(after, cells)
-    if inventory_after is not None and not _same_inventory(inventory_before, inventory_after):
-        outputs.append(InventoryChanged(inventory_after))
-    return Folded(after, tuple(outputs))
+        return after
+    if isinstance(event, PodObserved):
+        return _pod_bound(before, event, item.withdraw_from, cells, outputs)
+    return _pod_gone(before, event, outputs)
 
 
 def _sync_cell(state: NodeState, at: datetime, cells: int, outputs: list[Output]) -> NodeState:

@@ -233,15 +233,16 @@ async def test_restart_rebuilds_node_and_pod_state_from_the_changelogs(kafka, su
     start_inventory(supervisor, tmp_path / "data-after-restart")  # empty local store: changelogs only
 
     second = bound_pod(unique("second"), node, devices=(1,), milli=500)
-    await publish(
-        kafka,
-        PodObserved(pod=second, observed_at=t + timedelta(seconds=2)),
-        PodDeleted(uid=first.uid, namespace="ml", name=first.name, observed_at=t + timedelta(seconds=3)),
-    )
-    # The node's allocations from before the restart are still there, then the first pod's
-    # deletion (which names no node: only the rebuilt pod-routes table knows it) releases device 0.
+    await publish(kafka, PodObserved(pod=second, observed_at=t + timedelta(seconds=2)))
+    # The node's allocations from before the restart are still there (waited for before the
+    # deletion: the node stage publishes a node once per batch, so a batch holding both would
+    # not show this state), then the first pod's deletion (which names no node: only the
+    # rebuilt pod-routes table knows it) releases device 0.
     both = await wait_for(kafka, INVENTORY_STATE.name, lambda e: e.node.name == node and len(e.allocations) == 2)
     assert [d.free_milli for d in both[0].event.devices] == [0, 500]
+    await publish(
+        kafka, PodDeleted(uid=first.uid, namespace="ml", name=first.name, observed_at=t + timedelta(seconds=3))
+    )
     after = await wait_for(
         kafka,
         INVENTORY_STATE.name,

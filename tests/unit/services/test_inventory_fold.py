@@ -40,6 +40,7 @@ from berth.services.inventory.fold import (
     ToNode,
     fold_hand_over,
     fold_node_input,
+    fold_node_inputs,
     fold_pod_event,
     fold_pod_input,
     inventory_of,
@@ -292,6 +293,57 @@ def test_deleting_a_pod_the_node_never_had_is_silent():
     )
     _, outputs = run([gone], state)
     assert outputs == []
+
+
+# --- the node stage a batch at a time ----------------------------------------------------------------
+
+
+def test_a_batch_sends_the_cells_what_one_input_at_a_time_sends_and_publishes_each_node_once():
+    a, b = node("gpu-a", cell=1), node("gpu-b", cell=2)
+    start, _ = run([observed(a)])
+    other, _ = run([observed(b)])
+    batch = [
+        bound(pod("p1", node_name="gpu-a", devices=(0,)), t=1),
+        bound(pod("p2", node_name="gpu-b", devices=(0,)), t=2),
+        bound(pod("p3", node_name="gpu-a", devices=(1,)), t=3),
+        bound(pod("p4", node_name="gpu-a", devices=(2,), milli=500), t=4),
+    ]
+    states = {"gpu-a": start, "gpu-b": other}
+    folded = fold_node_inputs(states, batch, CELLS)
+
+    one_by_one: dict[str, NodeState | None] = dict(states)
+    for item, outputs in zip(batch, folded.outputs, strict=True):
+        alone = fold_node_input(one_by_one[item.node], item, CELLS)
+        one_by_one[item.node] = alone.state
+        assert [o for o in outputs if isinstance(o, ToCell)] == [o for o in alone.outputs if isinstance(o, ToCell)]
+    assert folded.states == one_by_one
+    published = [[o.inventory for o in outputs if isinstance(o, InventoryChanged)] for outputs in folded.outputs]
+    # Once per node, after the node's last input of the batch, with the node's state after it.
+    assert [[inv.node.name for inv in sent] for sent in published] == [[], ["gpu-b"], [], ["gpu-a"]]
+    assert published[3][0] == inventory_of(folded.states["gpu-a"], CELLS)
+    assert [d.free_milli for d in published[3][0].devices] == [0, 0, 500, 1000]
+
+
+def test_a_batch_that_leaves_a_nodes_inventory_as_it_was_publishes_nothing_for_it():
+    start, _ = run([observed(node())])
+    p = pod("p", node_name="gpu-a", devices=(0,))
+    gone = NodeInput(node="gpu-a", event=PodDeleted(uid=p.uid, namespace=p.namespace, name=p.name, observed_at=at(2)))
+    folded = fold_node_inputs({"gpu-a": start}, [bound(p, t=1), gone], CELLS)
+    assert routed([o for outputs in folded.outputs for o in outputs]) == [
+        (1, "pod-observed", "ml/p"),
+        (1, "pod-deleted", "ml/p"),
+    ]
+    assert not any(isinstance(o, InventoryChanged) for outputs in folded.outputs for o in outputs)
+
+
+def test_a_batch_can_bring_a_node_the_stage_has_never_seen():
+    info = node("gpu-new", cell=3)
+    folded = fold_node_inputs(
+        {"gpu-new": None}, [observed(info), bound(pod("p", node_name="gpu-new", devices=(1,)))], CELLS
+    )
+    alone, outputs = run([observed(info), bound(pod("p", node_name="gpu-new", devices=(1,)))])
+    assert folded.states == {"gpu-new": alone}
+    assert [o for o in folded.outputs[1] if isinstance(o, InventoryChanged)] == [outputs[-1]]
 
 
 # --- telemetry and spot notices ------------------------------------------------------------------
