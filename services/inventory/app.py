@@ -97,12 +97,13 @@ TICK_INTERVAL_S = 30.0
 """How often every cell gets a :class:`~berth.schemas.CellTick` (see ``berth.cells.cell``)."""
 NODE_BATCH_MAX = 256
 """At most this many node-stage inputs are folded as one batch."""
-NODE_BATCH_WITHIN_S = 0.02
+NODE_BATCH_WITHIN_S = 0.1
 """How long the node stage gathers inputs before folding what it has. No pending pod waits on this
-stage (the pods agent routes those straight to their cells); what it delays by up to 20 ms is a
+stage (the pods agent routes those straight to their cells); what it delays by up to 100 ms is a
 binding's, a deletion's or a node's change's way to the node's cell. It buys fewer records:
 Berth packs, so consecutive bindings mostly land on one node, and a batch writes that node's
-state and inventory once instead of once per binding."""
+state and inventory once instead of once per binding (in ``bench.k8s``, 2,867 published
+inventories for 4,992 bindings at 100 ms, 4,144 at 20 ms)."""
 INPUT_TOPICS = (*(topic.name for topic in SOURCE_TOPICS), NODE_INPUTS)
 """Every topic the consumer group reads: its sources and its own internal topic (contract names)."""
 
