@@ -275,6 +275,11 @@ def drain_and_check(pipeline: SimPipeline, *, min_bound: int, audit_timeout_s: f
     status["pods"]["placed_not_applied"] = len(set(status["pods"]["undecided_uids"]) & placed_unapplied)
     status["pods"]["undecided"] = len(unplaced)
     pipeline.services.services["cluster-sim"].stop()
+    # And the inventory, whose ticks are the cells' clock: a pod still unschedulable at the end is
+    # retried whenever its backoff runs out (a hand-over and a verdict up to ~10 s after the
+    # last activity), so while ticks flow no quiet moment is final and a count of decisions
+    # taken after one can be short by such a retry.
+    pipeline.services.services["inventory"].stop()
     audited = _wait_for_audit(settings, timeout_s=audit_timeout_s)
     inputs_on_kafka, decisions_on_kafka = asyncio.run(_kafka_counts(settings))
     report = _replay(settings)
